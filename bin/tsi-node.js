@@ -1,0 +1,11 @@
+#!/usr/bin/env node
+// The tsi-node command: runs the compiled CLI (npm install builds it through the `prepare` script).
+import { existsSync } from 'node:fs';
+
+const cli = new URL('../dist/runtime-node/cli.js', import.meta.url);
+if (!existsSync(cli)) {
+  process.stderr.write('tsi-node is not built yet: run `npm install` (or `npm run build`) in the package folder first.\n');
+  process.exit(1);
+}
+const { main } = await import(cli.href);
+await main();

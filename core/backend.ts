@@ -1,0 +1,148 @@
+/**
+ * The Backend interface, shaped like TRITONBACKEND: a backend loads models, a model makes instances,
+ * and an instance executes a *batch of requests* per call. Backends are registered by name
+ * (`onnxruntime`, `javascript`, ...) in a BackendRegistry and are initialised lazily, so heavy native
+ * dependencies load only when a model needs them and core never imports them.
+ *
+ * Ownership and concurrency rules:
+ * - `execute` is never called concurrently on one instance; different instances run in parallel.
+ * - Every request passed to `execute` must get exactly one response marked final (an error counts),
+ *   sent through its `send`. Decoupled models may send any number of non-final responses first, and may
+ *   keep sending after `execute` resolves; a non-decoupled request takes exactly one response.
+ * - Input tensors belong to the backend for the duration of `execute` and must not be kept after the
+ *   request's final response; output tensors handed to `send` belong to core from then on.
+ * - Inputs arrive validated (names, datatypes, shapes, batch size) against the normalised config.
+ */
+
+import type { TsiError } from './errors.js';
+import type { ModelConfig } from './model-config.js';
+import type { InferRequest, InferResponse, Logger, Parameters, Tensor } from './types.js';
+
+/** Read access to one model's folder in the repository: `<model>/...`. */
+export interface ModelFiles {
+  /** Path relative to the model folder, e.g. `1/model.onnx` or `labels.txt`. */
+  read(relPath: string): Promise<Uint8Array>;
+  exists(relPath: string): Promise<boolean>;
+  /** Entries of a folder relative to the model folder ('' for the model folder itself). */
+  list(relDir: string): Promise<{ name: string; isDir: boolean }[]>;
+  /** A local filesystem path for the same file where one exists (Node), else undefined. */
+  localPath?(relPath: string): string | undefined;
+}
+
+/** What a backend's auto-complete learns from the model file. */
+export interface ModelIoInfo {
+  inputs: { name: string; datatype: string; shape: (number | string)[] }[];
+  outputs: { name: string; datatype: string; shape: (number | string)[] }[];
+}
+
+export interface ModelLoadContext {
+  /** Normalised and validated. */
+  config: ModelConfig;
+  version: number;
+  files: ModelFiles;
+  log: Logger;
+  /** Calls back into the server, for backends whose models call other models (BLS). */
+  server: InProcessServer;
+}
+
+export interface InstanceSpec {
+  /** e.g. `simple_0_1`: group name and index within it. */
+  name: string;
+  kind: 'KIND_CPU' | 'KIND_GPU' | 'KIND_MODEL';
+  /** GPU id for KIND_GPU, else -1. */
+  deviceId: number;
+  /** Index of this instance among all the model version's instances. */
+  index: number;
+}
+
+export interface Backend {
+  readonly name: string;
+  /**
+   * Reads the model file to describe its inputs and outputs, for Triton-style auto-complete. Optional:
+   * backends without it leave the config as written.
+   */
+  describeModel?(config: ModelConfig, version: number, files: ModelFiles): Promise<ModelIoInfo>;
+  loadModel(ctx: ModelLoadContext): Promise<BackendModel>;
+}
+
+export interface BackendModel {
+  createInstance(spec: InstanceSpec): Promise<BackendInstance>;
+  /** Frees what the model holds once all its instances are unloaded. */
+  unload(): Promise<void>;
+}
+
+/** Durations a backend measured for one execution, in nanoseconds. */
+export interface ExecutionTimes {
+  computeInputNs: number;
+  computeInferNs: number;
+  computeOutputNs: number;
+}
+
+export interface BackendInstance {
+  readonly spec: InstanceSpec;
+  /** Human-readable device / execution provider, e.g. `cpu` or `cuda:0`; shown in logs and `doctor`. */
+  readonly device: string;
+  execute(requests: BackendRequest[]): Promise<ExecutionTimes | void>;
+  unload(): Promise<void>;
+}
+
+export interface ResponsePayload {
+  outputs: Tensor[];
+  parameters?: Parameters;
+}
+
+/** One request inside a batch handed to a backend. */
+export interface BackendRequest {
+  readonly id: string;
+  /** Validated inputs, by name, including control and implicit-state inputs a scheduler added. */
+  readonly inputs: ReadonlyMap<string, Tensor>;
+  /** Names of the outputs this request wants; a backend may still compute all of them. */
+  readonly requestedOutputs: readonly string[];
+  /** Custom (non-reserved) request parameters. */
+  readonly parameters: Readonly<Parameters>;
+  /** Rows this request contributes to the batch dimension (1 for non-batching models). */
+  readonly batchSize: number;
+  /** Output names the backend must return even if not requested (implicit state outputs). */
+  readonly stateOutputs?: readonly string[];
+  /**
+   * The response sender. `final` closes the request; sending after that is a no-op. Outputs a
+   * request did not ask for are dropped by core.
+   */
+  send(response: ResponsePayload | TsiError, final: boolean): void;
+}
+
+/** The in-process server surface a backend may call (BLS). */
+export interface InProcessServer {
+  infer(request: InferRequest): Promise<InferResponse>;
+  isModelReady(name: string, version?: string): boolean;
+}
+
+/** Backends by name, created on first use; a failed creation is remembered and reported. */
+export class BackendRegistry {
+  private readonly factories = new Map<string, () => Promise<Backend> | Backend>();
+  private readonly created = new Map<string, Promise<Backend>>();
+
+  register(name: string, factory: () => Promise<Backend> | Backend): void {
+    this.factories.set(name, factory);
+    this.created.delete(name);
+  }
+
+  has(name: string): boolean {
+    return this.factories.has(name);
+  }
+
+  names(): string[] {
+    return [...this.factories.keys()];
+  }
+
+  get(name: string): Promise<Backend> | undefined {
+    let p = this.created.get(name);
+    if (!p) {
+      const factory = this.factories.get(name);
+      if (!factory) return undefined;
+      p = Promise.resolve().then(factory);
+      this.created.set(name, p);
+    }
+    return p;
+  }
+}

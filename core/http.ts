@@ -1,0 +1,224 @@
+/**
+ * The KServe v2 HTTP protocol, written once as a Web-standard `(Request) => Promise<Response>` (hono),
+ * so the Node server, the browser's in-page `fetch` and a Service Worker all answer the same routes
+ * with the same bytes. Routes, status codes, empty health bodies and `{"error": ...}` bodies follow
+ * Triton's http_server.cc; request and response compression (gzip/deflate) and CORS are handled here.
+ */
+
+import { Hono, type Context } from 'hono';
+import { cors } from 'hono/cors';
+import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
+import type { InferenceServer } from './server.js';
+import { HEADER_LENGTH, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
+
+export interface HttpOptions {
+  /** Largest accepted request body, before and after decompression (--http-max-input-size). */
+  maxInputSize?: number;
+  /** Access-Control-Allow-Origin values; unset means no CORS headers (Triton's behaviour). */
+  corsOrigin?: string | string[];
+  /** Extra routes a runtime mounts on the same app (shared memory, logging, ...). */
+  extend?: (app: Hono, server: InferenceServer) => void;
+}
+
+export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
+
+type Handler = (c: Context) => Promise<Response> | Response;
+
+const MODEL = '/v2/models/:model{[^/]+}';
+const VERSIONED = `${MODEL}/versions/:version{[0-9]+}`;
+
+export function json(body: unknown, status = 200, headers?: Record<string, string>): Response {
+  return new Response(JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json', ...headers } });
+}
+
+export function errorResponse(err: unknown): Response {
+  const e = asTsiError(err);
+  const headers: Record<string, string> = { 'Content-Type': 'application/json' };
+  if (e.message === 'Unsupported compression type') headers['Accept-Encoding'] = 'gzip, deflate';
+  return new Response(errorBody(e), { status: HTTP_STATUS[e.code] ?? 400, headers });
+}
+
+const empty = (status: number) => new Response(null, { status });
+
+/** Builds the v2 app. `app.fetch` is the `(Request) => Promise<Response>` every runtime uses. */
+export function createHttpApp(server: InferenceServer, options: HttpOptions = {}): Hono {
+  const app = new Hono();
+  const maxInput = options.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE;
+  if (options.corsOrigin !== undefined) {
+    app.use('*', cors({
+      origin: options.corsOrigin,
+      allowMethods: ['GET', 'POST', 'OPTIONS'],
+      allowHeaders: ['Content-Type', 'Content-Encoding', 'Accept-Encoding', HEADER_LENGTH],
+      exposeHeaders: [HEADER_LENGTH, 'Content-Encoding'],
+    }));
+  }
+
+  /** One path, several methods; any other method is Triton's 405. */
+  const route = (path: string, methods: Partial<Record<'GET' | 'POST', Handler>>) => {
+    app.all(path, async (c) => {
+      const h = methods[c.req.method as 'GET' | 'POST'];
+      if (!h) {
+        if (c.req.method === 'OPTIONS') return empty(204);
+        return json({ error: 'Method Not Allowed' }, 405);
+      }
+      try {
+        return await h(c);
+      } catch (err) {
+        return errorResponse(err);
+      }
+    });
+  };
+  const version = (c: Context) => c.req.param('version');
+
+  route('/v2/health/live', { GET: () => empty(server.isLive() ? 200 : 400) });
+  route('/v2/health/ready', { GET: () => empty(server.isReady() ? 200 : 400) });
+  route('/v2', { GET: () => json(server.metadata()) });
+  route('/v2/models/stats', { GET: () => json(server.statistics()) });
+
+  for (const base of [MODEL, VERSIONED]) {
+    route(base, { GET: (c) => json(server.modelMetadata(c.req.param('model')!, version(c))) });
+    route(`${base}/ready`, {
+      GET: (c) => {
+        const ready = server.modelReady(c.req.param('model')!, version(c));
+        return ready ? empty(200) : json({ error: 'Model version not ready' }, 400);
+      },
+    });
+    route(`${base}/config`, { GET: (c) => json(server.modelConfig(c.req.param('model')!, version(c))) });
+    route(`${base}/stats`, { GET: (c) => json(server.statistics(c.req.param('model')!, version(c))) });
+    route(`${base}/infer`, { POST: (c) => infer(server, c, maxInput) });
+  }
+
+  route('/v2/repository/index', {
+    POST: async (c) => {
+      const body = await readJsonBody(c, maxInput);
+      let ready = false;
+      if (body !== undefined && body.ready !== undefined) {
+        if (typeof body.ready !== 'boolean') throw invalidArg(`Invalid value for 'ready': expected a boolean`);
+        ready = body.ready;
+      }
+      return json(server.repositoryIndex(ready));
+    },
+  });
+  route('/v2/repository/:repo{[^/]+}/index', { POST: () => repoNameUnsupported() });
+
+  options.extend?.(app, server);
+
+  app.notFound(() => json({ error: 'Not Found' }, 404));
+  app.onError((err) => errorResponse(err));
+  return app;
+}
+
+function repoNameUnsupported(): Response {
+  return errorResponse(new TsiError('UNSUPPORTED', `'repository_name' specification is not supported`));
+}
+
+/** Reads and (if Content-Encoding says so) decompresses a body, enforcing the size limit both ways. */
+export async function readBody(c: Context, maxInput: number): Promise<Uint8Array> {
+  const enc = (c.req.header('Content-Encoding') ?? 'identity').trim().toLowerCase();
+  if (enc !== 'identity' && enc !== 'gzip' && enc !== 'deflate' && enc !== '') {
+    throw new TsiError('UNSUPPORTED', 'Unsupported compression type');
+  }
+  const declared = Number(c.req.header('Content-Length') ?? NaN);
+  if (declared > maxInput) throw tooLarge(declared, maxInput);
+  const raw = new Uint8Array(await c.req.arrayBuffer());
+  if (raw.byteLength > maxInput) throw tooLarge(raw.byteLength, maxInput);
+  if (enc === 'gzip' || enc === 'deflate') return decompress(raw, enc, maxInput);
+  return raw;
+}
+
+function tooLarge(size: number, max: number): TsiError {
+  return invalidArg(`Request JSON size of ${size} bytes exceeds the maximum allowed value of ${max} bytes. Use --http-max-input-size to increase the limit.`);
+}
+
+async function decompress(data: Uint8Array, format: 'gzip' | 'deflate', max: number): Promise<Uint8Array> {
+  const stream = new Blob([data as BlobPart]).stream().pipeThrough(new DecompressionStream(format));
+  const reader = stream.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      total += value.byteLength;
+      if (total > max) {
+        await reader.cancel();
+        throw tooLarge(total, max);
+      }
+      chunks.push(value);
+    }
+  } catch (err) {
+    if (err instanceof TsiError) throw err;
+    throw invalidArg(`failed to decompress the ${format} request body: ${(err as Error).message}`);
+  }
+  const out = new Uint8Array(total);
+  let off = 0;
+  for (const ch of chunks) {
+    out.set(ch, off);
+    off += ch.byteLength;
+  }
+  return out;
+}
+
+async function readJsonBody(c: Context, maxInput: number): Promise<Record<string, unknown> | undefined> {
+  const body = await readBody(c, maxInput);
+  if (body.byteLength === 0) return undefined;
+  let v: unknown;
+  try {
+    v = JSON.parse(new TextDecoder().decode(body));
+  } catch (err) {
+    throw invalidArg(`failed to parse the request JSON buffer: ${(err as Error).message}`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalidArg('the request body must be a JSON object');
+  return v as Record<string, unknown>;
+}
+
+/** Picks gzip/deflate/identity from Accept-Encoding with q-values, as Triton does for infer responses. */
+export function chooseEncoding(accept: string | undefined): 'gzip' | 'deflate' | undefined {
+  if (!accept) return undefined;
+  let best: 'gzip' | 'deflate' | undefined;
+  let bestQ = 0;
+  for (const part of accept.split(',')) {
+    const [name, ...params] = part.trim().toLowerCase().split(';');
+    let q = 1;
+    for (const p of params) {
+      const m = /^\s*q=([0-9.]+)\s*$/.exec(p);
+      if (m) q = Number(m[1]);
+    }
+    if ((name === 'gzip' || name === 'deflate') && q > bestQ) {
+      best = name;
+      bestQ = q;
+    } else if (name === 'identity' && q > bestQ) {
+      best = undefined;
+      bestQ = q;
+    }
+  }
+  return best;
+}
+
+async function compress(data: Uint8Array, format: 'gzip' | 'deflate'): Promise<Uint8Array> {
+  const stream = new Blob([data as BlobPart]).stream().pipeThrough(new CompressionStream(format));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+
+async function infer(server: InferenceServer, c: Context, maxInput: number): Promise<Response> {
+  const modelName = c.req.param('model')!;
+  const ver = c.req.param('version');
+  const body = await readBody(c, maxInput);
+  const decoded = decodeInferRequest(body, c.req.header(HEADER_LENGTH), modelName, ver, () => server.model(modelName, ver).config);
+  if (decoded.shmInputs.length > 0 || decoded.shmOutputs.size > 0) {
+    throw new TsiError('INVALID_ARG', 'shared memory is not enabled on this server (start it with --allow-client-shm)');
+  }
+  const resp = await server.infer(decoded.request, {
+    decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
+  });
+  const enc = encodeInferResponse(resp, decoded.encoding);
+  const headers: Record<string, string> = { 'Content-Type': enc.contentType };
+  if (enc.headerLength !== undefined) headers[HEADER_LENGTH] = String(enc.headerLength);
+  let out = enc.body;
+  const ce = chooseEncoding(c.req.header('Accept-Encoding'));
+  if (ce) {
+    out = await compress(out, ce);
+    headers['Content-Encoding'] = ce;
+  }
+  return new Response(out as BodyInit, { status: 200, headers });
+}

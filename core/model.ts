@@ -1,0 +1,228 @@
+/**
+ * One loaded model version: its normalised config, backend model, instances, scheduler, statistics and
+ * labels, plus the request path through it (validate → schedule → shape the response: requested-output
+ * subset and classification). Loading follows Triton's order — backend model, then every instance of
+ * every instance_group, then the scheduler — and unloading drains the scheduler before freeing.
+ */
+
+import type { Backend, BackendInstance, BackendModel, InProcessServer, InstanceSpec, ModelFiles, ResponsePayload } from './backend.js';
+import { TsiError } from './errors.js';
+import type { ModelConfig } from './model-config.js';
+import { PendingRequest, validateRequest } from './request.js';
+import type { Scheduler } from './scheduler.js';
+import { createScheduler } from './schedulers.js';
+import { ModelStats } from './stats.js';
+import { decodeString, encodeString } from './tensor.js';
+import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTensor, Tensor } from './types.js';
+import { configTypeToDatatype } from './config.js';
+
+export type ModelState = 'UNKNOWN' | 'LOADING' | 'READY' | 'UNAVAILABLE' | 'UNLOADING';
+
+export interface LoadOptions {
+  name: string;
+  version: number;
+  config: ModelConfig;
+  backend: Backend;
+  files: ModelFiles;
+  clock: Clock;
+  log: Logger;
+  server: InProcessServer;
+}
+
+export class ModelVersion {
+  readonly name: string;
+  readonly version: number;
+  readonly config: ModelConfig;
+  readonly stats = new ModelStats();
+  readonly labels = new Map<string, string[]>();
+  readonly decoupled: boolean;
+  state: ModelState = 'LOADING';
+  reason = '';
+  instances: BackendInstance[] = [];
+  private backendModel?: BackendModel;
+  private scheduler?: Scheduler;
+  private readonly clock: Clock;
+  private readonly log: Logger;
+
+  private constructor(opts: LoadOptions) {
+    this.name = opts.name;
+    this.version = opts.version;
+    this.config = opts.config;
+    this.clock = opts.clock;
+    this.log = opts.log;
+    this.decoupled = opts.config.model_transaction_policy?.decoupled === true;
+  }
+
+  /** Loads a version; on failure every part already created is freed and the error is thrown. */
+  static async load(opts: LoadOptions): Promise<ModelVersion> {
+    const mv = new ModelVersion(opts);
+    const t0 = opts.clock.nowNs();
+    try {
+      for (const out of opts.config.output ?? []) {
+        if (out.label_filename) {
+          const text = decodeString(await opts.files.read(out.label_filename));
+          mv.labels.set(out.name!, text.split(/\r?\n/).filter((l, i, a) => l.length > 0 || i < a.length - 1));
+        }
+      }
+      mv.backendModel = await opts.backend.loadModel({
+        config: opts.config, version: opts.version, files: opts.files, log: opts.log, server: opts.server,
+      });
+      let index = 0;
+      for (const group of opts.config.instance_group ?? []) {
+        const kind = (group.kind === 'KIND_GPU' || group.kind === 'KIND_MODEL') ? group.kind : 'KIND_CPU';
+        const devices = kind === 'KIND_GPU' && group.gpus && group.gpus.length > 0 ? group.gpus : [-1];
+        for (const deviceId of devices) {
+          for (let c = 0; c < (group.count ?? 1); c++) {
+            const spec: InstanceSpec = { name: `${group.name}_${c}`, kind, deviceId, index: index++ };
+            mv.instances.push(await mv.backendModel.createInstance(spec));
+          }
+        }
+      }
+      if (mv.instances.length === 0 && opts.config.platform !== 'ensemble') {
+        mv.instances.push(await mv.backendModel.createInstance({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 }));
+      }
+      mv.scheduler = createScheduler({
+        modelName: mv.name, version: mv.version, config: opts.config, instances: mv.instances, stats: mv.stats,
+        clock: opts.clock, log: opts.log, decoupled: mv.decoupled,
+      });
+      mv.stats.loadDurationSecs = (opts.clock.nowNs() - t0) / 1e9;
+      mv.state = 'READY';
+      return mv;
+    } catch (err) {
+      await mv.freeParts();
+      throw err;
+    }
+  }
+
+  /** Devices the instances run on, e.g. `cpu` or `cuda:0`, for the start-up table and doctor. */
+  devices(): string[] {
+    return [...new Set(this.instances.map((i) => i.device))];
+  }
+
+  /**
+   * Runs one request. `onResponse` gets every response (decoupled models may send many); the promise
+   * settles after the final one. Validation errors are thrown before anything is queued.
+   */
+  submit(req: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void): PendingRequest {
+    if (this.state !== 'READY' || !this.scheduler) {
+      throw new TsiError('UNAVAILABLE', `Request for unknown model: '${this.name}' version ${this.version} is not at ready state`);
+    }
+    const classification = new Map<string, number>();
+    for (const o of req.outputs ?? []) {
+      const c = o.parameters?.classification;
+      if (typeof c === 'number') classification.set(o.name, c);
+    }
+    const pending = validateRequest(req, {
+      modelName: this.name,
+      config: this.config,
+      sink: (resp, final) => {
+        if (resp instanceof TsiError) onResponse(resp, final);
+        else {
+          try {
+            onResponse(this.shapeResponse(req, pending, resp, classification), final);
+          } catch (err) {
+            onResponse(err instanceof TsiError ? err : new TsiError('INTERNAL', String(err)), final);
+          }
+        }
+      },
+    });
+    pending.receivedNs = this.clock.nowNs();
+    this.scheduler.enqueue(pending);
+    return pending;
+  }
+
+  private shapeResponse(req: InferRequest, pending: PendingRequest, resp: ResponsePayload, classification: Map<string, number>): InferResponse {
+    const byName = new Map<string, Tensor>();
+    for (const t of resp.outputs) byName.set(t.name, t);
+    const outputs: OutputTensor[] = [];
+    for (const name of pending.requestedOutputs) {
+      const t = byName.get(name);
+      if (!t) {
+        // Decoupled models may legitimately send partial responses; others must produce every output.
+        if (this.decoupled) continue;
+        throw new TsiError('INTERNAL', `model '${this.name}' did not produce requested output '${name}'`);
+      }
+      const k = classification.get(name);
+      outputs.push(k === undefined ? { name, datatype: t.datatype, shape: t.shape, data: t.data } : this.classify(t, k));
+    }
+    const out: InferResponse = { model_name: this.name, model_version: String(this.version), outputs };
+    if (req.id) out.id = req.id;
+    if (resp.parameters && Object.keys(resp.parameters).length > 0) out.parameters = resp.parameters;
+    return out;
+  }
+
+  /** Triton's classification extension: top-k "value:index[:label]" strings per batch row. */
+  private classify(t: Tensor, k: number): OutputTensor {
+    if (t.datatype === 'BYTES' || t.datatype === 'FP16' || t.datatype === 'BF16') {
+      throw new TsiError('INVALID_ARG', `classification is not supported for output '${t.name}' of datatype ${t.datatype}`);
+    }
+    const batching = (this.config.max_batch_size ?? 0) > 0;
+    const rows = batching ? (t.shape[0] ?? 1) : 1;
+    const data = t.data as NumericArray;
+    const classes = rows > 0 ? data.length / rows : 0;
+    const labels = this.labels.get(t.name);
+    const isFloat = t.datatype === 'FP32' || t.datatype === 'FP64';
+    const kk = Math.min(k, classes);
+    const out: Uint8Array[] = [];
+    for (let r = 0; r < rows; r++) {
+      const idx = Array.from({ length: classes }, (_, i) => i);
+      const val = (i: number) => Number(data[r * classes + i]);
+      idx.sort((a, b) => val(b) - val(a) || a - b);
+      for (let j = 0; j < kk; j++) {
+        const i = idx[j]!;
+        const v = isFloat ? val(i).toFixed(6) : String(data[r * classes + i]);
+        const label = labels?.[i];
+        out.push(encodeString(label ? `${v}:${i}:${label}` : `${v}:${i}`));
+      }
+    }
+    return { name: t.name, datatype: 'BYTES', shape: batching ? [rows, kk] : [kk], data: out };
+  }
+
+  /** Model metadata as the v2 protocol serves it. */
+  metadata(versions: string[]): Record<string, unknown> {
+    const c = this.config;
+    const batch = (c.max_batch_size ?? 0) > 0;
+    const io = (t: { name?: string; data_type?: string; dims?: number[] }) => ({
+      name: t.name,
+      datatype: configTypeToDatatype(t.data_type as never),
+      shape: batch ? [-1, ...(t.dims ?? [])] : [...(t.dims ?? [])],
+    });
+    return {
+      name: this.name,
+      versions,
+      platform: c.platform || c.backend || '',
+      inputs: (c.input ?? []).map(io),
+      outputs: (c.output ?? []).map(io),
+    };
+  }
+
+  get inflight(): number {
+    return this.stats.inflight;
+  }
+
+  /** Stops accepting, drains queued and executing requests, frees instances and the backend model. */
+  async unload(): Promise<void> {
+    this.state = 'UNLOADING';
+    await this.scheduler?.stop();
+    await this.freeParts();
+    this.state = 'UNAVAILABLE';
+    this.reason = 'unloaded';
+  }
+
+  private async freeParts(): Promise<void> {
+    for (const inst of this.instances) {
+      try {
+        await inst.unload();
+      } catch (err) {
+        this.log.warn(`model '${this.name}' version ${this.version}: instance ${inst.spec.name} failed to unload: ${String(err)}`);
+      }
+    }
+    this.instances = [];
+    try {
+      await this.backendModel?.unload();
+    } catch (err) {
+      this.log.warn(`model '${this.name}' version ${this.version}: failed to unload: ${String(err)}`);
+    }
+    this.backendModel = undefined;
+  }
+}

@@ -1,0 +1,391 @@
+/**
+ * The model repository: Triton's layout (`<root>/<model>/config.pbtxt`, numeric version folders) read
+ * through a platform-neutral RepositorySource (a folder on disk in Node, URLs or in-memory files in the
+ * browser), and the lifecycle of every model in it. Loading a model is the config pipeline — parse,
+ * backend auto-complete, normalise, validate — then one ModelVersion per version the version_policy
+ * selects. A model that fails to load is UNAVAILABLE with its reason while the others serve. A reload
+ * loads the new versions first and swaps them in, so requests never see a gap; replaced versions drain.
+ */
+
+import type { BackendRegistry, InProcessServer, ModelFiles } from './backend.js';
+import {
+  autoCompleteConfig, checkConfigAgainstModel, normalizeModelConfig, parseModelConfig, validateModelConfig,
+} from './config.js';
+import { TsiError, asTsiError } from './errors.js';
+import type { ModelConfig } from './model-config.js';
+import { ModelVersion, type ModelState } from './model.js';
+import type { Clock, Logger } from './types.js';
+
+export interface RepositorySource {
+  /** Where it is, for logs (a path or URL). */
+  readonly location: string;
+  /** Model folder names. */
+  listModels(): Promise<string[]>;
+  files(model: string): ModelFiles;
+  /** Changes whenever anything in the model folder changes (poll mode). */
+  fingerprint?(model: string): Promise<string>;
+}
+
+export interface RepositoryOptions {
+  sources: RepositorySource[];
+  backends: BackendRegistry;
+  clock: Clock;
+  log: Logger;
+  server: InProcessServer;
+  gpuCount: number;
+  autoComplete: boolean;
+  defaultMaxBatchSize: number;
+}
+
+export interface IndexEntry {
+  name: string;
+  version?: string;
+  state: ModelState;
+  reason: string;
+}
+
+/** Overrides for an explicit load: a config (JSON text) and/or files laid over the model folder. */
+export interface LoadOverrides {
+  configJson?: string;
+  files?: ModelFiles;
+}
+
+interface ModelEntry {
+  name: string;
+  source?: RepositorySource;
+  versions: Map<number, ModelVersion>;
+  /** Versions that failed or were unloaded, with their reason. */
+  unavailable: Map<number, { state: ModelState; reason: string }>;
+  /** A model-level failure (bad config, duplicate name), shown without a version. */
+  error?: string;
+  state: ModelState;
+  fingerprint?: string;
+  explicitlyUnloaded: boolean;
+}
+
+const VERSION_DIR = /^[1-9][0-9]*$/;
+
+export class ModelRepository {
+  private readonly models = new Map<string, ModelEntry>();
+  private readonly inflightLoads = new Map<string, Promise<void>>();
+
+  constructor(private readonly opts: RepositoryOptions) {}
+
+  /** Model names in every source; a name found in two sources is reported and not served. */
+  async scan(): Promise<Map<string, RepositorySource | Error>> {
+    const found = new Map<string, RepositorySource | Error>();
+    for (const src of this.opts.sources) {
+      for (const name of await src.listModels()) {
+        const prev = found.get(name);
+        if (prev && !(prev instanceof Error)) {
+          found.set(name, new Error(`model '${name}' appears in multiple repositories: ${prev.location} and ${src.location}`));
+        } else if (!prev) found.set(name, src);
+      }
+    }
+    return found;
+  }
+
+  /** Loads every model of every source, in parallel (Triton's --model-load-thread-count is 4). */
+  async loadAll(names?: string[]): Promise<void> {
+    const found = await this.scan();
+    const todo = names ? names.filter((n) => found.has(n) || this.missing(n)) : [...found.keys()];
+    const queue = [...todo];
+    const worker = async () => {
+      for (let n = queue.shift(); n !== undefined; n = queue.shift()) await this.load(n);
+    };
+    await Promise.all(Array.from({ length: Math.min(4, queue.length) }, worker));
+  }
+
+  private missing(name: string): boolean {
+    const e = this.entry(name);
+    e.state = 'UNAVAILABLE';
+    e.error = `failed to poll model repository: model '${name}' not found in any model repository`;
+    return false;
+  }
+
+  private entry(name: string): ModelEntry {
+    let e = this.models.get(name);
+    if (!e) {
+      e = { name, versions: new Map(), unavailable: new Map(), state: 'UNKNOWN', explicitlyUnloaded: false };
+      this.models.set(name, e);
+    }
+    return e;
+  }
+
+  /** (Re)loads one model; concurrent calls for the same name run one after another. */
+  load(name: string, overrides?: LoadOverrides): Promise<void> {
+    const prev = this.inflightLoads.get(name) ?? Promise.resolve();
+    const next = prev.then(() => this.doLoad(name, overrides));
+    this.inflightLoads.set(name, next.catch(() => {}));
+    return next;
+  }
+
+  private async doLoad(name: string, overrides?: LoadOverrides): Promise<void> {
+    const { log } = this.opts;
+    const e = this.entry(name);
+    const found = (await this.scan()).get(name);
+    if (found instanceof Error) {
+      e.error = found.message;
+      e.state = 'UNAVAILABLE';
+      throw new TsiError('INVALID_ARG', found.message);
+    }
+    if (!found && !overrides?.files) {
+      if (e.versions.size === 0) this.models.delete(name);
+      throw new TsiError('INVALID_ARG', `failed to load '${name}', failed to poll from model repository`);
+    }
+    e.source = found;
+    const files = layer(overrides?.files, found?.files(name));
+    const wasReady = e.versions.size > 0;
+    if (!wasReady) e.state = 'LOADING';
+    e.explicitlyUnloaded = false;
+    let config: ModelConfig;
+    let versions: number[];
+    try {
+      config = await this.prepareConfig(name, files, overrides?.configJson);
+      versions = await this.selectVersions(name, files, config);
+      e.fingerprint = await found?.fingerprint?.(name);
+    } catch (err) {
+      const msg = asTsiError(err).message;
+      log.error(`failed to load '${name}': ${msg}`);
+      if (!wasReady) {
+        e.error = msg;
+        e.state = 'UNAVAILABLE';
+      }
+      throw asTsiError(err, 'INVALID_ARG');
+    }
+    const backendName = config.platform === 'ensemble' ? 'ensemble' : config.backend!;
+    const backend = await this.opts.backends.get(backendName);
+    if (!backend) {
+      const msg = `unable to find backend '${backendName}' for model '${name}'`;
+      if (!wasReady) {
+        e.error = msg;
+        e.state = 'UNAVAILABLE';
+      }
+      throw new TsiError('INVALID_ARG', msg);
+    }
+    const loaded = new Map<number, ModelVersion>();
+    const failed = new Map<number, string>();
+    await Promise.all(versions.map(async (v) => {
+      try {
+        log.info(`loading: ${name}:${v}`);
+        const mv = await ModelVersion.load({
+          name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server,
+        });
+        loaded.set(v, mv);
+        log.info(`successfully loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);
+      } catch (err) {
+        const msg = asTsiError(err).message;
+        failed.set(v, msg);
+        log.error(`failed to load '${name}' version ${v}: ${msg}`);
+      }
+    }));
+    if (loaded.size === 0 && wasReady) {
+      // A failed reload keeps serving the old versions, as Triton does.
+      throw new TsiError('INVALID_ARG', `failed to reload '${name}': ${[...failed.values()].join('; ')}`);
+    }
+    const old = e.versions;
+    e.versions = loaded;
+    e.unavailable = new Map([...failed].map(([v, reason]) => [v, { state: 'UNAVAILABLE' as ModelState, reason }]));
+    e.error = undefined;
+    e.state = loaded.size > 0 ? 'READY' : 'UNAVAILABLE';
+    for (const [v, mv] of old) {
+      void mv.unload().then(() => log.info(`successfully unloaded '${name}' version ${v}`));
+    }
+    if (loaded.size === 0) throw new TsiError('INVALID_ARG', `failed to load '${name}': ${[...failed.values()].join('; ')}`);
+  }
+
+  private async prepareConfig(name: string, files: ModelFiles, configJson?: string): Promise<ModelConfig> {
+    let config: ModelConfig = {};
+    if (configJson !== undefined) config = parseModelConfig(configJson, `${name}/config.json (load override)`);
+    else if (await files.exists('config.pbtxt')) {
+      config = parseModelConfig(new TextDecoder().decode(await files.read('config.pbtxt')), `${name}/config.pbtxt`);
+    } else if (await files.exists('config.json')) {
+      config = parseModelConfig(new TextDecoder().decode(await files.read('config.json')), `${name}/config.json`);
+    } else if (!this.opts.autoComplete) {
+      throw new TsiError('INVALID_ARG', `failed to open text file for read ${name}/config.pbtxt: no such file (auto-complete is disabled)`);
+    }
+    if (!config.name) config = { ...config, name };
+    if (config.name !== name) {
+      throw new TsiError('INVALID_ARG', `unexpected directory name '${name}' for model '${config.name}', directory name must equal model name`);
+    }
+    if (!config.backend && !config.platform) {
+      const detected = await this.detectBackend(files, config);
+      if (detected) config = { ...config, ...detected };
+    }
+    const backendName = config.platform === 'ensemble' ? 'ensemble' : (config.backend || platformBackend(config.platform));
+    const backend = backendName ? await this.opts.backends.get(backendName) : undefined;
+    if (backend?.describeModel) {
+      const versions = await this.versionDirs(files);
+      if (versions.length > 0) {
+        const filled = normalizeModelConfig(config, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
+        const io = await backend.describeModel(filled, versions[versions.length - 1]!, files);
+        if (this.opts.autoComplete) {
+          const r = autoCompleteConfig(config, io, { defaultMaxBatchSize: this.opts.defaultMaxBatchSize, modelName: name });
+          for (const n of r.notes) this.opts.log.verbose(1, n);
+          config = r.config;
+        }
+        checkConfigAgainstModel(config, io, name);
+      }
+    }
+    const normalized = normalizeModelConfig(config, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
+    validateModelConfig(normalized, { modelName: name });
+    return normalized;
+  }
+
+  private async detectBackend(files: ModelFiles, config: ModelConfig): Promise<ModelConfig | undefined> {
+    const versions = await this.versionDirs(files);
+    for (const v of versions.reverse()) {
+      const fname = config.default_model_filename;
+      if (fname && (await files.exists(`${v}/${fname}`))) continue;
+      if (await files.exists(`${v}/model.onnx`)) return { backend: 'onnxruntime', platform: 'onnxruntime_onnx' };
+      if (await files.exists(`${v}/model.mjs`)) return { backend: 'javascript' };
+      if (await files.exists(`${v}/model.js`)) return { backend: 'javascript' };
+    }
+    return undefined;
+  }
+
+  private async versionDirs(files: ModelFiles): Promise<number[]> {
+    const entries = await files.list('');
+    return entries.filter((d) => d.isDir && VERSION_DIR.test(d.name)).map((d) => Number(d.name)).sort((a, b) => a - b);
+  }
+
+  private async selectVersions(name: string, files: ModelFiles, config: ModelConfig): Promise<number[]> {
+    const all = await this.versionDirs(files);
+    const policy = config.version_policy ?? { latest: { num_versions: 1 } };
+    let chosen: number[];
+    if (policy.all) chosen = all;
+    else if (policy.specific) {
+      const want = policy.specific.versions ?? [];
+      const missing = want.filter((v) => !all.includes(v));
+      if (missing.length > 0) {
+        throw new TsiError('INVALID_ARG', `model '${name}': version_policy specifies version(s) ${missing.join(', ')} that do not exist in the repository`);
+      }
+      chosen = [...want].sort((a, b) => a - b);
+    } else chosen = all.slice(-(policy.latest?.num_versions ?? 1));
+    if (chosen.length === 0) throw new TsiError('INVALID_ARG', `at least one version must be available under the version policy of model '${name}'`);
+    return chosen;
+  }
+
+  /** Unloads every version of a model; in-flight requests finish first. */
+  async unload(name: string): Promise<void> {
+    const e = this.models.get(name);
+    if (!e) throw new TsiError('INVALID_ARG', `failed to unload '${name}', no version is available`);
+    await (this.inflightLoads.get(name) ?? Promise.resolve());
+    const old = e.versions;
+    e.versions = new Map();
+    e.explicitlyUnloaded = true;
+    e.state = 'UNAVAILABLE';
+    await Promise.all([...old].map(async ([v, mv]) => {
+      await mv.unload();
+      e.unavailable.set(v, { state: 'UNAVAILABLE', reason: 'unloaded' });
+      this.opts.log.info(`successfully unloaded '${name}' version ${v}`);
+    }));
+  }
+
+  async unloadAll(): Promise<void> {
+    await Promise.all([...this.models.keys()].map((n) => this.unload(n).catch(() => {})));
+  }
+
+  /**
+   * The version a request addresses: a given version, or the highest READY one. Error texts are
+   * Triton's ("Request for unknown model: ...").
+   */
+  get(name: string, version?: string): ModelVersion {
+    const e = this.models.get(name);
+    if (!e || (e.versions.size === 0 && e.unavailable.size === 0 && !e.error && e.state !== 'LOADING')) {
+      throw new TsiError('NOT_FOUND', `Request for unknown model: '${name}' is not found`);
+    }
+    if (version !== undefined && version !== '' && version !== '-1') {
+      if (!/^[0-9]+$/.test(version)) throw new TsiError('INVALID_ARG', `failed to parse model version '${version}' of model '${name}'`);
+      const v = Number(version);
+      const mv = e.versions.get(v);
+      if (mv && mv.state === 'READY') return mv;
+      if (mv || e.unavailable.has(v)) {
+        throw new TsiError('UNAVAILABLE', `Request for unknown model: '${name}' version ${v} is not at ready state`);
+      }
+      throw new TsiError('NOT_FOUND', `Request for unknown model: '${name}' version ${v} is not found`);
+    }
+    let best: ModelVersion | undefined;
+    for (const mv of e.versions.values()) if (mv.state === 'READY' && (!best || mv.version > best.version)) best = mv;
+    if (!best) throw new TsiError('UNAVAILABLE', `Request for unknown model: '${name}' has no available versions`);
+    return best;
+  }
+
+  /** READY versions of a model, highest first. */
+  readyVersions(name: string): ModelVersion[] {
+    const e = this.models.get(name);
+    if (!e) return [];
+    return [...e.versions.values()].filter((m) => m.state === 'READY').sort((a, b) => b.version - a.version);
+  }
+
+  /** Every model version known, for the index and the start-up table. */
+  index(): IndexEntry[] {
+    const out: IndexEntry[] = [];
+    for (const e of [...this.models.values()].sort((a, b) => a.name.localeCompare(b.name))) {
+      if (e.error && e.versions.size === 0) {
+        out.push({ name: e.name, state: 'UNAVAILABLE', reason: e.error });
+        continue;
+      }
+      if (e.state === 'LOADING' && e.versions.size === 0) {
+        out.push({ name: e.name, state: 'LOADING', reason: '' });
+        continue;
+      }
+      const rows = new Map<number, IndexEntry>();
+      for (const [v, u] of e.unavailable) rows.set(v, { name: e.name, version: String(v), state: u.state, reason: u.reason });
+      for (const [v, mv] of e.versions) rows.set(v, { name: e.name, version: String(v), state: mv.state, reason: mv.reason });
+      out.push(...[...rows.entries()].sort((a, b) => a[0] - b[0]).map(([, r]) => r));
+    }
+    return out;
+  }
+
+  /** Strict readiness: every known version READY, or unloaded on purpose. */
+  allReady(): boolean {
+    for (const e of this.models.values()) {
+      if (e.explicitlyUnloaded) continue;
+      if (e.error || e.state === 'LOADING') return false;
+      for (const mv of e.versions.values()) if (mv.state !== 'READY') return false;
+      for (const u of e.unavailable.values()) if (u.reason !== 'unloaded') return false;
+    }
+    return true;
+  }
+
+  names(): string[] {
+    return [...this.models.keys()];
+  }
+
+  /** Models whose folder changed since they were loaded (poll mode), plus new and removed ones. */
+  async changes(): Promise<{ added: string[]; removed: string[]; modified: string[] }> {
+    const found = await this.scan();
+    const added: string[] = [];
+    const modified: string[] = [];
+    for (const [name, src] of found) {
+      const e = this.models.get(name);
+      if (!e) added.push(name);
+      else if (!(src instanceof Error) && src.fingerprint && (await src.fingerprint(name)) !== e.fingerprint) modified.push(name);
+    }
+    const removed = [...this.models.keys()].filter((n) => !found.has(n) && (this.models.get(n)!.versions.size > 0));
+    return { added, removed, modified };
+  }
+}
+
+function platformBackend(platform: string | undefined): string | undefined {
+  if (platform === 'onnxruntime_onnx') return 'onnxruntime';
+  return undefined;
+}
+
+/** Files from `top` where present, else from `base` (explicit-load file overrides). */
+function layer(top: ModelFiles | undefined, base: ModelFiles | undefined): ModelFiles {
+  if (!top) return base!;
+  if (!base) return top;
+  return {
+    read: async (p) => ((await top.exists(p)) ? top.read(p) : base.read(p)),
+    exists: async (p) => (await top.exists(p)) || base.exists(p),
+    list: async (d) => {
+      const seen = new Map<string, { name: string; isDir: boolean }>();
+      for (const x of await base.list(d).catch(() => [])) seen.set(x.name, x);
+      for (const x of await top.list(d).catch(() => [])) seen.set(x.name, x);
+      return [...seen.values()];
+    },
+    localPath: (p) => top.localPath?.(p) ?? base.localPath?.(p),
+  };
+}

@@ -1,0 +1,216 @@
+/**
+ * What every scheduler shares: the Scheduler contract, the pool of a model version's instances (a batch
+ * goes to the first free one; one batch per instance at a time), and `runExecution`, which hands one
+ * batch to one instance and does the bookkeeping Triton does around TRITONBACKEND_ModelInstanceExecute:
+ * queue time, compute times, per-request success/failure statistics, and a final error for any request
+ * a backend forgot to answer. The default scheduler (no `dynamic_batching` or `sequence_batching`) lives
+ * here too: each request is its own execution, in arrival order.
+ */
+
+import type { BackendInstance, ExecutionTimes, ResponsePayload } from './backend.js';
+import { TsiError, asTsiError } from './errors.js';
+import type { ModelConfig } from './model-config.js';
+import type { PendingRequest } from './request.js';
+import type { ModelStats } from './stats.js';
+import type { Clock, Logger } from './types.js';
+
+export interface Scheduler {
+  /**
+   * Takes ownership of a validated request. Rejections (queue full, stopping) are answered through
+   * `request.send` with the error, never thrown, so every transport handles them one way.
+   */
+  enqueue(request: PendingRequest): void;
+  /** Requests accepted and not yet handed to a backend. */
+  queued(): number;
+  /** Stops accepting, lets queued and executing work finish, then resolves. */
+  stop(): Promise<void>;
+}
+
+export interface SchedulerContext {
+  modelName: string;
+  version: number;
+  config: ModelConfig;
+  instances: BackendInstance[];
+  stats: ModelStats;
+  clock: Clock;
+  log: Logger;
+  decoupled: boolean;
+}
+
+export const STOPPING_MESSAGE = 'Server is stopping, scheduler for model has stopped accepting new inference requests';
+
+/** Free/busy bookkeeping of a model version's instances; `onFree` fires whenever one frees up. */
+export class InstancePool {
+  private readonly free: BackendInstance[];
+  private waiters: (() => void)[] = [];
+  private busyCount = 0;
+
+  constructor(readonly instances: readonly BackendInstance[], private readonly onFree: () => void) {
+    this.free = [...instances];
+  }
+
+  /** The first free instance in configuration order, or undefined. */
+  acquire(): BackendInstance | undefined {
+    if (this.free.length === 0) return undefined;
+    let best = 0;
+    for (let i = 1; i < this.free.length; i++) if (this.free[i]!.spec.index < this.free[best]!.spec.index) best = i;
+    const inst = this.free.splice(best, 1)[0]!;
+    this.busyCount++;
+    return inst;
+  }
+
+  /** A specific instance (sequence batcher slots are bound to one), or undefined if busy. */
+  acquireExact(inst: BackendInstance): BackendInstance | undefined {
+    const i = this.free.indexOf(inst);
+    if (i < 0) return undefined;
+    this.free.splice(i, 1);
+    this.busyCount++;
+    return inst;
+  }
+
+  hasFree(): boolean {
+    return this.free.length > 0;
+  }
+
+  /** Whether a specific instance is free (sequence batcher slots are bound to one). */
+  isFree(inst: BackendInstance): boolean {
+    return this.free.includes(inst);
+  }
+
+  release(inst: BackendInstance): void {
+    this.free.push(inst);
+    this.busyCount--;
+    if (this.busyCount === 0) {
+      const w = this.waiters;
+      this.waiters = [];
+      for (const f of w) f();
+    }
+    this.onFree();
+  }
+
+  get busy(): number {
+    return this.busyCount;
+  }
+
+  /** Resolves when no instance is executing. */
+  idle(): Promise<void> {
+    if (this.busyCount === 0) return Promise.resolve();
+    return new Promise((r) => this.waiters.push(r));
+  }
+}
+
+const ZERO_TIMES = { input: 0, infer: 0, output: 0 };
+
+/**
+ * Executes one batch on one (already acquired) instance and releases it afterwards. Never throws:
+ * a backend failure becomes an error response for each request of the batch still unanswered.
+ * `uncounted` requests (the sequence batcher's padding rows) take part in the execution but not in
+ * the statistics.
+ */
+export async function runExecution(
+  ctx: SchedulerContext, pool: InstancePool, instance: BackendInstance, batch: PendingRequest[],
+  uncounted?: ReadonlySet<PendingRequest>,
+): Promise<void> {
+  const { stats, clock } = ctx;
+  const startNs = clock.nowNs();
+  let rows = 0;
+  const outcome = new Map<PendingRequest, { failed: boolean }>();
+  let times = ZERO_TIMES;
+  let executed = false;
+  const settle = (r: PendingRequest, failed: boolean, endNs: number) => {
+    const total = endNs - r.receivedNs;
+    const queue = startNs - r.enqueuedNs;
+    if (failed) stats.recordFailure(total, 'BACKEND', clock.epochMs());
+    else stats.recordSuccess(total, queue, times, clock.epochMs());
+    stats.inflight--;
+  };
+  for (const r of batch) {
+    if (uncounted?.has(r)) continue;
+    rows += r.batchSize;
+    stats.pending--;
+    const o = { failed: false };
+    outcome.set(r, o);
+    r.wrapSink((inner) => (resp: ResponsePayload | TsiError, final: boolean) => {
+      if (resp instanceof TsiError) o.failed = true;
+      inner(resp, final);
+      // Responses that arrive after execute() resolved (decoupled models) settle here.
+      if (final && executed) settle(r, o.failed, clock.nowNs());
+    });
+  }
+  try {
+    const t = (await instance.execute(batch)) as ExecutionTimes | undefined;
+    const wall = clock.nowNs() - startNs;
+    times = t
+      ? { input: t.computeInputNs, infer: t.computeInferNs, output: t.computeOutputNs }
+      : { input: 0, infer: wall, output: 0 };
+  } catch (err) {
+    const e = asTsiError(err);
+    ctx.log.verbose(1, `model '${ctx.modelName}' version ${ctx.version} failed to execute a batch of ${batch.length}: ${e.message}`);
+    for (const r of batch) if (!r.completed) r.send(e, true);
+  } finally {
+    executed = true;
+    stats.recordExecution(rows, times);
+    const end = clock.nowNs();
+    for (const r of batch) {
+      if (uncounted?.has(r)) continue;
+      if (r.completed) settle(r, outcome.get(r)!.failed, end);
+      else if (!ctx.decoupled) {
+        r.send(new TsiError('INTERNAL', `model '${ctx.modelName}' returned no response for request '${r.id}'`), true);
+      }
+    }
+    pool.release(instance);
+  }
+}
+
+/**
+ * Triton's default scheduler: no batching across requests, FIFO, each request to the next free
+ * instance. Queue policies do not apply (they belong to dynamic_batching).
+ */
+export class DefaultScheduler implements Scheduler {
+  private readonly queue: PendingRequest[] = [];
+  private head = 0;
+  private stopping = false;
+  private readonly pool: InstancePool;
+  private drained?: () => void;
+
+  constructor(private readonly ctx: SchedulerContext) {
+    this.pool = new InstancePool(ctx.instances, () => this.dispatch());
+  }
+
+  enqueue(request: PendingRequest): void {
+    if (this.stopping) {
+      request.send(new TsiError('UNAVAILABLE', STOPPING_MESSAGE), true);
+      return;
+    }
+    request.enqueuedNs = this.ctx.clock.nowNs();
+    this.ctx.stats.pending++;
+    this.ctx.stats.inflight++;
+    this.queue.push(request);
+    this.dispatch();
+  }
+
+  queued(): number {
+    return this.queue.length - this.head;
+  }
+
+  private dispatch(): void {
+    while (this.head < this.queue.length) {
+      const inst = this.pool.acquire();
+      if (!inst) return;
+      const req = this.queue[this.head]!;
+      this.queue[this.head++] = undefined as unknown as PendingRequest;
+      if (this.head > 1024 && this.head * 2 > this.queue.length) {
+        this.queue.splice(0, this.head);
+        this.head = 0;
+      }
+      void runExecution(this.ctx, this.pool, inst, [req]);
+    }
+    if (this.stopping && this.drained && this.pool.busy === 0) this.drained();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.queued() === 0 && this.pool.busy === 0) return;
+    await new Promise<void>((r) => (this.drained = r));
+  }
+}

@@ -1,0 +1,442 @@
+/**
+ * The sequence batcher (reference §C.6, §D.6): stateful models see every request of a sequence on the
+ * same instance and batch slot. Each instance has slots (direct: max(1, max_batch_size); oldest:
+ * max_candidate_sequences); a START binds its sequence to the free slot with the lowest index (ties to
+ * the lowest instance, so sequences spread over instances), later requests follow it there, END frees
+ * it for the oldest backlogged sequence, and sequences idle longer than max_sequence_idle_microseconds
+ * are reaped. Before execution each request gets the control inputs (START/END/READY/CORRID) and the
+ * implicit state inputs; its state outputs are captured for the sequence's next step.
+ *
+ * - direct: one batch per instance at a time; row i is slot i, empty lower slots are padding copies of
+ *   a real request with READY=0 whose responses go nowhere.
+ * - oldest: per instance, `decideBatch` over the head request of each candidate sequence, oldest
+ *   first, so one sequence never has two requests in a batch.
+ */
+
+import type { BackendInstance, ResponsePayload } from './backend.js';
+import { decideBatch, batchPolicy, compatible, WakeTimer, type BatchPolicy } from './batcher.js';
+import { TsiError, invalidArg, unsupported } from './errors.js';
+import type { ConfigDataType, ModelConfig, SequenceControl } from './model-config.js';
+import { requestPrefix, type PendingRequest, type SequenceId } from './request.js';
+import { InstancePool, STOPPING_MESSAGE, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
+import { allocate, elementCount, encodeString } from './tensor.js';
+import type { DataType, NumericArray, Tensor } from './types.js';
+
+type ControlKind = 'START' | 'END' | 'READY' | 'CORRID';
+
+interface ControlSpec {
+  name: string;
+  kind: ControlKind;
+  datatype: DataType;
+  /** The false and true values (0/1 for BOOL); unused for CORRID. */
+  values: [number, number];
+}
+
+interface StateSpec {
+  input: string;
+  output: string;
+  datatype: DataType;
+  /** Per-request shape of the initial state, batch dimension included where the model batches. */
+  shape: number[];
+}
+
+interface Sequence {
+  key: string;
+  id: SequenceId;
+  slot?: Slot;
+  /** Implicit state by input name; undefined until the first step answered. */
+  state?: Map<string, Tensor>;
+  lastNs: number;
+  /** Requests queued or executing: a busy sequence is never reaped. */
+  open: number;
+  ended: boolean;
+}
+
+interface Item {
+  req: PendingRequest;
+  seq: Sequence;
+  /** Set once the item waits in a slot's queue. */
+  slot?: Slot;
+}
+
+interface Slot {
+  lane: Lane;
+  index: number;
+  /** Key of the sequence bound to this slot, if any. */
+  key?: string;
+  queue: Item[];
+}
+
+interface Lane {
+  instance: BackendInstance;
+  slots: Slot[];
+  timer: WakeTimer;
+}
+
+const datatypeOf = (t: ConfigDataType | undefined): DataType =>
+  t === 'TYPE_STRING' ? 'BYTES' : ((t ?? 'TYPE_INVALID').slice(5) as DataType);
+
+/** Inputs the sequence batcher supplies itself (controls and implicit state): clients must not send them. */
+export function sequenceInternalInputs(config: ModelConfig): Set<string> {
+  const sb = config.sequence_batching;
+  const names = new Set<string>();
+  for (const c of sb?.control_input ?? []) if (c.name) names.add(c.name);
+  for (const s of sb?.state ?? []) if (s.input_name) names.add(s.input_name);
+  return names;
+}
+
+function controlSpec(model: string, name: string, c: SequenceControl): ControlSpec {
+  const kind = (c.kind ?? 'CONTROL_SEQUENCE_START').replace('CONTROL_SEQUENCE_', '') as ControlKind;
+  if (kind === 'CORRID') {
+    const datatype = datatypeOf(c.data_type ?? 'TYPE_UINT64');
+    if (!['UINT64', 'INT64', 'UINT32', 'INT32', 'BYTES'].includes(datatype)) {
+      throw unsupported(`sequence batching control '${name}' of model '${model}': CORRID data type ${c.data_type} is not supported`);
+    }
+    return { name, kind, datatype, values: [0, 0] };
+  }
+  const pair = (v: unknown[] | undefined) => (v && v.length === 2 ? (v.map((x) => Number(x)) as [number, number]) : undefined);
+  const i32 = pair(c.int32_false_true);
+  if (i32) return { name, kind, datatype: 'INT32', values: i32 };
+  const f32 = pair(c.fp32_false_true);
+  if (f32) return { name, kind, datatype: 'FP32', values: f32 };
+  const b = pair(c.bool_false_true);
+  if (b) return { name, kind, datatype: 'BOOL', values: [b[0] ? 1 : 0, b[1] ? 1 : 0] };
+  throw invalidArg(
+    `sequence batching control '${name}' of model '${model}' must specify int32_false_true, fp32_false_true or bool_false_true`,
+  );
+}
+
+export class SequenceBatcher implements Scheduler {
+  private readonly model: string;
+  private readonly batching: boolean;
+  private readonly oldest: boolean;
+  private readonly policy: BatchPolicy;
+  private readonly directDelayNs: number;
+  private readonly minUtilization: number;
+  private readonly idleNs: number;
+  private readonly controls: ControlSpec[] = [];
+  private readonly states: StateSpec[] = [];
+  private readonly stateOutputNames: string[];
+  private readonly pool: InstancePool;
+  private readonly lanes: Lane[] = [];
+  private readonly freeSlots: Slot[] = [];
+  private readonly seqs = new Map<string, Sequence>();
+  private readonly backlog: { key: string; items: Item[] }[] = [];
+  private readonly reaper: WakeTimer;
+  private stopping = false;
+  private drained?: () => void;
+  private dispatching = false;
+  private again = false;
+
+  constructor(private readonly ctx: SchedulerContext) {
+    const { config } = ctx;
+    const sb = config.sequence_batching ?? {};
+    this.model = ctx.modelName;
+    const maxBatch = Math.max(0, Number(config.max_batch_size ?? 0));
+    this.batching = maxBatch > 0;
+    this.oldest = sb.oldest !== undefined;
+    this.policy = batchPolicy(config, sb.oldest ?? {});
+    this.directDelayNs = Number(sb.direct?.max_queue_delay_microseconds ?? 0) * 1000;
+    this.minUtilization = Number(sb.direct?.minimum_slot_utilization ?? 0);
+    this.idleNs = (Number(sb.max_sequence_idle_microseconds ?? 0) || 1_000_000) * 1000;
+    for (const ci of sb.control_input ?? []) {
+      for (const c of ci.control ?? []) this.controls.push(controlSpec(this.model, ci.name ?? '', c));
+    }
+    for (const s of sb.state ?? []) {
+      const init = s.initial_state?.[0];
+      if (init?.data_file) {
+        throw unsupported(`initial_state '${init.name ?? ''}' of model '${this.model}': data_file is not supported, use zero_data`);
+      }
+      const dims = (init?.dims ?? s.dims ?? []).map((d) => (d < 0 ? 1 : Number(d)));
+      this.states.push({
+        input: s.input_name!, output: s.output_name!, datatype: datatypeOf(s.data_type),
+        shape: this.batching ? [1, ...dims] : dims,
+      });
+    }
+    this.stateOutputNames = this.states.map((s) => s.output);
+    const perInstance = this.oldest
+      ? Number(sb.oldest?.max_candidate_sequences ?? 0) || Math.max(1, maxBatch)
+      : Math.max(1, maxBatch);
+    this.pool = new InstancePool(ctx.instances, () => this.dispatch());
+    for (const instance of ctx.instances) {
+      const lane: Lane = { instance, slots: [], timer: new WakeTimer(ctx.clock, () => this.dispatch()) };
+      for (let i = 0; i < perInstance; i++) lane.slots.push({ lane, index: i, queue: [] });
+      this.lanes.push(lane);
+    }
+    // Slot 0 of every instance first, then slot 1, ...: sequences spread over instances.
+    for (let i = 0; i < perInstance; i++) for (const lane of this.lanes) this.freeSlots.push(lane.slots[i]!);
+    this.reaper = new WakeTimer(ctx.clock, () => this.reap());
+  }
+
+  enqueue(r: PendingRequest): void {
+    const { clock, stats, log } = this.ctx;
+    const prefix = requestPrefix(r.id);
+    const fail = (e: TsiError) => r.send(e, true);
+    if (this.stopping) return fail(new TsiError('UNAVAILABLE', STOPPING_MESSAGE));
+    const flags = r.sequence;
+    if (!flags || flags.id === 0n || flags.id === '') {
+      return fail(invalidArg(`${prefix}inference request to model '${this.model}' must specify a non-zero or non-empty correlation ID`));
+    }
+    if (r.batchSize !== 1) {
+      return fail(invalidArg(`${prefix}inference request to model '${this.model}' must specify batch-size 1 due to requirements of sequence batcher`));
+    }
+    const corrid = this.controls.find((c) => c.kind === 'CORRID');
+    if (corrid && typeof flags.id === 'string' && corrid.datatype !== 'BYTES') {
+      return fail(invalidArg(`${prefix}sequence id '${flags.id}' to model '${this.model}' is a string, but its CORRID control '${corrid.name}' is ${corrid.datatype}`));
+    }
+    const key = typeof flags.id === 'bigint' ? `n${flags.id}` : `s${flags.id}`;
+    let seq = this.seqs.get(key);
+    if (!flags.start && !seq) {
+      return fail(invalidArg(`${prefix}inference request for sequence ${flags.id} to model '${this.model}' must specify the START flag on the first request of the sequence`));
+    }
+    const now = clock.nowNs();
+    if (flags.start) {
+      if (seq) {
+        log.warn(`sequence ${flags.id} for model '${this.model}' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.`);
+      }
+      // A restarted id keeps its slot (or backlog place); its old requests still run with the old state.
+      seq = { key, id: flags.id, slot: seq?.slot, lastNs: now, open: 0, ended: false };
+      this.seqs.set(key, seq);
+    }
+    seq = seq!;
+    seq.lastNs = now;
+    seq.open++;
+    r.enqueuedNs = now;
+    stats.pending++;
+    stats.inflight++;
+    const item: Item = { req: r, seq };
+    if (seq.slot) {
+      item.slot = seq.slot;
+      seq.slot.queue.push(item);
+    } else {
+      const waiting = this.backlog.find((b) => b.key === key);
+      if (waiting) waiting.items.push(item);
+      else if (this.freeSlots.length > 0) this.bind(this.freeSlots.shift()!, key, [item]);
+      else this.backlog.push({ key, items: [item] });
+    }
+    this.dispatch();
+  }
+
+  queued(): number {
+    let n = 0;
+    for (const lane of this.lanes) for (const s of lane.slots) n += s.queue.length;
+    for (const b of this.backlog) n += b.items.length;
+    return n;
+  }
+
+  private bind(slot: Slot, key: string, items: Item[]): void {
+    slot.key = key;
+    this.seqs.get(key)!.slot = slot;
+    for (const item of items) {
+      item.slot = slot;
+      slot.queue.push(item);
+    }
+  }
+
+  /** Frees a slot whose sequence is gone and whose queue is empty, handing it to the backlog first. */
+  private maybeRelease(slot: Slot): void {
+    if (slot.key === undefined || slot.queue.length > 0) return;
+    if (this.seqs.get(slot.key)?.slot === slot) return;
+    slot.key = undefined;
+    const next = this.backlog.shift();
+    if (next) this.bind(slot, next.key, next.items);
+    else {
+      // Keep the free list in (slot index, instance) order.
+      const at = this.freeSlots.findIndex((s) => s.index > slot.index
+        || (s.index === slot.index && s.lane.instance.spec.index > slot.lane.instance.spec.index));
+      this.freeSlots.splice(at < 0 ? this.freeSlots.length : at, 0, slot);
+    }
+  }
+
+  private dispatch(): void {
+    if (this.dispatching) {
+      this.again = true;
+      return;
+    }
+    this.dispatching = true;
+    try {
+      do {
+        this.again = false;
+        for (const lane of this.lanes) this.dispatchLane(lane);
+      } while (this.again);
+    } finally {
+      this.dispatching = false;
+    }
+    this.armReaper();
+    if (this.stopping && this.drained && this.queued() === 0 && this.pool.busy === 0) this.drained();
+  }
+
+  private dispatchLane(lane: Lane): void {
+    if (!this.pool.isFree(lane.instance)) return;
+    const now = this.ctx.clock.nowNs();
+    const taken = this.oldest ? this.takeOldest(lane, now) : this.takeDirect(lane, now);
+    if (!taken) return;
+    const batch: PendingRequest[] = [];
+    const padding = new Set<PendingRequest>();
+    let template: PendingRequest | undefined;
+    for (const item of taken) {
+      if (item) {
+        this.prepare(item);
+        template ??= item.req;
+      }
+    }
+    for (const item of taken) {
+      if (item) batch.push(item.req);
+      else {
+        const pad = this.padding(template!);
+        padding.add(pad);
+        batch.push(pad);
+      }
+    }
+    for (const item of taken) if (item) this.maybeRelease(item.slot!);
+    this.pool.acquireExact(lane.instance);
+    void runExecution(this.ctx, this.pool, lane.instance, batch, padding.size > 0 ? padding : undefined);
+  }
+
+  /** Direct: row i = slot i up to the highest ready slot; undefined rows become padding. */
+  private takeDirect(lane: Lane, now: number): (Item | undefined)[] | undefined {
+    let hi = -1;
+    let ready = 0;
+    let oldestNs = Infinity;
+    for (const s of lane.slots) {
+      if (s.queue.length === 0) continue;
+      hi = s.index;
+      ready++;
+      oldestNs = Math.min(oldestNs, s.queue[0]!.req.enqueuedNs);
+    }
+    if (hi < 0) return undefined;
+    const d = this.directDelayNs;
+    if (d > 0 && !this.stopping && ready < this.minUtilization * lane.slots.length && now - oldestNs < d) {
+      lane.timer.at(oldestNs + d);
+      return undefined;
+    }
+    const rows: (Item | undefined)[] = [];
+    let first: PendingRequest | undefined;
+    for (let i = 0; i <= hi; i++) {
+      const head = lane.slots[i]!.queue[0];
+      // Shape rules (§D.3) hold within a direct batch too: a mismatching slot waits for the next one.
+      if (head && (!first || compatible(first, head.req, this.policy))) {
+        first ??= head.req;
+        rows.push(lane.slots[i]!.queue.shift());
+      } else rows.push(undefined);
+    }
+    while (rows.length > 0 && rows[rows.length - 1] === undefined) rows.pop();
+    return rows;
+  }
+
+  /** Oldest: the dynamic batcher's decision over each candidate sequence's head request. */
+  private takeOldest(lane: Lane, now: number): Item[] | undefined {
+    const heads = lane.slots.filter((s) => s.queue.length > 0);
+    if (heads.length === 0) return undefined;
+    heads.sort((a, b) => a.queue[0]!.req.enqueuedNs - b.queue[0]!.req.enqueuedNs);
+    const d = decideBatch(heads.map((s) => s.queue[0]!.req), now, this.policy, this.stopping);
+    if (d.kind === 'wait') lane.timer.at(d.untilNs);
+    if (d.kind !== 'execute') return undefined;
+    return heads.slice(0, d.count).map((s) => s.queue.shift()!);
+  }
+
+  private control(spec: ControlSpec, value: boolean | SequenceId | undefined): Tensor {
+    const shape = this.batching ? [1, 1] : [1];
+    let data: Tensor['data'];
+    if (spec.kind === 'CORRID') {
+      const id = value as SequenceId | undefined;
+      if (spec.datatype === 'BYTES') data = [encodeString(id === undefined ? '' : String(id))];
+      else {
+        const n = typeof id === 'bigint' ? id : 0n;
+        if (spec.datatype === 'UINT64') data = BigUint64Array.of(BigInt.asUintN(64, n));
+        else if (spec.datatype === 'INT64') data = BigInt64Array.of(BigInt.asIntN(64, n));
+        else if (spec.datatype === 'UINT32') data = Uint32Array.of(Number(BigInt.asUintN(32, n)));
+        else data = Int32Array.of(Number(BigInt.asIntN(32, n)));
+      }
+    } else {
+      const v = spec.values[value ? 1 : 0];
+      data = spec.datatype === 'INT32' ? Int32Array.of(v) : spec.datatype === 'FP32' ? Float32Array.of(v) : Uint8Array.of(v);
+    }
+    return { name: spec.name, datatype: spec.datatype, shape, data };
+  }
+
+  /** Adds controls and state to a request about to execute, and captures its state outputs. */
+  private prepare(item: Item): void {
+    const { req, seq } = item;
+    const flags = req.sequence!;
+    for (const c of this.controls) {
+      const v = c.kind === 'START' ? flags.start : c.kind === 'END' ? flags.end : c.kind === 'READY' ? true : flags.id;
+      req.inputs.set(c.name, this.control(c, v));
+    }
+    for (const s of this.states) req.inputs.set(s.input, seq.state?.get(s.input) ?? this.initialState(s));
+    if (flags.end) {
+      seq.ended = true;
+      if (this.seqs.get(seq.key) === seq) this.seqs.delete(seq.key);
+    }
+    const strip = this.stateOutputNames.filter((n) => !req.requestedOutputs.includes(n));
+    if (this.states.length > 0) req.stateOutputs = this.stateOutputNames;
+    req.wrapSink((inner) => (resp, final) => {
+      if (!(resp instanceof TsiError)) {
+        if (!seq.ended && this.states.length > 0) this.capture(seq, resp);
+        if (strip.length > 0) resp = { ...resp, outputs: resp.outputs.filter((t) => !strip.includes(t.name)) };
+      }
+      if (final && --seq.open === 0) seq.lastNs = Math.max(seq.lastNs, this.ctx.clock.nowNs());
+      inner(resp, final);
+    });
+  }
+
+  /**
+   * Copies state outputs: the backend may hand out views of a batch-wide buffer, and the next step may
+   * transfer its inputs to a worker, so the state owns its bytes.
+   */
+  private capture(seq: Sequence, resp: ResponsePayload): void {
+    for (const s of this.states) {
+      const t = resp.outputs.find((o) => o.name === s.output);
+      if (!t) continue;
+      const data = Array.isArray(t.data) ? t.data.map((e) => e.slice()) : (t.data as NumericArray).slice();
+      (seq.state ??= new Map()).set(s.input, { name: s.input, datatype: t.datatype, shape: [...t.shape], data });
+    }
+  }
+
+  private initialState(s: StateSpec): Tensor {
+    return { name: s.input, datatype: s.datatype, shape: s.shape, data: allocate(s.datatype, elementCount(s.shape)) };
+  }
+
+  /** A padding row for the direct strategy: a real request's inputs with READY (and the rest) false. */
+  private padding(template: PendingRequest): PendingRequest {
+    const inputs = new Map(template.inputs);
+    for (const c of this.controls) inputs.set(c.name, this.control(c, c.kind === 'CORRID' ? undefined : false));
+    return template.derive({ inputs, sink: () => {}, requestedOutputs: [] });
+  }
+
+  private armReaper(): void {
+    for (const seq of this.seqs.values()) if (seq.slot && seq.open === 0) this.reaper.at(seq.lastNs + this.idleNs);
+  }
+
+  /** Releases the slots of sequences idle longer than max_sequence_idle_microseconds. */
+  private reap(): void {
+    const now = this.ctx.clock.nowNs();
+    for (const seq of [...this.seqs.values()]) {
+      if (!seq.slot || seq.open > 0 || now - seq.lastNs < this.idleNs) continue;
+      this.ctx.log.verbose(1, `Reaper: sequence ${seq.id} of model '${this.model}': max sequence idle exceeded`);
+      this.seqs.delete(seq.key);
+      seq.ended = true;
+      const slot = seq.slot;
+      seq.slot = undefined;
+      this.maybeRelease(slot);
+    }
+    this.dispatch();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    // Backlogged sequences cannot get a slot once clients can no longer end the running ones.
+    for (const b of this.backlog.splice(0)) {
+      for (const { req, seq } of b.items) {
+        this.ctx.stats.pending--;
+        this.ctx.stats.inflight--;
+        seq.open--;
+        req.send(new TsiError('UNAVAILABLE', STOPPING_MESSAGE), true);
+      }
+    }
+    this.dispatch();
+    if (this.queued() > 0 || this.pool.busy > 0) await new Promise<void>((r) => (this.drained = r));
+    this.reaper.clear();
+    for (const lane of this.lanes) lane.timer.clear();
+  }
+}

@@ -1,0 +1,251 @@
+/**
+ * InferenceServer: core's public entry point, the in-process equivalent of TRITONSERVER_Server. It owns
+ * the model repository and answers every protocol-level question (health, metadata, config, infer,
+ * statistics, repository control) as plain objects and TsiErrors; the HTTP handler in http.ts, the gRPC
+ * server and the browser API are thin translations of it. Stopping follows Triton: refuse new work,
+ * mark not ready, drain what is in flight within a deadline, then unload.
+ */
+
+import { BackendRegistry, type InProcessServer } from './backend.js';
+import { modelConfigToJson } from './config.js';
+import { TsiError, asTsiError } from './errors.js';
+import type { ModelVersion } from './model.js';
+import { ModelRepository, type IndexEntry, type LoadOverrides, type RepositorySource } from './repository.js';
+import { systemClock, type Clock, type InferRequest, type InferResponse, type Logger, silentLogger } from './types.js';
+
+export type ModelControlMode = 'none' | 'poll' | 'explicit';
+
+export interface ServerOptions {
+  sources: RepositorySource[];
+  backends: BackendRegistry;
+  clock?: Clock;
+  log?: Logger;
+  /** Server name reported by `GET /v2` (tritonserver's --id). */
+  id?: string;
+  version?: string;
+  strictReadiness?: boolean;
+  modelControlMode?: ModelControlMode;
+  /** Models to load at start in explicit mode; `*` means all. */
+  startupModels?: string[];
+  autoComplete?: boolean;
+  defaultMaxBatchSize?: number;
+  gpuCount?: number;
+  /** Extensions advertised by `GET /v2` beyond core's own (transports add theirs). */
+  extraExtensions?: string[];
+}
+
+export const TSI_VERSION = '0.1.0';
+
+const CORE_EXTENSIONS = [
+  'classification', 'sequence', 'model_repository', 'model_repository(unload_dependents)', 'schedule_policy',
+  'model_configuration', 'system_shared_memory', 'cuda_shared_memory', 'binary_tensor_data', 'parameters',
+  'statistics', 'trace', 'logging',
+];
+
+export class InferenceServer implements InProcessServer {
+  readonly repository: ModelRepository;
+  readonly clock: Clock;
+  readonly log: Logger;
+  readonly options: Required<Pick<ServerOptions, 'id' | 'version' | 'strictReadiness' | 'modelControlMode'>>;
+  private live = false;
+  private stopping = false;
+  private readonly inflight = new Set<Promise<unknown>>();
+  private readonly extensions: string[];
+
+  constructor(private readonly opts: ServerOptions) {
+    this.clock = opts.clock ?? systemClock;
+    this.log = opts.log ?? silentLogger;
+    this.options = {
+      id: opts.id ?? 'triton',
+      version: opts.version ?? TSI_VERSION,
+      strictReadiness: opts.strictReadiness ?? true,
+      modelControlMode: opts.modelControlMode ?? 'none',
+    };
+    this.extensions = [...CORE_EXTENSIONS, ...(opts.extraExtensions ?? [])];
+    this.repository = new ModelRepository({
+      sources: opts.sources,
+      backends: opts.backends,
+      clock: this.clock,
+      log: this.log,
+      server: this,
+      gpuCount: opts.gpuCount ?? 0,
+      autoComplete: opts.autoComplete ?? true,
+      defaultMaxBatchSize: opts.defaultMaxBatchSize ?? 4,
+    });
+  }
+
+  /** Loads the start-up models. Failures leave those models UNAVAILABLE; see `index()`. */
+  async start(): Promise<void> {
+    this.live = true;
+    if (this.options.modelControlMode === 'explicit') {
+      const wanted = this.opts.startupModels ?? [];
+      if (wanted.includes('*')) await this.repository.loadAll();
+      else await this.repository.loadAll(wanted);
+    } else {
+      await this.repository.loadAll();
+    }
+  }
+
+  isLive(): boolean {
+    return this.live && !this.stopping;
+  }
+
+  isReady(): boolean {
+    if (!this.isLive()) return false;
+    return this.options.strictReadiness ? this.repository.allReady() : true;
+  }
+
+  metadata(): { name: string; version: string; extensions: string[] } {
+    return { name: this.options.id, version: this.options.version, extensions: this.extensions };
+  }
+
+  model(name: string, version?: string): ModelVersion {
+    return this.repository.get(name, version);
+  }
+
+  isModelReady(name: string, version?: string): boolean {
+    try {
+      return this.repository.get(name, version).state === 'READY';
+    } catch {
+      return false;
+    }
+  }
+
+  /** Checks readiness with Triton's distinctions (unknown ⇒ NOT_FOUND, not ready ⇒ UNAVAILABLE). */
+  modelReady(name: string, version?: string): boolean {
+    return this.repository.get(name, version).state === 'READY';
+  }
+
+  modelMetadata(name: string, version?: string): Record<string, unknown> {
+    const mv = this.repository.get(name, version);
+    const versions = version ? [String(mv.version)] : this.repository.readyVersions(name).map((m) => String(m.version));
+    return mv.metadata(versions);
+  }
+
+  modelConfig(name: string, version?: string): Record<string, unknown> {
+    return modelConfigToJson(this.repository.get(name, version).config);
+  }
+
+  /** One request, one response. Decoupled models are refused here, as on Triton's HTTP infer. */
+  infer(request: InferRequest, opts?: { decoupledMessage?: string }): Promise<InferResponse> {
+    let mv: ModelVersion;
+    try {
+      mv = this.admit(request);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (mv.decoupled) {
+      return Promise.reject(new TsiError(
+        'UNSUPPORTED',
+        opts?.decoupledMessage ?? `ModelInfer RPC doesn't support models with decoupled transaction policy`,
+      ));
+    }
+    const p = new Promise<InferResponse>((resolve, reject) => {
+      mv.submit(request, (resp, final) => {
+        if (!final) return;
+        if (resp instanceof TsiError) reject(resp);
+        else resolve(resp);
+      });
+    });
+    return this.track(p);
+  }
+
+  /**
+   * Streaming form for any model: every response goes to `onResponse`; the promise resolves after the
+   * final one (errors are delivered as responses, never thrown after admission).
+   */
+  inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void): Promise<void> {
+    let mv: ModelVersion;
+    try {
+      mv = this.admit(request);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const p = new Promise<void>((resolve) => {
+      mv.submit(request, (resp, final) => {
+        onResponse(resp, final);
+        if (final) resolve();
+      });
+    });
+    return this.track(p);
+  }
+
+  private admit(request: InferRequest): ModelVersion {
+    if (this.stopping) {
+      throw new TsiError('UNAVAILABLE', 'Server is stopping, scheduler for model has stopped accepting new inference requests');
+    }
+    return this.repository.get(request.model_name, request.model_version);
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    this.inflight.add(p);
+    const done = () => this.inflight.delete(p);
+    p.then(done, done);
+    return p;
+  }
+
+  /** Statistics extension: every READY version of one or all models. */
+  statistics(name?: string, version?: string): { model_stats: Record<string, unknown>[] } {
+    const out: Record<string, unknown>[] = [];
+    const names = name ? [name] : this.repository.names().sort();
+    for (const n of names) {
+      let versions: ModelVersion[];
+      if (name) {
+        try {
+          versions = version ? [this.repository.get(n, version)] : this.repository.readyVersions(n);
+        } catch {
+          throw new TsiError('INVALID_ARG', `requested model '${n}' is not available`);
+        }
+        if (versions.length === 0) throw new TsiError('INVALID_ARG', `requested model '${n}' is not available`);
+      } else versions = this.repository.readyVersions(n);
+      for (const mv of versions.sort((a, b) => a.version - b.version)) out.push(mv.stats.toJson(mv.name, String(mv.version)));
+    }
+    return { model_stats: out };
+  }
+
+  repositoryIndex(readyOnly = false): IndexEntry[] {
+    const all = this.repository.index();
+    return readyOnly ? all.filter((e) => e.state === 'READY') : all;
+  }
+
+  private checkControl(): void {
+    if (this.options.modelControlMode !== 'explicit') {
+      throw new TsiError('UNAVAILABLE', 'explicit model load / unload is not allowed if polling is enabled');
+    }
+  }
+
+  async loadModel(name: string, overrides?: LoadOverrides): Promise<void> {
+    this.checkControl();
+    await this.repository.load(name, overrides);
+  }
+
+  async unloadModel(name: string): Promise<void> {
+    this.checkControl();
+    await this.repository.unload(name);
+  }
+
+  /**
+   * Graceful stop: refuse new requests, wait (up to `timeoutMs`) for in-flight ones, then unload every
+   * model. Returns the number of requests still unfinished at the deadline.
+   */
+  async stop(timeoutMs = 30_000): Promise<number> {
+    if (this.stopping) return 0;
+    this.stopping = true;
+    const pending = [...this.inflight];
+    if (pending.length > 0) {
+      this.log.info(`waiting for ${pending.length} in-flight inference request(s) to finish (up to ${timeoutMs / 1000} s)`);
+      let timer: (() => void) | undefined;
+      await Promise.race([
+        Promise.allSettled(pending),
+        new Promise<void>((r) => (timer = this.clock.setTimer(r, timeoutMs))),
+      ]);
+      timer?.();
+    }
+    const left = this.inflight.size;
+    await this.repository.unloadAll().catch((err) => this.log.error(asTsiError(err).message));
+    this.live = false;
+    return left;
+  }
+}
+
+export { BackendRegistry };

@@ -1,0 +1,110 @@
+/**
+ * Per model-version statistics with Triton's fields and meaning (statistics extension, E.1): request
+ * counts and cumulative durations, execution counts, per-batch-size compute times, failure reasons for
+ * the metrics' `reason` label. Schedulers and the server record into it; the HTTP/gRPC statistics
+ * endpoints and the Prometheus exporter read it, so both always agree.
+ */
+
+export interface Duration {
+  count: number;
+  ns: number;
+}
+
+export type FailureReason = 'REJECTED' | 'CANCELED' | 'BACKEND' | 'OTHER';
+
+const dur = (): Duration => ({ count: 0, ns: 0 });
+
+export interface BatchStat {
+  batch_size: number;
+  compute_input: Duration;
+  compute_infer: Duration;
+  compute_output: Duration;
+}
+
+export class ModelStats {
+  inferenceCount = 0;
+  executionCount = 0;
+  lastInferenceMs = 0;
+  readonly success = dur();
+  readonly fail = dur();
+  readonly queue = dur();
+  readonly computeInput = dur();
+  readonly computeInfer = dur();
+  readonly computeOutput = dur();
+  readonly cacheHit = dur();
+  readonly cacheMiss = dur();
+  readonly failures: Record<FailureReason, number> = { REJECTED: 0, CANCELED: 0, BACKEND: 0, OTHER: 0 };
+  readonly batches = new Map<number, BatchStat>();
+  /** Requests accepted but not yet started by a backend (nv_inference_pending_request_count). */
+  pending = 0;
+  /** Requests accepted and not yet answered (for draining). */
+  inflight = 0;
+  /** Model load time in seconds (nv_model_load_duration_secs). */
+  loadDurationSecs = 0;
+
+  /** One request finished successfully: end-to-end duration and its share of an execution. */
+  recordSuccess(totalNs: number, queueNs: number, times: { input: number; infer: number; output: number }, epochMs: number): void {
+    add(this.success, totalNs);
+    add(this.queue, queueNs);
+    add(this.computeInput, times.input);
+    add(this.computeInfer, times.infer);
+    add(this.computeOutput, times.output);
+    this.lastInferenceMs = epochMs;
+  }
+
+  recordFailure(totalNs: number, reason: FailureReason, epochMs: number): void {
+    add(this.fail, totalNs);
+    this.failures[reason]++;
+    this.lastInferenceMs = epochMs;
+  }
+
+  /** One backend execution of `batchSize` rows (inference_count counts rows, execution_count batches). */
+  recordExecution(batchSize: number, times: { input: number; infer: number; output: number }): void {
+    this.inferenceCount += batchSize;
+    this.executionCount += 1;
+    let b = this.batches.get(batchSize);
+    if (!b) {
+      b = { batch_size: batchSize, compute_input: dur(), compute_infer: dur(), compute_output: dur() };
+      this.batches.set(batchSize, b);
+    }
+    add(b.compute_input, times.input);
+    add(b.compute_infer, times.infer);
+    add(b.compute_output, times.output);
+  }
+
+  /** Triton's ModelStatistics JSON (also the gRPC message's field names). */
+  toJson(name: string, version: string): Record<string, unknown> {
+    return {
+      name,
+      version,
+      last_inference: this.lastInferenceMs,
+      inference_count: this.inferenceCount,
+      execution_count: this.executionCount,
+      inference_stats: {
+        success: { ...this.success },
+        fail: { ...this.fail },
+        queue: { ...this.queue },
+        compute_input: { ...this.computeInput },
+        compute_infer: { ...this.computeInfer },
+        compute_output: { ...this.computeOutput },
+        cache_hit: { ...this.cacheHit },
+        cache_miss: { ...this.cacheMiss },
+      },
+      response_stats: {},
+      batch_stats: [...this.batches.values()]
+        .sort((a, b) => a.batch_size - b.batch_size)
+        .map((b) => ({
+          batch_size: b.batch_size,
+          compute_input: { ...b.compute_input },
+          compute_infer: { ...b.compute_infer },
+          compute_output: { ...b.compute_output },
+        })),
+      memory_usage: [],
+    };
+  }
+}
+
+function add(d: Duration, ns: number): void {
+  d.count++;
+  d.ns += Math.max(0, Math.round(ns));
+}

@@ -1,0 +1,237 @@
+/**
+ * Tensor helpers shared by every transport and backend: element sizes, typed-array construction from
+ * raw little-endian bytes and from JSON values, BYTES length-prefix framing, and the batch gather /
+ * split that lets core hand backends one tensor per input and give each client back exactly its rows.
+ */
+
+import { invalidArg } from './errors.js';
+import type { DataType, NumericArray, Tensor, TensorData } from './types.js';
+
+const ELEMENT_SIZE: Record<DataType, number> = {
+  BOOL: 1, UINT8: 1, INT8: 1, UINT16: 2, INT16: 2, FP16: 2, BF16: 2,
+  UINT32: 4, INT32: 4, FP32: 4, UINT64: 8, INT64: 8, FP64: 8, BYTES: 0,
+};
+
+/** Bytes per element; 0 for BYTES (variable length). */
+export function elementSize(dt: DataType): number {
+  return ELEMENT_SIZE[dt];
+}
+
+export function elementCount(shape: readonly number[]): number {
+  let n = 1;
+  for (const d of shape) n *= d;
+  return n;
+}
+
+type ArrayCtor = { new (buf: ArrayBufferLike, off: number, len: number): NumericArray; new (len: number): NumericArray };
+
+const CTOR: Record<Exclude<DataType, 'BYTES'>, ArrayCtor> = {
+  BOOL: Uint8Array, UINT8: Uint8Array, INT8: Int8Array, UINT16: Uint16Array, INT16: Int16Array,
+  FP16: Uint16Array, BF16: Uint16Array, UINT32: Uint32Array, INT32: Int32Array, FP32: Float32Array,
+  UINT64: BigUint64Array, INT64: BigInt64Array, FP64: Float64Array,
+};
+
+export function allocate(dt: DataType, count: number): TensorData {
+  if (dt === 'BYTES') return new Array<Uint8Array>(count).fill(new Uint8Array(0));
+  return new CTOR[dt](count);
+}
+
+/**
+ * Views little-endian bytes as a typed array of `dt`. Copies only when the bytes are not aligned for
+ * the element size (a view into an HTTP body often is not).
+ */
+export function fromBytes(dt: DataType, bytes: Uint8Array, count?: number): TensorData {
+  if (dt === 'BYTES') return decodeBytesElements(bytes, count);
+  const size = ELEMENT_SIZE[dt];
+  if (bytes.byteLength % size !== 0) {
+    throw invalidArg(`byte size ${bytes.byteLength} is not a multiple of the ${dt} element size ${size}`);
+  }
+  const n = bytes.byteLength / size;
+  if (bytes.byteOffset % size === 0) return new CTOR[dt](bytes.buffer, bytes.byteOffset, n);
+  const copy = new Uint8Array(bytes.byteLength);
+  copy.set(bytes);
+  return new CTOR[dt](copy.buffer, 0, n);
+}
+
+/** The little-endian bytes of a tensor (BYTES as 4-byte length-prefixed elements). */
+export function toBytes(data: TensorData): Uint8Array {
+  if (Array.isArray(data)) return encodeBytesElements(data);
+  const d = data as NumericArray;
+  return new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
+}
+
+export function byteSize(data: TensorData): number {
+  if (Array.isArray(data)) {
+    let n = 0;
+    for (const e of data) n += 4 + e.byteLength;
+    return n;
+  }
+  return (data as NumericArray).byteLength;
+}
+
+export function encodeBytesElements(elements: readonly Uint8Array[]): Uint8Array {
+  let total = 0;
+  for (const e of elements) total += 4 + e.byteLength;
+  const out = new Uint8Array(total);
+  const view = new DataView(out.buffer);
+  let off = 0;
+  for (const e of elements) {
+    view.setUint32(off, e.byteLength, true);
+    out.set(e, off + 4);
+    off += 4 + e.byteLength;
+  }
+  return out;
+}
+
+export function decodeBytesElements(bytes: Uint8Array, expected?: number): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let off = 0;
+  while (off < bytes.byteLength) {
+    if (off + 4 > bytes.byteLength) throw invalidArg('truncated BYTES element: missing 4-byte length prefix');
+    const len = view.getUint32(off, true);
+    off += 4;
+    if (off + len > bytes.byteLength) {
+      throw invalidArg(`BYTES element ${out.length} claims ${len} bytes but only ${bytes.byteLength - off} remain`);
+    }
+    out.push(bytes.subarray(off, off + len));
+    off += len;
+  }
+  if (expected !== undefined && out.length !== expected) {
+    throw invalidArg(`expected ${expected} BYTES elements, got ${out.length}`);
+  }
+  return out;
+}
+
+const utf8 = new TextEncoder();
+const utf8d = new TextDecoder();
+
+export const encodeString = (s: string): Uint8Array => utf8.encode(s);
+export const decodeString = (b: Uint8Array): string => utf8d.decode(b);
+
+function flatten(v: unknown, out: unknown[]): void {
+  if (Array.isArray(v)) for (const x of v) flatten(x, out);
+  else out.push(v);
+}
+
+/**
+ * Builds tensor data from a (possibly nested) JSON array, checking every element's type. `what` names
+ * the tensor for messages.
+ */
+export function fromJsonValues(dt: DataType, json: unknown, what: string): TensorData {
+  const flat: unknown[] = [];
+  flatten(json, flat);
+  const bad = (i: number, expected: string) =>
+    invalidArg(`${what}: element ${i} is ${JSON.stringify(flat[i])}, expected ${expected} for datatype ${dt}`);
+  switch (dt) {
+    case 'BYTES':
+      return flat.map((v, i) => {
+        if (typeof v !== 'string') throw bad(i, 'a string');
+        return encodeString(v);
+      });
+    case 'BOOL': {
+      const out = new Uint8Array(flat.length);
+      flat.forEach((v, i) => {
+        if (typeof v !== 'boolean') throw bad(i, 'true or false');
+        out[i] = v ? 1 : 0;
+      });
+      return out;
+    }
+    case 'FP16':
+    case 'BF16':
+      throw invalidArg(
+        `${what}: receiving ${dt} data via JSON is not supported. Please use the binary data format for input tensors`,
+      );
+    case 'INT64':
+    case 'UINT64': {
+      const out = dt === 'INT64' ? new BigInt64Array(flat.length) : new BigUint64Array(flat.length);
+      flat.forEach((v, i) => {
+        if (typeof v === 'number' && Number.isInteger(v)) out[i] = BigInt(v);
+        else if (typeof v === 'bigint') out[i] = v;
+        else if (typeof v === 'string' && /^-?\d+$/.test(v)) out[i] = BigInt(v);
+        else throw bad(i, 'an integer');
+        if (dt === 'UINT64' && (typeof v === 'number' ? v < 0 : BigInt(v as string | bigint) < 0n)) throw bad(i, 'a non-negative integer');
+      });
+      return out;
+    }
+    default: {
+      const out = new CTOR[dt](flat.length) as Exclude<NumericArray, BigInt64Array | BigUint64Array>;
+      const isInt = !dt.startsWith('FP');
+      const [lo, hi] = INT_RANGE[dt] ?? [-Infinity, Infinity];
+      flat.forEach((v, i) => {
+        if (typeof v !== 'number' || (isInt && !Number.isInteger(v))) throw bad(i, isInt ? 'an integer' : 'a number');
+        if (v < lo || v > hi) throw bad(i, `a value in [${lo}, ${hi}]`);
+        out[i] = v;
+      });
+      return out;
+    }
+  }
+}
+
+const INT_RANGE: Partial<Record<DataType, [number, number]>> = {
+  UINT8: [0, 255], INT8: [-128, 127], UINT16: [0, 65535], INT16: [-32768, 32767],
+  UINT32: [0, 4294967295], INT32: [-2147483648, 2147483647],
+};
+
+/** JSON-ready flat values: numbers (64-bit ints as numbers, as Triton prints them), booleans, strings. */
+export function toJsonValues(dt: DataType, data: TensorData): unknown[] {
+  if (dt === 'BYTES') return (data as Uint8Array[]).map(decodeString);
+  if (dt === 'BOOL') return Array.from(data as Uint8Array, (v) => v !== 0);
+  if (dt === 'INT64' || dt === 'UINT64') return Array.from(data as BigInt64Array, (v) => Number(v));
+  if (dt === 'FP16' || dt === 'BF16') {
+    throw invalidArg(`sending ${dt} data via JSON is not supported. Please use the binary data format for output tensors`);
+  }
+  return Array.from(data as Float32Array);
+}
+
+/**
+ * Concatenates the same input of several requests along the batch dimension. With one request the
+ * data is returned as is (no copy).
+ */
+export function concatBatch(parts: readonly Tensor[]): Tensor {
+  const first = parts[0]!;
+  if (parts.length === 1) return first;
+  let rows = 0;
+  for (const p of parts) rows += p.shape[0] ?? 1;
+  const shape = [rows, ...first.shape.slice(1)];
+  if (first.datatype === 'BYTES') {
+    const data: Uint8Array[] = [];
+    for (const p of parts) for (const e of p.data as Uint8Array[]) data.push(e);
+    return { name: first.name, datatype: first.datatype, shape, data };
+  }
+  let total = 0;
+  for (const p of parts) total += (p.data as NumericArray).length;
+  const out = allocate(first.datatype, total) as NumericArray;
+  let off = 0;
+  for (const p of parts) {
+    const d = p.data as NumericArray;
+    (out as Float32Array).set(d as Float32Array, off);
+    off += d.length;
+  }
+  return { name: first.name, datatype: first.datatype, shape, data: out };
+}
+
+/** Splits a batched tensor into consecutive row groups; views, not copies. */
+export function splitBatch(t: Tensor, rows: readonly number[]): Tensor[] {
+  if (rows.length === 1) return [t];
+  const perRow = elementCount(t.shape.slice(1));
+  const out: Tensor[] = [];
+  let start = 0;
+  for (const r of rows) {
+    const end = start + r * perRow;
+    const data = Array.isArray(t.data)
+      ? (t.data as Uint8Array[]).slice(start, end)
+      : (t.data as NumericArray).subarray(start, end);
+    out.push({ name: t.name, datatype: t.datatype, shape: [r, ...t.shape.slice(1)], data });
+    start = end;
+  }
+  return out;
+}
+
+export function shapeToString(shape: readonly number[]): string {
+  return `[${shape.join(',')}]`;
+}
+
+export function dataLength(data: TensorData): number {
+  return (data as { length: number }).length;
+}

@@ -1,0 +1,97 @@
+/**
+ * The shared vocabulary of tsi: tensors, inference requests and responses, parameters, the clock and the
+ * logger. Wire-shaped objects keep the KServe v2 spelling (`model_name`, `datatype`) so the HTTP JSON,
+ * the gRPC messages and the in-process API map onto each other field for field.
+ */
+
+export const DATATYPES = [
+  'BOOL', 'UINT8', 'UINT16', 'UINT32', 'UINT64', 'INT8', 'INT16', 'INT32', 'INT64',
+  'FP16', 'FP32', 'FP64', 'BYTES', 'BF16',
+] as const;
+export type DataType = (typeof DATATYPES)[number];
+
+export type NumericArray =
+  | Uint8Array | Int8Array | Uint16Array | Int16Array | Uint32Array | Int32Array
+  | BigUint64Array | BigInt64Array | Float32Array | Float64Array;
+
+/**
+ * Tensor contents, row-major. BOOL is a Uint8Array of 0/1; FP16 and BF16 are Uint16Arrays of raw bits
+ * (JavaScript has no half floats); BYTES is one Uint8Array per element, binary-safe.
+ */
+export type TensorData = NumericArray | Uint8Array[];
+
+export interface Tensor {
+  name: string;
+  datatype: DataType;
+  shape: number[];
+  data: TensorData;
+}
+
+export type ParamValue = string | number | boolean | bigint;
+export type Parameters = Record<string, ParamValue>;
+
+export interface InferInput extends Tensor {
+  parameters?: Parameters;
+}
+
+export interface RequestedOutput {
+  name: string;
+  /** `classification: N` turns the output into top-N "value:index[:label]" strings. */
+  parameters?: Parameters;
+}
+
+/** An inference request as a transport hands it to the server. */
+export interface InferRequest {
+  model_name: string;
+  /** Empty or absent: the highest-numbered READY version. */
+  model_version?: string;
+  id?: string;
+  /** Reserved keys: sequence_id, sequence_start, sequence_end, priority, timeout; the rest reach the backend. */
+  parameters?: Parameters;
+  inputs: InferInput[];
+  /** Absent: every model output. */
+  outputs?: RequestedOutput[];
+}
+
+export interface OutputTensor extends Tensor {
+  parameters?: Parameters;
+}
+
+export interface InferResponse {
+  model_name: string;
+  model_version: string;
+  id?: string;
+  parameters?: Parameters;
+  outputs: OutputTensor[];
+}
+
+/**
+ * Time source for schedulers and statistics, injected so that tests drive time by hand. `nowNs` is a
+ * monotonic nanosecond count (a float64 holds 104 days of nanoseconds exactly enough for scheduling).
+ */
+export interface Clock {
+  nowNs(): number;
+  /** Milliseconds since the Unix epoch, for `last_inference`. */
+  epochMs(): number;
+  /** Calls fn after delayMs; returns a cancel function. */
+  setTimer(fn: () => void, delayMs: number): () => void;
+}
+
+export const systemClock: Clock = {
+  nowNs: () => performance.now() * 1e6,
+  epochMs: () => Date.now(),
+  setTimer(fn, delayMs) {
+    const t = setTimeout(fn, Math.max(0, delayMs));
+    return () => clearTimeout(t);
+  },
+};
+
+export interface Logger {
+  error(msg: string): void;
+  warn(msg: string): void;
+  info(msg: string): void;
+  /** Printed only when the verbose level is at least `level` (tritonserver's --log-verbose). */
+  verbose(level: number, msg: string): void;
+}
+
+export const silentLogger: Logger = { error() {}, warn() {}, info() {}, verbose() {} };

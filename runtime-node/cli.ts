@@ -1,0 +1,182 @@
+/**
+ * The `tsi-node` command line: `serve` (tritonserver's flag names where they apply) and `doctor`
+ * (versions and execution providers). Logs say what happened in words; the start-up table shows every
+ * model's state, device and, for failures, the reason.
+ */
+
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { dirname, join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { TSI_VERSION, asTsiError, type IndexEntry, type ModelControlMode } from '../core/index.js';
+import { providerStatus, gpuCount, startServer, stderrLogger } from './index.js';
+
+const require = createRequire(import.meta.url);
+
+/** The package's own `models/`, found from this file in both `runtime-node/` and `dist/runtime-node/`. */
+export function defaultRepository(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 4; i++) {
+    if (existsSync(join(dir, 'package.json'))) return join(dir, 'models');
+    dir = dirname(dir);
+  }
+  return resolve('models');
+}
+
+function parseBool(v: string): boolean {
+  const s = v.toLowerCase();
+  if (['true', '1', 'on', 'yes'].includes(s)) return true;
+  if (['false', '0', 'off', 'no'].includes(s)) return false;
+  throw new InvalidArgumentError(`expected true or false, got '${v}'`);
+}
+
+function parsePort(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError(`expected a port number 0-65535, got '${v}'`);
+  return n;
+}
+
+function parseIntArg(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative integer, got '${v}'`);
+  return n;
+}
+
+const collect = (v: string, prev: string[] | undefined) => [...(prev ?? []), v];
+
+/** Triton-style ASCII table. */
+export function table(headers: string[], rows: string[][]): string {
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = '+' + widths.map((w) => '-'.repeat(w + 2)).join('+') + '+';
+  const fmt = (r: string[]) => '| ' + r.map((c, i) => c.padEnd(widths[i]!)).join(' | ') + ' |';
+  return [line, fmt(headers), line, ...rows.map(fmt), line].join('\n');
+}
+
+function modelTable(entries: IndexEntry[], devices: (name: string, version: string) => string): string {
+  if (entries.length === 0) return 'No models loaded.';
+  return table(
+    ['Model', 'Version', 'Status', 'Device'],
+    entries.map((e) => [e.name, e.version ?? '-', e.state === 'READY' ? 'READY' : `${e.state}: ${e.reason}`, e.state === 'READY' ? devices(e.name, e.version!) : '']),
+  );
+}
+
+export function buildCli(): Command {
+  const program = new Command('tsi-node')
+    .description('tsi: a Triton-compatible inference server for ONNX models, in TypeScript')
+    .version(TSI_VERSION);
+
+  program
+    .command('serve')
+    .description('serve a Triton model repository over the KServe v2 HTTP API')
+    .addOption(new Option('--model-repository <path>', 'model repository folder (repeatable; default: the package\'s models/)').argParser(collect))
+    .addOption(new Option('--model-store <path>', 'alias of --model-repository').argParser(collect).hideHelp())
+    .option('--http-port <port>', 'HTTP port', parsePort, 8000)
+    .option('--http-address <address>', 'HTTP listen address', '0.0.0.0')
+    .option('--allow-http <bool>', 'serve HTTP', parseBool, true)
+    .option('--grpc-port <port>', 'gRPC port (reserved: the gRPC server is not implemented yet)', parsePort, 8001)
+    .option('--metrics-port <port>', 'Prometheus metrics port (reserved: metrics are not implemented yet)', parsePort, 8002)
+    .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
+    .option('--exit-on-error <bool>', 'exit if any model fails to load at start-up', parseBool, true)
+    .option('--strict-readiness <bool>', 'ready only when every model is ready', parseBool, true)
+    .option('--disable-auto-complete-config', 'do not fill model configs from the model files')
+    .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
+    .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
+    .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)
+    .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', parseIntArg, 64 * 1024 * 1024)
+    .option('--exit-timeout-secs <secs>', 'how long shutdown waits for in-flight requests', parseIntArg, 30)
+    .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 (repeatable)', collect)
+    .option('--id <name>', 'server name reported by GET /v2', 'triton')
+    .action(async (o) => {
+      const repos: string[] = [...(o.modelRepository ?? []), ...(o.modelStore ?? [])];
+      if (repos.length === 0) repos.push(defaultRepository());
+      const mode = o.modelControlMode as ModelControlMode;
+      if (o.loadModel && mode !== 'explicit') {
+        process.stderr.write("Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well.\n");
+        process.exit(1);
+      }
+      let defaultMaxBatchSize = 4;
+      for (const bc of (o.backendConfig ?? []) as string[]) {
+        const m = /^(?:([^,]+),)?([^=]+)=(.*)$/.exec(bc);
+        if (!m) {
+          process.stderr.write(`Error: --backend-config expects <backend>,<key>=<value>, got '${bc}'\n`);
+          process.exit(1);
+        }
+        if (m[2] === 'default-max-batch-size') defaultMaxBatchSize = Number(m[3]);
+      }
+      const log = stderrLogger(o.logVerbose);
+      log.info(`tsi ${TSI_VERSION} starting; model repositories: ${repos.join(', ')}`);
+      let running;
+      try {
+        running = await startServer({
+          modelRepositories: repos,
+          httpPort: o.httpPort,
+          httpAddress: o.httpAddress,
+          allowHttp: o.allowHttp,
+          log,
+          strictReadiness: o.strictReadiness,
+          modelControlMode: mode,
+          loadModels: o.loadModel,
+          autoComplete: !o.disableAutoCompleteConfig,
+          defaultMaxBatchSize,
+          corsOrigin: o.httpCorsOrigin,
+          maxInputSize: o.httpMaxInputSize,
+          id: o.id,
+        });
+      } catch (err) {
+        log.error(`failed to start: ${asTsiError(err).message}`);
+        process.exit(1);
+      }
+      const { server } = running;
+      const index = server.repositoryIndex();
+      process.stderr.write(modelTable(index, (n, v) => server.model(n, v).devices().join(', ')) + '\n');
+      if (o.exitOnError && index.some((e) => e.state !== 'READY')) {
+        log.error('failed to load all models; exiting (start with --exit-on-error=false to serve the others)');
+        await running.stop(1000);
+        process.exit(1);
+      }
+      if (running.http) log.info(`Started HTTPService at ${o.httpAddress}:${running.http.port}`);
+      let stopping = false;
+      const shutdown = async (sig: string) => {
+        if (stopping) return;
+        stopping = true;
+        log.info(`${sig} received: no longer accepting requests, waiting up to ${o.exitTimeoutSecs} s for in-flight ones`);
+        await running.stop(o.exitTimeoutSecs * 1000);
+        log.info('all models unloaded; exiting');
+        process.exit(0);
+      };
+      process.on('SIGINT', () => void shutdown('SIGINT'));
+      process.on('SIGTERM', () => void shutdown('SIGTERM'));
+    });
+
+  program
+    .command('doctor')
+    .description('print versions and the execution providers available on this machine')
+    .action(() => {
+      const ortVersion = (() => {
+        try {
+          return require('onnxruntime-node/package.json').version as string;
+        } catch {
+          return 'not installed';
+        }
+      })();
+      const lines = [
+        `tsi ${TSI_VERSION}`,
+        `node ${process.version} on ${process.platform}-${process.arch}`,
+        `onnxruntime-node ${ortVersion}`,
+        `NVIDIA GPUs: ${gpuCount()}`,
+        '',
+        table(['Execution provider', 'Available', 'Detail'], providerStatus().map((p) => [p.name, p.available ? 'yes' : 'no', p.detail])),
+        '',
+        'KIND_CPU instances use the CPU provider; KIND_GPU instances try TensorRT (when configured), CUDA, WebGPU,',
+        'then fall back to CPU, using only the providers marked available.',
+      ];
+      process.stdout.write(lines.join('\n') + '\n');
+    });
+
+  return program;
+}
+
+export async function main(argv = process.argv): Promise<void> {
+  await buildCli().parseAsync(argv);
+}

@@ -1,0 +1,74 @@
+/**
+ * A model repository folder on disk as a core RepositorySource. Paths handed in are always resolved
+ * inside the model's folder: a relative path that climbs out (`../`) is refused, so neither a config's
+ * label_filename nor a load request can read files elsewhere.
+ */
+
+import { createHash } from 'node:crypto';
+import { existsSync, statSync } from 'node:fs';
+import { readFile, readdir, stat } from 'node:fs/promises';
+import { isAbsolute, join, relative, resolve } from 'node:path';
+import { TsiError, type ModelFiles, type RepositorySource } from '../core/index.js';
+
+function inside(root: string, rel: string): string {
+  const p = resolve(root, rel);
+  const r = relative(root, p);
+  if (r.startsWith('..') || isAbsolute(r)) throw new TsiError('INVALID_ARG', `path '${rel}' leaves the model folder`);
+  return p;
+}
+
+export function folderFiles(root: string): ModelFiles {
+  return {
+    read: async (rel) => {
+      try {
+        return new Uint8Array(await readFile(inside(root, rel)));
+      } catch (err) {
+        if (err instanceof TsiError) throw err;
+        throw new TsiError('INVALID_ARG', `unable to read '${join(root, rel)}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      }
+    },
+    exists: async (rel) => existsSync(inside(root, rel)),
+    list: async (rel) => {
+      const entries = await readdir(inside(root, rel || '.'), { withFileTypes: true });
+      return entries.map((e) => ({ name: e.name, isDir: e.isDirectory() || (e.isSymbolicLink() && statSync(join(root, rel, e.name)).isDirectory()) }));
+    },
+    localPath: (rel) => inside(root, rel),
+  };
+}
+
+async function walk(dir: string, base: string, out: string[]): Promise<void> {
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) await walk(p, base, out);
+    else {
+      const s = await stat(p);
+      out.push(`${relative(base, p)}:${s.size}:${s.mtimeMs}`);
+    }
+  }
+}
+
+export class FolderSource implements RepositorySource {
+  readonly location: string;
+  constructor(path: string) {
+    this.location = resolve(path);
+    if (!existsSync(this.location) || !statSync(this.location).isDirectory()) {
+      throw new TsiError('INVALID_ARG', `failed to stat file ${this.location}: the model repository folder does not exist`);
+    }
+  }
+
+  async listModels(): Promise<string[]> {
+    const entries = await readdir(this.location, { withFileTypes: true });
+    return entries.filter((e) => (e.isDirectory() || e.isSymbolicLink()) && !e.name.startsWith('.')).map((e) => e.name).sort();
+  }
+
+  files(model: string): ModelFiles {
+    return folderFiles(inside(this.location, model));
+  }
+
+  async fingerprint(model: string): Promise<string> {
+    const lines: string[] = [];
+    const dir = inside(this.location, model);
+    if (existsSync(dir)) await walk(dir, dir, lines);
+    return createHash('sha1').update(lines.sort().join('\n')).digest('hex');
+  }
+}

@@ -1,0 +1,37 @@
+/**
+ * Serves core's v2 HTTP app on a Node socket through @hono/node-server. The only Node-specific work is
+ * listening and closing: stop accepting, let keep-alive connections finish their current request,
+ * then drop idle ones.
+ */
+
+import { createAdaptorServer } from '@hono/node-server';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface Listener {
+  port: number;
+  address: string;
+  close(): Promise<void>;
+}
+
+export async function listen(fetch: (req: Request) => Response | Promise<Response>, port: number, address: string): Promise<Listener> {
+  const server = createAdaptorServer({ fetch, port, hostname: address }) as Server;
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, address, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const info = server.address() as AddressInfo;
+  return {
+    port: info.port,
+    address: info.address,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+      }),
+  };
+}

@@ -1,0 +1,235 @@
+/**
+ * The `onnxruntime` backend for Node. Each model instance is a worker thread holding its own
+ * onnxruntime-node session (ort-worker.ts), so inference never blocks the server's event loop and
+ * `instance_group.count` instances really run in parallel. On the main thread an instance gathers its
+ * batch (one tensor per input, concatenated along the batch dimension), transfers the buffers to its
+ * worker, and splits the outputs back so each request gets exactly its rows. Config parameters map to
+ * ORT session options as Triton's onnxruntime_backend maps them.
+ */
+
+import { availableParallelism } from 'node:os';
+import type { Worker } from 'node:worker_threads';
+import {
+  TsiError, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
+  type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
+  type InstanceSpec, type Logger, type ModelConfig, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
+} from '../core/index.js';
+import { candidateProviders } from './eps.js';
+import { readOnnxIo } from './onnx-info.js';
+import type { InitMessage, WireTensor, WorkerReply } from './ort-worker.js';
+import { startWorker } from './worker-url.js';
+
+const ORT_TYPE: Partial<Record<DataType, string>> = {
+  BOOL: 'bool', UINT8: 'uint8', UINT16: 'uint16', UINT32: 'uint32', UINT64: 'uint64', INT8: 'int8', INT16: 'int16',
+  INT32: 'int32', INT64: 'int64', FP16: 'float16', FP32: 'float32', FP64: 'float64', BYTES: 'string',
+};
+const FROM_ORT: Record<string, DataType> = Object.fromEntries(Object.entries(ORT_TYPE).map(([k, v]) => [v, k as DataType]));
+
+export interface OnnxBackendOptions {
+  log: Logger;
+  /** Total CPU cores to share among instances when a config sets no intra_op_thread_count. */
+  cores?: number;
+}
+
+function modelFilename(config: ModelConfig): string {
+  return config.default_model_filename || 'model.onnx';
+}
+
+export function createOnnxBackend(opts: OnnxBackendOptions): Backend {
+  return {
+    name: 'onnxruntime',
+    async describeModel(config: ModelConfig, version: number, files: ModelFiles): Promise<ModelIoInfo> {
+      const rel = `${version}/${modelFilename(config)}`;
+      const path = (await isDir(files, rel)) ? `${rel}/model.onnx` : rel;
+      if (!(await files.exists(path))) {
+        throw new TsiError('INVALID_ARG', `unable to find '${path}' for model '${config.name}'`);
+      }
+      return readOnnxIo(await files.read(path));
+    },
+    async loadModel(ctx: ModelLoadContext): Promise<BackendModel> {
+      return new OnnxModel(ctx, opts);
+    },
+  };
+}
+
+async function isDir(files: ModelFiles, rel: string): Promise<boolean> {
+  const slash = rel.lastIndexOf('/');
+  const entries = await files.list(rel.slice(0, slash)).catch(() => []);
+  return entries.some((e) => e.name === rel.slice(slash + 1) && e.isDir);
+}
+
+/** Triton onnxruntime_backend parameters → ORT session options. */
+function sessionOptions(config: ModelConfig, instanceCount: number, cores: number): Record<string, unknown> {
+  const p = (k: string) => config.parameters?.[k]?.string_value;
+  const o: Record<string, unknown> = {};
+  const intra = p('intra_op_thread_count');
+  // Unset, ORT would give every instance all cores; split them instead so instances don't oversubscribe.
+  o.intraOpNumThreads = intra !== undefined ? Number(intra) : Math.max(1, Math.floor(cores / Math.max(1, instanceCount)));
+  const inter = p('inter_op_thread_count');
+  if (inter !== undefined) o.interOpNumThreads = Number(inter);
+  const mode = p('execution_mode');
+  if (mode !== undefined) o.executionMode = mode === '1' ? 'parallel' : 'sequential';
+  const arena = p('enable_mem_arena');
+  if (arena !== undefined) o.enableCpuMemArena = arena === '1' || arena === 'true';
+  const pattern = p('enable_mem_pattern');
+  if (pattern !== undefined) o.enableMemPattern = pattern === '1' || pattern === 'true';
+  const level = config.optimization?.graph?.level;
+  o.graphOptimizationLevel = level === -1 ? 'basic' : level === 1 ? 'extended' : 'all';
+  return o;
+}
+
+class OnnxModel implements BackendModel {
+  private readonly instanceCount: number;
+  constructor(private readonly ctx: ModelLoadContext, private readonly opts: OnnxBackendOptions) {
+    this.instanceCount = (ctx.config.instance_group ?? []).reduce((n, g) => n + (g.count ?? 1) * Math.max(1, g.gpus?.length ?? 1), 0);
+  }
+
+  async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
+    const { config, files, version, log } = this.ctx;
+    const rel = `${version}/${modelFilename(config)}`;
+    const path = (await isDir(files, rel)) ? `${rel}/model.onnx` : rel;
+    const local = files.localPath?.(path);
+    const { providers, notes } = candidateProviders(config, spec);
+    for (const n of notes) log.warn(`${config.name} (${spec.name}): ${n}`);
+    const init: InitMessage = {
+      modelPath: local,
+      modelBytes: local ? undefined : await files.read(path),
+      providers,
+      sessionOptions: sessionOptions(config, this.instanceCount, this.opts.cores ?? availableParallelism()) as InitMessage['sessionOptions'],
+    };
+    const worker = startWorker('ort-worker', init);
+    const ready = await new Promise<Extract<WorkerReply, { kind: 'ready' }>>((resolve, reject) => {
+      const onMsg = (m: WorkerReply) => {
+        worker.off('error', onErr);
+        if (m.kind === 'ready') resolve(m);
+        else reject(new TsiError('INTERNAL', `failed to create an onnxruntime session for '${config.name}': ${m.kind === 'init-error' ? m.message : 'unexpected reply'}`));
+      };
+      const onErr = (e: Error) => reject(new TsiError('INTERNAL', `onnxruntime worker for '${config.name}' failed: ${e.message}`));
+      worker.once('message', onMsg);
+      worker.once('error', onErr);
+    }).catch(async (err) => {
+      await worker.terminate();
+      throw err;
+    });
+    for (const f of ready.failures) log.warn(`${config.name} (${spec.name}): execution provider ${f}; falling back`);
+    const device = ready.provider === 'cpu' ? 'cpu' : `${ready.provider}:${Math.max(0, spec.deviceId)}`;
+    log.verbose(1, `${config.name} (${spec.name}) runs on execution provider '${ready.provider}'`);
+    return new OnnxInstance(spec, device, worker, config, log);
+  }
+
+  async unload(): Promise<void> {}
+}
+
+function toWire(t: Tensor, dims: number[]): WireTensor {
+  const type = ORT_TYPE[t.datatype];
+  if (!type) throw new TsiError('UNSUPPORTED', `datatype ${t.datatype} of input '${t.name}' is not supported by onnxruntime-node`);
+  if (t.datatype === 'BYTES') {
+    return { type: 'string', dims, data: (t.data as Uint8Array[]).map(decodeString) };
+  }
+  // Transfer needs a buffer of our own: copy views into shared buffers (HTTP bodies, one-request batches).
+  const d = t.data as Uint8Array;
+  const own = d.byteOffset === 0 && d.byteLength === d.buffer.byteLength && d.buffer instanceof ArrayBuffer;
+  const data = own ? d : (d.slice() as typeof d);
+  return { type: type as WireTensor['type'], dims, data: data as unknown as WireTensor['data'] };
+}
+
+class OnnxInstance implements BackendInstance {
+  private nextId = 1;
+  private pending = new Map<number, { resolve: (r: WorkerReply) => void; reject: (e: Error) => void }>();
+  private dead?: Error;
+
+  constructor(
+    readonly spec: InstanceSpec, readonly device: string, private readonly worker: Worker,
+    private readonly config: ModelConfig, private readonly log: Logger,
+  ) {
+    worker.on('message', (m: WorkerReply) => {
+      if (m.kind !== 'result' && m.kind !== 'error') return;
+      const p = this.pending.get(m.id);
+      this.pending.delete(m.id);
+      p?.resolve(m);
+    });
+    worker.on('error', (e) => this.fail(e));
+    worker.on('exit', (code) => this.fail(new Error(`worker exited with code ${code}`)));
+  }
+
+  private fail(e: Error): void {
+    this.dead ??= e;
+    for (const p of this.pending.values()) p.reject(e);
+    this.pending.clear();
+  }
+
+  async execute(requests: BackendRequest[]): Promise<ExecutionTimes> {
+    const t0 = performance.now();
+    const batching = (this.config.max_batch_size ?? 0) > 0;
+    const rows = requests.map((r) => r.batchSize);
+    const feeds: Record<string, WireTensor> = {};
+    const transfer: ArrayBuffer[] = [];
+    const first = requests[0]!;
+    for (const [name] of first.inputs) {
+      const parts = requests.map((r) => r.inputs.get(name)!);
+      const t = concatBatch(parts);
+      const cfg = this.config.input?.find((i) => i.name === name);
+      let dims = t.shape;
+      if (cfg?.reshape) dims = batching ? [t.shape[0]!, ...(cfg.reshape.shape ?? [])] : [...(cfg.reshape.shape ?? [])];
+      const w = toWire(t, dims);
+      feeds[name] = w;
+      if (!Array.isArray(w.data)) transfer.push((w.data as Uint8Array).buffer as ArrayBuffer);
+    }
+    const fetches = new Set<string>();
+    for (const r of requests) {
+      for (const o of r.requestedOutputs) fetches.add(o);
+      for (const o of r.stateOutputs ?? []) fetches.add(o);
+    }
+    const t1 = performance.now();
+    if (this.dead) throw new TsiError('INTERNAL', `instance ${this.spec.name} of model '${this.config.name}' is gone: ${this.dead.message}`);
+    const id = this.nextId++;
+    const reply = await new Promise<WorkerReply>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ id, feeds, fetches: [...fetches] }, transfer);
+    });
+    const t2 = performance.now();
+    if (reply.kind === 'error') {
+      throw new TsiError('INTERNAL', `onnxruntime failed to run model '${this.config.name}': ${reply.message}`);
+    }
+    if (reply.kind !== 'result') throw new TsiError('INTERNAL', 'unexpected reply from the onnxruntime worker');
+    const outputs = new Map<string, Tensor[]>();
+    for (const [name, w] of Object.entries(reply.outputs)) {
+      const datatype = FROM_ORT[w.type] ?? (this.config.output?.find((o) => o.name === name)?.data_type
+        ? configTypeToDatatype(this.config.output.find((o) => o.name === name)!.data_type!) : undefined);
+      if (!datatype) throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has unsupported type '${w.type}'`);
+      const cfg = this.config.output?.find((o) => o.name === name);
+      let shape = w.dims;
+      if (cfg?.reshape) shape = batching ? [w.dims[0]!, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])];
+      const data = datatype === 'BYTES' ? (w.data as string[]).map(encodeString) : (w.data as Tensor['data']);
+      const t: Tensor = { name, datatype, shape, data };
+      if (batching && requests.length > 1) {
+        if (shape[0] !== rows.reduce((a, b) => a + b, 0)) {
+          throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has ${shape[0]} rows for a batch of ${rows.reduce((a, b) => a + b, 0)}`);
+        }
+        outputs.set(name, splitBatch(t, rows));
+      } else outputs.set(name, requests.map(() => t));
+    }
+    requests.forEach((r, i) => {
+      const outs: Tensor[] = [];
+      for (const [, parts] of outputs) outs.push(parts[i]!);
+      r.send({ outputs: outs }, true);
+    });
+    const t3 = performance.now();
+    const transit = Math.max(0, (t2 - t1) * 1e6 - reply.inputNs - reply.inferNs - reply.outputNs);
+    return {
+      computeInputNs: (t1 - t0) * 1e6 + reply.inputNs + transit / 2,
+      computeInferNs: reply.inferNs,
+      computeOutputNs: reply.outputNs + transit / 2 + (t3 - t2) * 1e6,
+    };
+  }
+
+  async unload(): Promise<void> {
+    if (this.dead) return;
+    this.worker.postMessage('close');
+    const exited = new Promise<void>((r) => this.worker.once('exit', () => r()));
+    const timer = setTimeout(() => void this.worker.terminate(), 5000);
+    await exited;
+    clearTimeout(timer);
+    this.log.verbose(2, `instance ${this.spec.name} of '${this.config.name}' released`);
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * One model instance's onnxruntime-node session, in a worker thread: `session.run()` blocks its thread
+ * for the whole inference, so running it here keeps the server's event loop answering. The main thread
+ * sends feeds as transferred ArrayBuffers (no copy, no JSON) and gets outputs back the same way.
+ * Execution providers are tried in the given order and the first that creates a session wins; each
+ * failure is reported back so the choice can be logged.
+ */
+
+import { parentPort, workerData } from 'node:worker_threads';
+import * as ort from 'onnxruntime-node';
+
+export interface InitMessage {
+  modelPath?: string;
+  modelBytes?: Uint8Array;
+  /** Candidate EPs in preference order, e.g. [{name:'cuda', deviceId:0}, {name:'cpu'}]. */
+  providers: { name: string; deviceId?: number; options?: Record<string, unknown> }[];
+  sessionOptions: ort.InferenceSession.SessionOptions;
+}
+
+export interface WireTensor {
+  type: ort.Tensor.Type;
+  dims: number[];
+  data: ort.Tensor.DataType;
+}
+
+export type WorkerRequest = { id: number; feeds: Record<string, WireTensor>; fetches: string[] };
+
+export type WorkerReply =
+  | { kind: 'ready'; provider: string; failures: string[]; inputNames: readonly string[]; outputNames: readonly string[] }
+  | { kind: 'init-error'; message: string; failures: string[] }
+  | { kind: 'result'; id: number; outputs: Record<string, WireTensor>; inputNs: number; inferNs: number; outputNs: number }
+  | { kind: 'error'; id: number; message: string };
+
+const port = parentPort!;
+const init = (workerData as { data: InitMessage }).data;
+let session: ort.InferenceSession | undefined;
+
+function transferables(data: ort.Tensor.DataType): ArrayBuffer[] {
+  if (Array.isArray(data)) return [];
+  const buf = (data as Uint8Array).buffer;
+  return buf instanceof ArrayBuffer ? [buf] : [];
+}
+
+async function start(): Promise<void> {
+  const failures: string[] = [];
+  const source = init.modelPath ?? init.modelBytes!;
+  for (const p of init.providers) {
+    const ep = p.name === 'cpu' ? 'cpu' : { name: p.name, deviceId: p.deviceId, ...(p.options ?? {}) };
+    try {
+      session = await ort.InferenceSession.create(source as string, {
+        ...init.sessionOptions,
+        executionProviders: [ep as ort.InferenceSession.ExecutionProviderConfig],
+      });
+      port.postMessage({
+        kind: 'ready', provider: p.name, failures, inputNames: session.inputNames, outputNames: session.outputNames,
+      } satisfies WorkerReply);
+      return;
+    } catch (err) {
+      failures.push(`${p.name}: ${(err as Error).message.split('\n')[0]}`);
+    }
+  }
+  port.postMessage({ kind: 'init-error', message: failures.join('; '), failures } satisfies WorkerReply);
+}
+
+port.on('message', async (msg: WorkerRequest | 'close') => {
+  if (msg === 'close') {
+    await session?.release();
+    port.close();
+    return;
+  }
+  try {
+    const t0 = performance.now();
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const [name, t] of Object.entries(msg.feeds)) feeds[name] = new ort.Tensor(t.type, t.data as never, t.dims);
+    const t1 = performance.now();
+    const results = await session!.run(feeds, msg.fetches);
+    const t2 = performance.now();
+    const outputs: Record<string, WireTensor> = {};
+    const transfer: ArrayBuffer[] = [];
+    for (const [name, t] of Object.entries(results)) {
+      outputs[name] = { type: t.type, dims: [...t.dims], data: t.data };
+      transfer.push(...transferables(t.data));
+    }
+    const t3 = performance.now();
+    port.postMessage(
+      { kind: 'result', id: msg.id, outputs, inputNs: (t1 - t0) * 1e6, inferNs: (t2 - t1) * 1e6, outputNs: (t3 - t2) * 1e6 } satisfies WorkerReply,
+      transfer,
+    );
+  } catch (err) {
+    port.postMessage({ kind: 'error', id: msg.id, message: (err as Error).message } satisfies WorkerReply);
+  }
+});
+
+void start();
