@@ -89,11 +89,16 @@ export function autoCompleteConfig(
     if (mbs === 0) {
       mbs = Math.max(opts.defaultMaxBatchSize, 0);
       out.max_batch_size = mbs;
-      notes.push(`autofilled max_batch_size to ${mbs} for model '${name}' since batching is supported but no max_batch_size is specified in model configuration. Must specify max_batch_size to utilize autofill with a larger max batch size`);
+      notes.push(
+        `autofilled max_batch_size to ${mbs} for model '${name}' since batching is supported but no ` +
+          'max_batch_size is specified in model configuration. Must specify max_batch_size to utilize ' +
+          'autofill with a larger max batch size',
+      );
     }
     if (mbs > 1 && !out.dynamic_batching && !out.sequence_batching) out.dynamic_batching = {};
   } else if (mbs !== 0) {
-    throw errorAt(cfg, 'max_batch_size', `autofill failed for model '${name}': model does not support batching while non-zero max_batch_size is specified`);
+    throw errorAt(cfg, 'max_batch_size',
+      `autofill failed for model '${name}': model does not support batching while non-zero max_batch_size is specified`);
   }
   const fill = (tensors: ModelIoInfo['inputs']): (ModelInput & ModelOutput)[] =>
     tensors.map((t) => {
@@ -163,16 +168,20 @@ function compareDims(model: string, tensor: string, shape: number[], dims: reado
     shape.length === full.length && full.every((d, i) => !(exact || shape[i] !== -1) || shape[i] === d);
   if (mbs > 0) {
     if (shape.length === 0 || shape[0] !== -1) {
-      return `${head}for the model to support batching the shape should have at least 1 dimension and the first dimension must be -1; but shape expected by the model is ${shapeString(shape)}`;
+      return `${head}for the model to support batching the shape should have at least 1 dimension and the ` +
+        `first dimension must be -1; but shape expected by the model is ${shapeString(shape)}`;
     }
     const full = [-1, ...dims];
     if (!agree(full)) {
-      return `${head}the model expects ${shape.length} dimensions (shape ${shapeString(shape)}) but the model configuration specifies ${full.length} dimensions (an initial batch dimension because max_batch_size > 0 followed by the explicit tensor shape, making complete shape ${shapeString(full)})`;
+      return `${head}the model expects ${shape.length} dimensions (shape ${shapeString(shape)}) but the model ` +
+        `configuration specifies ${full.length} dimensions (an initial batch dimension because max_batch_size > 0 ` +
+        `followed by the explicit tensor shape, making complete shape ${shapeString(full)})`;
     }
     return undefined;
   }
   if (!agree(dims)) {
-    return `${head}the model expects ${shape.length} dimensions (shape ${shapeString(shape)}) but the model configuration specifies ${dims.length} dimensions (shape ${shapeString(dims)})`;
+    return `${head}the model expects ${shape.length} dimensions (shape ${shapeString(shape)}) but the model ` +
+      `configuration specifies ${dims.length} dimensions (shape ${shapeString(dims)})`;
   }
   return undefined;
 }

@@ -368,7 +368,14 @@ export function suggestName(name: string, candidates: readonly string[]): string
       bestD = d;
     }
   }
-  return bestD <= Math.max(2, Math.ceil(name.length * 0.4)) ? best : undefined;
+  if (bestD <= Math.max(2, Math.ceil(name.length * 0.4))) return best;
+  // A truncated or extended name, as in `max_batch` for `max_batch_size`.
+  const low = name.toLowerCase();
+  const related = candidates.filter((c) => {
+    const lc = c.toLowerCase();
+    return Math.min(lc.length, low.length) >= 3 && (lc.startsWith(low) || low.startsWith(lc));
+  });
+  return related.sort((a, b) => Math.abs(a.length - name.length) - Math.abs(b.length - name.length))[0];
 }
 
 // Spellings people bring from numpy, ONNX or the wire protocol, mapped to the config's words.

@@ -385,7 +385,9 @@ function validateInstanceGroups(cfg: ModelConfig, opts: ValidateOptions, fail: F
     if ((kind === 'KIND_MODEL' || kind === 'KIND_CPU') && gpus.length) {
       fail(`${at}.gpus`, `${prefix} has kind ${kind} but specifies one or more GPUs`);
     } else if (kind === 'KIND_GPU') {
-      if (opts.gpuCount === 0) fail(`${at}.kind`, `${prefix} has kind KIND_GPU but no GPUs are available`);
+      // Unlike Triton, tsi does not refuse a KIND_GPU group on a machine without GPUs: the backend
+      // falls back to the CPU provider and logs it, so one repository runs on laptops and GPU hosts.
+      if (opts.gpuCount === 0) return;
       if (!gpus.length) fail(`${at}.gpus`, `${prefix} has kind KIND_GPU but specifies no GPUs`);
       if (opts.gpuCount !== undefined) {
         const bad = gpus.find((id) => id < 0 || id >= opts.gpuCount!);

@@ -23,12 +23,15 @@ export {
 } from './config-model-io.js';
 
 /**
- * Parses a configuration file by its name: `*.json` as Triton's JSON form, anything else
- * (`config.pbtxt`, `configs/h100.txt`, no extension) as protobuf text format.
+ * Parses a configuration by its file name: `*.json` as Triton's JSON form, anything else
+ * (`config.pbtxt`, `configs/h100.txt`, no extension) as protobuf text format. Text starting with `{`
+ * is JSON whatever the name says, since a text-format message cannot start with a brace; this
+ * keeps labels such as `m/config.json (load override)` working.
  */
 export function parseModelConfig(text: string, file: string): ModelConfig {
   const base = file.slice(Math.max(file.lastIndexOf('/'), file.lastIndexOf('\\')) + 1);
-  return /\.json$/i.test(base) ? parseConfigJson(text, file) : parsePbtxt(text, file);
+  const json = /\.json$/i.test(base) || /^\uFEFF?\s*\{/.test(text);
+  return json ? parseConfigJson(text, file) : parsePbtxt(text, file);
 }
 
 export interface NormalizeOptions {

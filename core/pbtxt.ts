@@ -276,12 +276,11 @@ class Parser {
       if (field.map) {
         const map = obj[field.name] as Record<string, unknown>;
         const entryPath = [...path, `[${Object.keys(map).length}]`];
-        const entryPos = this.positions.get(joinPath(path)) ?? nameTok;
         const entry = this.parseMessage(field.message!(), entryPath, close);
         const [keyField, valueField] = field.message!().fields as [FieldDesc, FieldDesc];
         const key = String(entry.key ?? defaultValue(keyField));
         map[key] = entry.value ?? defaultValue(valueField);
-        this.positions.set(joinPath([...path, `[${JSON.stringify(key)}]`]), pos(entryPos));
+        this.positions.set(joinPath([...path, `[${JSON.stringify(key)}]`]), pos(nameTok));
         return;
       }
       const list = field.repeated ? (obj[field.name] as unknown[]) : undefined;

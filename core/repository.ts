@@ -91,7 +91,8 @@ export class ModelRepository {
     const todo = names ? names.filter((n) => found.has(n) || this.missing(n)) : [...found.keys()];
     const queue = [...todo];
     const worker = async () => {
-      for (let n = queue.shift(); n !== undefined; n = queue.shift()) await this.load(n);
+      // A failure leaves that model UNAVAILABLE with its reason (logged); the others still load.
+      for (let n = queue.shift(); n !== undefined; n = queue.shift()) await this.load(n).catch(() => {});
     };
     await Promise.all(Array.from({ length: Math.min(4, queue.length) }, worker));
   }
@@ -228,7 +229,7 @@ export class ModelRepository {
       }
     }
     const normalized = normalizeModelConfig(config, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
-    validateModelConfig(normalized, { modelName: name });
+    validateModelConfig(normalized, { modelName: name, gpuCount: this.opts.gpuCount });
     return normalized;
   }
 

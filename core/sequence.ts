@@ -401,7 +401,9 @@ export class SequenceBatcher implements Scheduler {
   private padding(template: PendingRequest): PendingRequest {
     const inputs = new Map(template.inputs);
     for (const c of this.controls) inputs.set(c.name, this.control(c, c.kind === 'CORRID' ? undefined : false));
-    return template.derive({ inputs, sink: () => {}, requestedOutputs: [] });
+    const pad = template.derive({ inputs, sink: () => {}, requestedOutputs: [] });
+    if (this.states.length > 0) pad.stateOutputs = this.stateOutputNames;
+    return pad;
   }
 
   private armReaper(): void {

@@ -11,6 +11,9 @@ import type { AddressInfo } from 'node:net';
 export interface Listener {
   port: number;
   address: string;
+  /** Refuses new connections; requests on open connections still get answers. */
+  stopAccepting(): void;
+  /** Closes every connection (call after draining) and resolves when the socket is closed. */
   close(): Promise<void>;
 }
 
@@ -25,13 +28,19 @@ export async function listen(fetch: (req: Request) => Response | Promise<Respons
     });
   });
   const info = server.address() as AddressInfo;
+  let closed: Promise<void> | undefined;
+  const stopAccepting = () => {
+    closed ??= new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeIdleConnections();
+  };
   return {
     port: info.port,
     address: info.address,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-      }),
+    stopAccepting,
+    close: async () => {
+      stopAccepting();
+      server.closeAllConnections();
+      await closed;
+    },
   };
 }

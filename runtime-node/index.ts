@@ -76,10 +76,10 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     http,
     log,
     async stop(timeoutMs = 30_000) {
-      const closing = http?.close();
+      http?.stopAccepting();
       const left = await server.stop(timeoutMs);
       if (left > 0) log.warn(`${left} request(s) were still running at the shutdown deadline`);
-      await closing;
+      await http?.close();
     },
   };
 }

@@ -143,11 +143,16 @@ describe('DynamicBatchScheduler', () => {
     h.backend.hold = true;
     for (let i = 0; i < 6; i++) h.submit(request({ id: `${i}`, inputs: { INPUT0: [i, i] }, batch: 1 }));
     await flush();
-    expect(h.backend.batches.map((b) => [b.instance, b.ids])).toEqual([[0, ['0', '1']], [1, ['2', '3']]]);
+    // Each request found an idle instance on arrival: delay 0 sends whatever is queued.
+    expect(h.backend.batches.map((b) => [b.instance, b.ids])).toEqual([[0, ['0']], [1, ['1']]]);
     expect(h.backend.running).toBe(2);
     h.backend.release(1);
     await flush();
-    expect(h.backend.batches[2]).toMatchObject({ instance: 1, ids: ['4', '5'] });
+    expect(h.backend.batches[2]).toMatchObject({ instance: 1, ids: ['2', '3'] });
+    h.backend.release(0);
+    await flush();
+    expect(h.backend.batches[3]).toMatchObject({ instance: 0, ids: ['4', '5'] });
+    expect(h.backend.maxRunning).toBe(2);
   });
 
   it('releases responses in order with preserve_ordering', async () => {

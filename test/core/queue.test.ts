@@ -72,7 +72,7 @@ describe('RequestQueue', () => {
     expect(delay.expire(10_000)).toEqual([]);
     expect(ids(delay)).toEqual(['b', 'a', 'low']);
     delay.expire(1e9);
-    expect(ids(delay)).toEqual(['b', 'a', 'low']);
+    expect(ids(delay)).toEqual(['a', 'b', 'low']);
     expect(delay.nextDeadlineNs()).toBe(Infinity);
   });
 });
@@ -112,7 +112,8 @@ describe('queue policies through the dynamic batcher', () => {
     expect(err.code).toBe('UNAVAILABLE');
     expect(err.message).toBe('[request id: late] Request timeout expired');
     expect(h.stats.failures.REJECTED).toBe(1);
-    expect(h.stats.pending).toBe(1);
+    expect(h.stats.pending).toBe(0);
+    expect(h.stats.inflight).toBe(1);
     h.backend.release();
     await flush();
     expect(h.backend.batches).toHaveLength(1);

@@ -168,7 +168,7 @@ export function request(opts: {
   batch?: number;
   priority?: number;
   timeoutUs?: number;
-  sequence?: Partial<SequenceFlags> & { id: SequenceFlags['id'] | number };
+  sequence?: { id: SequenceFlags['id'] | number; start?: boolean; end?: boolean };
   outputs?: string[];
 }): TestRequest {
   const inputs = new Map<string, Tensor>();

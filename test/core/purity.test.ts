@@ -1,0 +1,40 @@
+/**
+ * core/ must stay platform-neutral (STYLE.md principle 1): no `node:*` or Node built-in modules, no
+ * onnxruntime, no runtime-* imports, no DOM-only globals. This test reads every core file's imports,
+ * so a violation fails here instead of in a browser bundle.
+ */
+
+import { describe, expect, it } from 'vitest';
+import { readFileSync, readdirSync } from 'node:fs';
+import { builtinModules } from 'node:module';
+import { join } from 'node:path';
+import { ROOT } from '../helpers/server.js';
+
+const CORE = join(ROOT, 'core');
+const files = readdirSync(CORE).filter((f) => f.endsWith('.ts'));
+const builtins = new Set(builtinModules);
+
+function imports(src: string): string[] {
+  const out: string[] = [];
+  for (const m of src.matchAll(/(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|^import\s+['"]([^'"]+)['"]/gm)) {
+    out.push((m[1] ?? m[2] ?? m[3])!);
+  }
+  return out;
+}
+
+describe('core purity', () => {
+  it('has files to check', () => {
+    expect(files.length).toBeGreaterThan(10);
+  });
+  for (const f of files) {
+    it(`${f} imports nothing platform-specific`, () => {
+      const src = readFileSync(join(CORE, f), 'utf8');
+      for (const spec of imports(src)) {
+        expect(spec.startsWith('node:'), `${f} imports ${spec}`).toBe(false);
+        expect(builtins.has(spec.split('/')[0]!), `${f} imports Node built-in ${spec}`).toBe(false);
+        expect(/onnxruntime|runtime-node|runtime-browser|@grpc|prom-client|@hono\/node-server/.test(spec), `${f} imports ${spec}`).toBe(false);
+      }
+      expect(/\bprocess\.|\bBuffer\.|\brequire\(|\bdocument\.|\bwindow\./.test(src.replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, '')), `${f} uses a platform global`).toBe(false);
+    });
+  }
+});
