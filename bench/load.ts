@@ -81,7 +81,7 @@ export async function runLoad(opts: {
   const loops = Array.from({ length: opts.connections }, () => new Promise<void>((resolve, reject) => {
     const sock = connect({ port: opts.port, host: '127.0.0.1', noDelay: true });
     sockets.push(sock);
-    let buf = Buffer.alloc(0);
+    let buf: Buffer = Buffer.alloc(0);
     let sentAt = 0;
     const send = () => {
       if (stopping) {

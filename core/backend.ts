@@ -8,7 +8,10 @@
  * - `execute` is never called concurrently on one instance; different instances run in parallel.
  * - Every request passed to `execute` must get exactly one response marked final (an error counts),
  *   sent through its `send`. Decoupled models may send any number of non-final responses first, and may
- *   keep sending after `execute` resolves; a non-decoupled request takes exactly one response.
+ *   keep sending after `execute` resolves; a non-decoupled request takes exactly one response. A final
+ *   response with no outputs and no parameters is a bare completion flag (Triton's
+ *   TRITONSERVER_RESPONSE_COMPLETE_FINAL without a response): streaming transports forward it only
+ *   when the client asked for empty final responses (see `isCompletionOnly`).
  * - Input tensors belong to the backend for the duration of `execute` and must not be kept after the
  *   request's final response; output tensors handed to `send` belong to core from then on.
  * - Inputs arrive validated (names, datatypes, shapes, batch size) against the normalised config.
@@ -16,6 +19,7 @@
 
 import type { TsiError } from './errors.js';
 import type { ModelConfig } from './model-config.js';
+import type { Scheduler, SchedulerContext } from './scheduler.js';
 import type { InferRequest, InferResponse, Logger, Parameters, Tensor } from './types.js';
 
 /** Read access to one model's folder in the repository: `<model>/...`. */
@@ -67,6 +71,11 @@ export interface Backend {
 
 export interface BackendModel {
   createInstance(spec: InstanceSpec): Promise<BackendInstance>;
+  /**
+   * For models that schedule their own requests (ensembles: no instances, every request a dataflow
+   * over other models); left out, the config's scheduler runs the model's instances.
+   */
+  createScheduler?(ctx: SchedulerContext): Scheduler;
   /** Frees what the model holds once all its instances are unloaded. */
   unload(): Promise<void>;
 }
@@ -113,8 +122,15 @@ export interface BackendRequest {
 
 /** The in-process server surface a backend may call (BLS). */
 export interface InProcessServer {
-  infer(request: InferRequest): Promise<InferResponse>;
+  infer(request: InferRequest, opts?: { decoupledMessage?: string }): Promise<InferResponse>;
+  /** Every response (decoupled models: 0..N, then a final one); resolves after the final one. */
+  inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void): Promise<void>;
   isModelReady(name: string, version?: string): boolean;
+}
+
+/** A final response that carries nothing but the "final" flag (see the rules at the top). */
+export function isCompletionOnly(r: { outputs: readonly unknown[]; parameters?: object }): boolean {
+  return r.outputs.length === 0 && (r.parameters === undefined || Object.keys(r.parameters).length === 0);
 }
 
 /** Backends by name, created on first use; a failed creation is remembered and reported. */

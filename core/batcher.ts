@@ -301,7 +301,7 @@ export class DynamicBatchScheduler implements Scheduler {
       const instance = this.pool.acquire()!;
       const batch = this.queue.take(d.count);
       if (this.orderer) for (const r of batch) this.orderer.register(r);
-      void runExecution(this.ctx, this.pool, instance, batch);
+      void runExecution(this.ctx, this.pool, instance, batch, { deferResponses: true });
     }
   }
 

@@ -8,7 +8,10 @@
 import { Hono, type Context } from 'hono';
 import { cors } from 'hono/cors';
 import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
+import { ServerExtensions, type Restrictions } from './extensions.js';
+import { mountExtensionRoutes, restrictedApiMiddleware } from './http-admin.js';
 import type { InferenceServer } from './server.js';
+import { attachTrace } from './trace.js';
 import { HEADER_LENGTH, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
 
 export interface HttpOptions {
@@ -16,8 +19,15 @@ export interface HttpOptions {
   maxInputSize?: number;
   /** Access-Control-Allow-Origin values; unset means no CORS headers (Triton's behaviour). */
   corsOrigin?: string | string[];
-  /** Extra routes a runtime mounts on the same app (shared memory, logging, ...). */
+  /** Extra routes a runtime mounts on the same app. */
   extend?: (app: Hono, server: InferenceServer) => void;
+  /**
+   * Shared-memory regions, trace/log settings and model control, shared with the other transports.
+   * Default: a private set with client shared memory disabled and in-memory load overrides.
+   */
+  extensions?: ServerExtensions;
+  /** --http-restricted-api: categories that need a header (403 without it). */
+  restrictedApi?: Restrictions;
 }
 
 export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
@@ -52,6 +62,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
       exposeHeaders: [HEADER_LENGTH, 'Content-Encoding'],
     }));
   }
+  if (options.restrictedApi && options.restrictedApi.size > 0) app.use('*', restrictedApiMiddleware(options.restrictedApi));
+  const ext = options.extensions ?? new ServerExtensions(server);
 
   /** One path, several methods; any other method is Triton's 405. */
   const route = (path: string, methods: Partial<Record<'GET' | 'POST', Handler>>) => {
@@ -85,7 +97,7 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     });
     route(`${base}/config`, { GET: (c) => json(server.modelConfig(c.req.param('model')!, version(c))) });
     route(`${base}/stats`, { GET: (c) => json(server.statistics(c.req.param('model')!, version(c))) });
-    route(`${base}/infer`, { POST: (c) => infer(server, c, maxInput) });
+    route(`${base}/infer`, { POST: (c) => infer(server, c, maxInput, ext) });
   }
 
   route('/v2/repository/index', {
@@ -100,6 +112,7 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     },
   });
   route('/v2/repository/:repo{[^/]+}/index', { POST: () => repoNameUnsupported() });
+  mountExtensionRoutes(app, server, ext, maxInput);
 
   options.extend?.(app, server);
 
@@ -200,25 +213,42 @@ async function compress(data: Uint8Array, format: 'gzip' | 'deflate'): Promise<U
   return new Uint8Array(await new Response(stream).arrayBuffer());
 }
 
-async function infer(server: InferenceServer, c: Context, maxInput: number): Promise<Response> {
+async function infer(server: InferenceServer, c: Context, maxInput: number, ext: ServerExtensions): Promise<Response> {
   const modelName = c.req.param('model')!;
   const ver = c.req.param('version');
-  const body = await readBody(c, maxInput);
-  const decoded = decodeInferRequest(body, c.req.header(HEADER_LENGTH), modelName, ver, () => server.model(modelName, ver).config);
-  if (decoded.shmInputs.length > 0 || decoded.shmOutputs.size > 0) {
-    throw new TsiError('INVALID_ARG', 'shared memory is not enabled on this server (start it with --allow-client-shm)');
+  const trace = ext.traces.sample(modelName, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() });
+  try {
+    const body = await readBody(c, maxInput);
+    trace?.mark('HTTP_RECV_END');
+    const decoded = decodeInferRequest(body, c.req.header(HEADER_LENGTH), modelName, ver, () => server.model(modelName, ver).config);
+    const shm = ext.sharedMemory;
+    if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);
+    if (decoded.shmOutputs.size > 0) shm.checkOutputs(decoded.shmOutputs);
+    if (trace) {
+      attachTrace(decoded.request, trace);
+      trace.requestId = decoded.request.id ?? '';
+    }
+    const resp = await server.infer(decoded.request, {
+      decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
+    });
+    if (trace) {
+      trace.mark('REQUEST_END');
+      trace.version = Number(resp.model_version);
+    }
+    const inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
+    trace?.mark('HTTP_SEND_START');
+    const enc = encodeInferResponse(resp, decoded.encoding, inShm);
+    const headers: Record<string, string> = { 'Content-Type': enc.contentType };
+    if (enc.headerLength !== undefined) headers[HEADER_LENGTH] = String(enc.headerLength);
+    let out = enc.body;
+    const ce = chooseEncoding(c.req.header('Accept-Encoding'));
+    if (ce) {
+      out = await compress(out, ce);
+      headers['Content-Encoding'] = ce;
+    }
+    trace?.mark('HTTP_SEND_END');
+    return new Response(out as BodyInit, { status: 200, headers });
+  } finally {
+    trace?.finish();
   }
-  const resp = await server.infer(decoded.request, {
-    decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
-  });
-  const enc = encodeInferResponse(resp, decoded.encoding);
-  const headers: Record<string, string> = { 'Content-Type': enc.contentType };
-  if (enc.headerLength !== undefined) headers[HEADER_LENGTH] = String(enc.headerLength);
-  let out = enc.body;
-  const ce = chooseEncoding(c.req.header('Accept-Encoding'));
-  if (ce) {
-    out = await compress(out, ce);
-    headers['Content-Encoding'] = ce;
-  }
-  return new Response(out as BodyInit, { status: 200, headers });
 }

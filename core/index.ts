@@ -19,4 +19,21 @@ export { createHttpApp, chooseEncoding, errorResponse, json, readBody, DEFAULT_M
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './v2-codec.js';
 export { DefaultScheduler, InstancePool, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
 export { createScheduler } from './schedulers.js';
+export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './batcher.js';
+export { RequestQueue, queuePolicy, type QueuePolicy } from './queue.js';
+export { SequenceBatcher, sequenceInternalInputs } from './sequence.js';
 export { createLogger, type LogLevel } from './logger.js';
+export {
+  ServerExtensions, parseRestrictions, httpCategory, grpcCategory, API_CATEGORIES,
+  type ApiCategory, type Restrictions, type ExtensionOptions,
+} from './extensions.js';
+export { SharedMemoryManager, type SystemShmProvider, type ShmHandle, type ShmRef, type SystemRegionStatus } from './shared-memory.js';
+export {
+  TraceManager, Trace, attachTrace, traceOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
+} from './trace.js';
+export { LogSettings, controllableLogger, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
+export {
+  ModelControl, RepositoryPoller, checkOverridePath, checkModelName, memoryStager,
+  type ModelFileStager, type StagedFiles, type LoadParamValue,
+} from './model-control.js';
+export { checkTraceModel } from './http-admin.js';

@@ -137,6 +137,8 @@ export interface EnsembleStep {
 
 export interface ModelEnsembling {
   step?: EnsembleStep[];
+  /** Per ensemble request, at most this many requests in flight at each step (0 = unbounded). */
+  max_inflight_requests?: number;
 }
 
 export interface ModelOptimizationPolicy {

@@ -9,12 +9,14 @@ import type { Backend, BackendInstance, BackendModel, InProcessServer, InstanceS
 import { TsiError } from './errors.js';
 import type { ModelConfig } from './model-config.js';
 import { PendingRequest, validateRequest } from './request.js';
+import { sequenceInternalInputs } from './sequence.js';
 import type { Scheduler } from './scheduler.js';
 import { createScheduler } from './schedulers.js';
 import { ModelStats } from './stats.js';
 import { decodeString, encodeString } from './tensor.js';
 import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTensor, Tensor } from './types.js';
 import { configTypeToDatatype } from './config.js';
+import { linkTrace, tracedInstance } from './trace.js';
 
 export type ModelState = 'UNKNOWN' | 'LOADING' | 'READY' | 'UNAVAILABLE' | 'UNLOADING';
 
@@ -43,6 +45,8 @@ export class ModelVersion {
   private scheduler?: Scheduler;
   private readonly clock: Clock;
   private readonly log: Logger;
+  /** Sequence control and implicit-state inputs: the scheduler supplies them, clients must not. */
+  private readonly internalInputs: ReadonlySet<string>;
 
   private constructor(opts: LoadOptions) {
     this.name = opts.name;
@@ -51,6 +55,7 @@ export class ModelVersion {
     this.clock = opts.clock;
     this.log = opts.log;
     this.decoupled = opts.config.model_transaction_policy?.decoupled === true;
+    this.internalInputs = sequenceInternalInputs(opts.config);
   }
 
   /** Loads a version; on failure every part already created is freed and the error is thrown. */
@@ -74,12 +79,12 @@ export class ModelVersion {
         for (const deviceId of devices) {
           for (let c = 0; c < (group.count ?? 1); c++) {
             const spec: InstanceSpec = { name: `${group.name}_${c}`, kind, deviceId, index: index++ };
-            mv.instances.push(await mv.backendModel.createInstance(spec));
+            mv.instances.push(tracedInstance(await mv.backendModel.createInstance(spec), opts.clock));
           }
         }
       }
       if (mv.instances.length === 0 && opts.config.platform !== 'ensemble') {
-        mv.instances.push(await mv.backendModel.createInstance({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 }));
+        mv.instances.push(tracedInstance(await mv.backendModel.createInstance({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 }), opts.clock));
       }
       mv.scheduler = createScheduler({
         modelName: mv.name, version: mv.version, config: opts.config, instances: mv.instances, stats: mv.stats,
@@ -115,6 +120,7 @@ export class ModelVersion {
     const pending = validateRequest(req, {
       modelName: this.name,
       config: this.config,
+      internalInputs: this.internalInputs,
       sink: (resp, final) => {
         if (resp instanceof TsiError) onResponse(resp, final);
         else {
@@ -127,6 +133,7 @@ export class ModelVersion {
       },
     });
     pending.receivedNs = this.clock.nowNs();
+    linkTrace(req, pending);
     this.scheduler.enqueue(pending);
     return pending;
   }

@@ -40,11 +40,15 @@ export interface RepositoryOptions {
 export interface IndexEntry {
   name: string;
   version?: string;
-  state: ModelState;
-  reason: string;
+  /** Absent for a model that is in a repository but was never loaded (Triton lists just its name). */
+  state?: ModelState;
+  reason?: string;
 }
 
-/** Overrides for an explicit load: a config (JSON text) and/or files laid over the model folder. */
+/**
+ * Overrides for an explicit load: a config (JSON text) and/or model files. As in Triton, files replace
+ * the repository's model folder for that load (they are the whole model directory).
+ */
 export interface LoadOverrides {
   configJson?: string;
   files?: ModelFiles;
@@ -68,6 +72,8 @@ const VERSION_DIR = /^[1-9][0-9]*$/;
 export class ModelRepository {
   private readonly models = new Map<string, ModelEntry>();
   private readonly inflightLoads = new Map<string, Promise<void>>();
+  /** Model names seen by the last scan, for the index of an explicit-mode repository. */
+  private known = new Set<string>();
 
   constructor(private readonly opts: RepositoryOptions) {}
 
@@ -82,6 +88,7 @@ export class ModelRepository {
         } else if (!prev) found.set(name, src);
       }
     }
+    this.known = new Set(found.keys());
     return found;
   }
 
@@ -92,7 +99,8 @@ export class ModelRepository {
     const queue = [...todo];
     const worker = async () => {
       // A failure leaves that model UNAVAILABLE with its reason (logged); the others still load.
-      for (let n = queue.shift(); n !== undefined; n = queue.shift()) await this.load(n).catch(() => {});
+      // ensureLoaded: an ensemble loaded earlier in this pass may already have loaded its composing models.
+      for (let n = queue.shift(); n !== undefined; n = queue.shift()) await this.ensureLoaded(n);
     };
     await Promise.all(Array.from({ length: Math.min(4, queue.length) }, worker));
   }
@@ -111,6 +119,18 @@ export class ModelRepository {
       this.models.set(name, e);
     }
     return e;
+  }
+
+  /**
+   * Loads a model unless a load of it was already started (an ensemble's composing models): waits for
+   * that one instead of starting a second, and does not retry one that failed. Resolves when the
+   * attempt is over, whatever its outcome; `get` then tells whether the model serves.
+   */
+  ensureLoaded(name: string): Promise<void> {
+    const started = this.inflightLoads.get(name);
+    const e = this.models.get(name);
+    if (started && e && !e.explicitlyUnloaded) return started;
+    return this.load(name).catch(() => {});
   }
 
   /** (Re)loads one model; concurrent calls for the same name run one after another. */
@@ -132,10 +152,10 @@ export class ModelRepository {
     }
     if (!found && !overrides?.files) {
       if (e.versions.size === 0) this.models.delete(name);
-      throw new TsiError('INVALID_ARG', `failed to load '${name}', failed to poll from model repository`);
+      throw new TsiError('INTERNAL', `failed to load '${name}', failed to poll from model repository`);
     }
     e.source = found;
-    const files = layer(overrides?.files, found?.files(name));
+    const files = overrides?.files ?? found!.files(name);
     const wasReady = e.versions.size > 0;
     if (!wasReady) e.state = 'LOADING';
     e.explicitlyUnloaded = false;
@@ -322,7 +342,13 @@ export class ModelRepository {
   /** Every model version known, for the index and the start-up table. */
   index(): IndexEntry[] {
     const out: IndexEntry[] = [];
-    for (const e of [...this.models.values()].sort((a, b) => a.name.localeCompare(b.name))) {
+    const names = new Set([...this.models.keys(), ...this.known]);
+    for (const name of [...names].sort((a, b) => a.localeCompare(b))) {
+      const e = this.models.get(name);
+      if (!e) {
+        out.push({ name });
+        continue;
+      }
       if (e.error && e.versions.size === 0) {
         out.push({ name: e.name, state: 'UNAVAILABLE', reason: e.error });
         continue;
@@ -354,6 +380,12 @@ export class ModelRepository {
     return [...this.models.keys()];
   }
 
+  /** Drops a model that left the repository (poll mode), after `unload`. */
+  forget(name: string): void {
+    const e = this.models.get(name);
+    if (e && e.versions.size === 0) this.models.delete(name);
+  }
+
   /** Models whose folder changed since they were loaded (poll mode), plus new and removed ones. */
   async changes(): Promise<{ added: string[]; removed: string[]; modified: string[] }> {
     const found = await this.scan();
@@ -364,7 +396,8 @@ export class ModelRepository {
       if (!e) added.push(name);
       else if (!(src instanceof Error) && src.fingerprint && (await src.fingerprint(name)) !== e.fingerprint) modified.push(name);
     }
-    const removed = [...this.models.keys()].filter((n) => !found.has(n) && (this.models.get(n)!.versions.size > 0));
+    // Only models that came from a repository can leave it (not ones loaded from override files).
+    const removed = [...this.models.entries()].filter(([n, e]) => !found.has(n) && e.source !== undefined).map(([n]) => n);
     return { added, removed, modified };
   }
 }
@@ -372,21 +405,4 @@ export class ModelRepository {
 function platformBackend(platform: string | undefined): string | undefined {
   if (platform === 'onnxruntime_onnx') return 'onnxruntime';
   return undefined;
-}
-
-/** Files from `top` where present, else from `base` (explicit-load file overrides). */
-function layer(top: ModelFiles | undefined, base: ModelFiles | undefined): ModelFiles {
-  if (!top) return base!;
-  if (!base) return top;
-  return {
-    read: async (p) => ((await top.exists(p)) ? top.read(p) : base.read(p)),
-    exists: async (p) => (await top.exists(p)) || base.exists(p),
-    list: async (d) => {
-      const seen = new Map<string, { name: string; isDir: boolean }>();
-      for (const x of await base.list(d).catch(() => [])) seen.set(x.name, x);
-      for (const x of await top.list(d).catch(() => [])) seen.set(x.name, x);
-      return [...seen.values()];
-    },
-    localPath: (p) => top.localPath?.(p) ?? base.localPath?.(p),
-  };
 }

@@ -101,22 +101,36 @@ export class InstancePool {
 
 const ZERO_TIMES = { input: 0, infer: 0, output: 0 };
 
+export interface ExecutionOptions {
+  /** Requests that take part in the execution but not in the statistics (sequence padding rows). */
+  uncounted?: ReadonlySet<PendingRequest>;
+  /**
+   * Hold the responses a (non-decoupled) backend sends during `execute` until the instance has been
+   * released and the scheduler has handed it its next batch. In Node the backend answers from the
+   * main thread, so without this the instance would idle while every response of the batch is
+   * encoded and written; with it, the next batch computes meanwhile. Only for schedulers that read
+   * nothing from the responses before forming the next batch (not the sequence batcher, whose state
+   * comes from them).
+   */
+  deferResponses?: boolean;
+}
+
 /**
  * Executes one batch on one (already acquired) instance and releases it afterwards. Never throws:
  * a backend failure becomes an error response for each request of the batch still unanswered.
- * `uncounted` requests (the sequence batcher's padding rows) take part in the execution but not in
- * the statistics.
  */
 export async function runExecution(
   ctx: SchedulerContext, pool: InstancePool, instance: BackendInstance, batch: PendingRequest[],
-  uncounted?: ReadonlySet<PendingRequest>,
+  opts: ExecutionOptions = {},
 ): Promise<void> {
   const { stats, clock } = ctx;
+  const { uncounted } = opts;
   const startNs = clock.nowNs();
   let rows = 0;
   const outcome = new Map<PendingRequest, { failed: boolean }>();
   let times = ZERO_TIMES;
   let executed = false;
+  const held: (() => void)[] | undefined = opts.deferResponses && !ctx.decoupled ? [] : undefined;
   const settle = (r: PendingRequest, failed: boolean, endNs: number) => {
     const total = endNs - r.receivedNs;
     const queue = startNs - r.enqueuedNs;
@@ -132,7 +146,8 @@ export async function runExecution(
     outcome.set(r, o);
     r.wrapSink((inner) => (resp: ResponsePayload | TsiError, final: boolean) => {
       if (resp instanceof TsiError) o.failed = true;
-      inner(resp, final);
+      if (held && !executed) held.push(() => inner(resp, final));
+      else inner(resp, final);
       // Responses that arrive after execute() resolved (decoupled models) settle here.
       if (final && executed) settle(r, o.failed, clock.nowNs());
     });
@@ -159,6 +174,7 @@ export async function runExecution(
       }
     }
     pool.release(instance);
+    if (held) for (const deliver of held) deliver();
   }
 }
 

@@ -290,7 +290,7 @@ export class SequenceBatcher implements Scheduler {
     }
     for (const item of taken) if (item) this.maybeRelease(item.slot!);
     this.pool.acquireExact(lane.instance);
-    void runExecution(this.ctx, this.pool, lane.instance, batch, padding.size > 0 ? padding : undefined);
+    void runExecution(this.ctx, this.pool, lane.instance, batch, { uncounted: padding });
   }
 
   /** Direct: row i = slot i up to the highest ready slot; undefined rows become padding. */

@@ -58,6 +58,21 @@ export class ModelStats {
     this.lastInferenceMs = epochMs;
   }
 
+  /**
+   * A request answered from the response cache: it counts as a success (and in the request duration)
+   * but not as an inference or execution, as in Triton; `lookupNs` is the cache lookup time.
+   */
+  recordCacheHit(totalNs: number, lookupNs: number, epochMs: number): void {
+    add(this.success, totalNs);
+    add(this.cacheHit, lookupNs);
+    this.lastInferenceMs = epochMs;
+  }
+
+  /** A cache miss: lookup plus insertion time (the request itself is recorded as usual). */
+  recordCacheMiss(ns: number): void {
+    add(this.cacheMiss, ns);
+  }
+
   /** One backend execution of `batchSize` rows (inference_count counts rows, execution_count batches). */
   recordExecution(batchSize: number, times: { input: number; infer: number; output: number }): void {
     this.inferenceCount += batchSize;

@@ -235,3 +235,18 @@ export function shapeToString(shape: readonly number[]): string {
 export function dataLength(data: TensorData): number {
   return (data as { length: number }).length;
 }
+
+// Buffers that something still reads after handing a tensor on: an ensemble tensor with several
+// consumers, a cached response. Worker-based backends move (transfer) input buffers they own to
+// avoid a copy, which empties them on this side, so they must copy these instead.
+const retained = new WeakSet<object>();
+
+/** Marks a tensor's buffer as shared: backends must not transfer (detach) it. */
+export function retainBuffer(data: TensorData): void {
+  if (!Array.isArray(data)) retained.add((data as NumericArray).buffer);
+}
+
+/** Whether a backend may transfer this buffer to another thread instead of copying it. */
+export function canTransfer(buffer: ArrayBufferLike): boolean {
+  return !retained.has(buffer);
+}

@@ -11,6 +11,8 @@ import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { TSI_VERSION, asTsiError, type IndexEntry, type ModelControlMode } from '../core/index.js';
 import { providerStatus, gpuCount, startServer, stderrLogger } from './index.js';
+import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
+import { perfCommand } from './perf-cli.js';
 
 const require = createRequire(import.meta.url);
 
@@ -87,6 +89,7 @@ export function buildCli(): Command {
     .option('--exit-timeout-secs <secs>', 'how long shutdown waits for in-flight requests', parseIntArg, 30)
     .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
+    .option('--browser-demo', 'also serve the in-browser demo at /demo, the browser build at /browser/ and the model files at /repository/')
     .action(async (o) => {
       const repos: string[] = [...(o.modelRepository ?? []), ...(o.modelStore ?? [])];
       if (repos.length === 0) repos.push(defaultRepository());
@@ -122,6 +125,7 @@ export function buildCli(): Command {
           corsOrigin: o.httpCorsOrigin,
           maxInputSize: o.httpMaxInputSize,
           id: o.id,
+          browserDemo: o.browserDemo,
         });
       } catch (err) {
         log.error(`failed to start: ${asTsiError(err).message}`);
@@ -150,6 +154,15 @@ export function buildCli(): Command {
     });
 
   program
+    .command('index')
+    .description(`write <repository>/${INDEX_FILE}, the model and file list a browser needs to read the repository by URL`)
+    .argument('[repository]', 'model repository folder (default: the package\'s models/)')
+    .action(async (repo?: string) => {
+      const r = await writeRepositoryIndex(resolve(repo ?? defaultRepository()));
+      process.stdout.write(`wrote ${r.path} (${r.models} models)\n`);
+    });
+
+  program
     .command('doctor')
     .description('print versions and the execution providers available on this machine')
     .action(() => {
@@ -173,6 +186,8 @@ export function buildCli(): Command {
       ];
       process.stdout.write(lines.join('\n') + '\n');
     });
+
+  program.addCommand(perfCommand());
 
   return program;
 }

@@ -12,6 +12,7 @@ import {
 import { FolderSource } from './fs-source.js';
 import { listen, type Listener } from './http.js';
 import { createOnnxBackend } from './onnx-backend.js';
+import { browserRoutes } from './browser-assets.js';
 import { gpuCount } from './eps.js';
 
 export interface NodeServerOptions {
@@ -30,6 +31,8 @@ export interface NodeServerOptions {
   corsOrigin?: string | string[];
   maxInputSize?: number;
   id?: string;
+  /** Also serve the browser demo (/demo), the browser build (/browser/) and the repositories' files (/repository/). */
+  browserDemo?: boolean;
 }
 
 export interface RunningServer {
@@ -66,7 +69,8 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
   });
   let http: Listener | undefined;
   if (opts.allowHttp !== false) {
-    const app = createHttpApp(server, { maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE, corsOrigin: opts.corsOrigin });
+    const app = createHttpApp(server, { maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE, corsOrigin: opts.corsOrigin,
+      extend: opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined });
     // Listen before loading models, as Triton does: liveness answers while models load; readiness waits.
     http = await listen(app.fetch, opts.httpPort ?? 8000, opts.httpAddress ?? '0.0.0.0');
   }

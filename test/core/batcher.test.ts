@@ -155,6 +155,24 @@ describe('DynamicBatchScheduler', () => {
     expect(h.backend.maxRunning).toBe(2);
   });
 
+  it('hands the instance its next batch before delivering the previous batch\'s responses', async () => {
+    const h = harness(mlp());
+    h.backend.hold = true;
+    const seen: number[] = [];
+    const first = request({ inputs: { INPUT0: [1, 1] }, batch: 1 });
+    first.req.wrapSink((inner) => (resp, final) => {
+      seen.push(h.backend.batches.length);
+      inner(resp, final);
+    });
+    h.submit(first);
+    await flush();
+    h.submit(request({ inputs: { INPUT0: [2, 2] }, batch: 1 }));
+    h.backend.release();
+    await flush();
+    expect(seen).toEqual([2]);
+    h.backend.release();
+  });
+
   it('releases responses in order with preserve_ordering', async () => {
     const h = harness(mlp({ preserve_ordering: true }, 1), 2);
     h.backend.hold = true;

@@ -211,6 +211,7 @@ describe('sequence batching over HTTP', () => {
       inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [1] }, { name: 'START', datatype: 'INT32', shape: [1, 1], data: [1] }],
     });
     expect(ctl.status).toBe(400);
+    expect(ctl.body.error).toMatch(/input 'START' for model 'simple_sequence' is supplied by the server \(sequence control or state\)/);
   });
 
   it('reaps an idle sequence: its next request must START again', async () => {

@@ -1,0 +1,350 @@
+/**
+ * GrpcClient: the `inference.GRPCInferenceService` protocol over @grpc/grpc-js, Node-only and therefore
+ * its own package entry (`tsi-node/client/grpc`), away from the browser-safe HTTP client. It speaks our
+ * proto files (wire-compatible with Triton's), so it works against tsi and Triton alike; answers are
+ * normalised to the same types the HTTP client returns, non-OK statuses become InferenceServerError
+ * with the gRPC code and the server's details, and ModelStreamInfer is an async iterator with callbacks.
+ */
+
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { InferenceServerError } from './errors.js';
+import { buildInferRequest, fromInferParameters, parseInferResponse } from './grpc-codec.js';
+import { dropNulls, indexEntry, modelMetadata, modelStatistics, num, shmRegion } from './normalize.js';
+import { nowNs, type InferResult } from './tensor.js';
+import type {
+  CallOptions, InferenceClient, InferInputSpec, InferOptions, LoadModelOptions, LogSettings, ModelConfig, ModelMetadata,
+  ModelStatistics, RepositoryIndexEntry, ServerMetadata, SystemSharedMemoryRegion, TraceSettings, TraceSettingsUpdate,
+  UnloadModelOptions,
+} from './types.js';
+
+export { InferenceServerError } from './errors.js';
+
+export interface GrpcClientOptions {
+  /** `host:port` (a `grpc://` prefix is accepted). */
+  url: string;
+  /** Default: insecure (plaintext), as tritonclient's default. */
+  credentials?: grpc.ChannelCredentials;
+  channelOptions?: grpc.ChannelOptions;
+  /** Metadata sent with every call. */
+  headers?: Record<string, string>;
+  timeoutMs?: number;
+  /** Compress requests (grpc-js channel-wide setting). */
+  compression?: 'gzip' | 'deflate';
+  /** Folder holding grpc_service.proto and model_config.proto; default: the package's proto/. */
+  protoDir?: string;
+}
+
+/** Loader options shared with the tsi gRPC server (see test/node/proto.test.ts). */
+const LOADER = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true } as const;
+
+/** The package's proto/ folder, found from this file in both `client/` and `dist/client/`. */
+export function defaultProtoDir(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 4; i++) {
+    if (existsSync(join(dir, 'proto', 'grpc_service.proto'))) return join(dir, 'proto');
+    dir = dirname(dir);
+  }
+  throw new InferenceServerError({ source: 'client', status: 0, message: 'cannot find proto/grpc_service.proto; pass protoDir' });
+}
+
+const packages = new Map<string, protoLoader.PackageDefinition>();
+function loadPackage(protoDir: string, longs: typeof String | typeof Number): protoLoader.PackageDefinition {
+  const key = `${protoDir}|${longs.name}`;
+  let p = packages.get(key);
+  if (!p) {
+    p = protoLoader.loadSync(['grpc_service.proto'], { ...LOADER, longs, includeDirs: [protoDir] });
+    packages.set(key, p);
+  }
+  return p;
+}
+
+type Obj = Record<string, any>;
+type StreamItem = { result: InferResult; final: boolean; error?: undefined } | { error: InferenceServerError; result?: undefined };
+
+function grpcError(err: grpc.ServiceError): InferenceServerError {
+  return new InferenceServerError({ source: 'grpc', status: err.code, message: err.details || err.message, cause: err });
+}
+
+const COMPRESSION = { deflate: 1, gzip: 2 } as const;
+
+export class GrpcClient implements InferenceClient {
+  readonly protocol = 'grpc' as const;
+  readonly url: string;
+  private readonly opts: GrpcClientOptions;
+  private readonly stub: grpc.Client & Obj;
+  private readonly protoDir: string;
+
+  constructor(options: GrpcClientOptions | string) {
+    this.opts = typeof options === 'string' ? { url: options } : options;
+    this.url = this.opts.url.replace(/^grpc:\/\//i, '').replace(/\/+$/, '');
+    this.protoDir = this.opts.protoDir ?? defaultProtoDir();
+    const loaded = grpc.loadPackageDefinition(loadPackage(this.protoDir, String)) as Obj;
+    const Service = loaded.inference.GRPCInferenceService as grpc.ServiceClientConstructor;
+    const channel: grpc.ChannelOptions = {
+      'grpc.max_receive_message_length': -1,
+      'grpc.max_send_message_length': -1,
+      ...this.opts.channelOptions,
+    };
+    if (this.opts.compression) channel['grpc.default_compression_algorithm'] = COMPRESSION[this.opts.compression];
+    this.stub = new Service(this.url, this.opts.credentials ?? grpc.credentials.createInsecure(), channel) as grpc.Client & Obj;
+  }
+
+  private metadata(opts?: CallOptions): grpc.Metadata {
+    const md = new grpc.Metadata();
+    for (const [k, v] of Object.entries({ ...this.opts.headers, ...opts?.headers })) md.set(k, v);
+    return md;
+  }
+
+  private callOptions(opts?: CallOptions): grpc.CallOptions {
+    const t = opts?.timeoutMs ?? this.opts.timeoutMs;
+    return t ? { deadline: Date.now() + t } : {};
+  }
+
+  /** One unary RPC; `deserialize` overrides the response decoder (see getModelConfig). */
+  private unary<T = Obj>(method: string, req: Obj, opts?: CallOptions, deserialize?: (b: Buffer) => unknown): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const done = (err: grpc.ServiceError | null, res?: unknown) => (err ? reject(grpcError(err)) : resolve(res as T));
+      let call: grpc.ClientUnaryCall;
+      if (deserialize) {
+        const def = this.stub[method].requestSerialize as (v: Obj) => Buffer;
+        const path = this.stub[method].path as string;
+        call = this.stub.makeUnaryRequest(path, def, deserialize, req, this.metadata(opts), this.callOptions(opts), done);
+      } else call = this.stub[method](req, this.metadata(opts), this.callOptions(opts), done);
+      const signal = opts?.signal;
+      if (signal) {
+        if (signal.aborted) call.cancel();
+        else signal.addEventListener('abort', () => call.cancel(), { once: true });
+      }
+    });
+  }
+
+  async isServerLive(opts?: CallOptions): Promise<boolean> {
+    return (await this.unary('ServerLive', {}, opts)).live === true;
+  }
+
+  async isServerReady(opts?: CallOptions): Promise<boolean> {
+    return (await this.unary('ServerReady', {}, opts)).ready === true;
+  }
+
+  async isModelReady(model: string, version?: string | number, opts?: CallOptions): Promise<boolean> {
+    try {
+      return (await this.unary('ModelReady', { name: model, version: version === undefined ? '' : String(version) }, opts)).ready === true;
+    } catch (err) {
+      const e = err as InferenceServerError;
+      // UNAVAILABLE is also what grpc-js reports when nothing listens: ask the server whether it is there.
+      if (e.status === grpc.status.UNAVAILABLE) {
+        await this.isServerLive(opts);
+        return false;
+      }
+      if (e.status === grpc.status.NOT_FOUND || e.status === grpc.status.INVALID_ARGUMENT) return false;
+      throw err;
+    }
+  }
+
+  async getServerMetadata(opts?: CallOptions): Promise<ServerMetadata> {
+    const r = await this.unary('ServerMetadata', {}, opts);
+    return { name: r.name, version: r.version, extensions: r.extensions ?? [] };
+  }
+
+  async getModelMetadata(model: string, version?: string | number, opts?: CallOptions): Promise<ModelMetadata> {
+    return modelMetadata(await this.unary('ModelMetadata', { name: model, version: version === undefined ? '' : String(version) }, opts));
+  }
+
+  /** Decoded with `longs: Number`, so int64 config fields (dims, delays) are numbers as in the JSON form. */
+  async getModelConfig(model: string, version?: string | number, opts?: CallOptions): Promise<ModelConfig> {
+    const numeric = loadPackage(this.protoDir, Number)['inference.GRPCInferenceService'] as protoLoader.ServiceDefinition;
+    const deserialize = numeric.ModelConfig!.responseDeserialize as (b: Buffer) => unknown;
+    const r = await this.unary('ModelConfig', { name: model, version: version === undefined ? '' : String(version) }, opts, deserialize);
+    return dropNulls(r.config ?? {}) as ModelConfig;
+  }
+
+  async infer(model: string, inputs: readonly InferInputSpec[], opts: InferOptions = {}): Promise<InferResult> {
+    const t0 = nowNs();
+    const req = buildInferRequest(model, inputs, opts);
+    const t1 = nowNs();
+    const msg = await this.unary('ModelInfer', req, opts);
+    const t2 = nowNs();
+    const result = parseInferResponse(msg);
+    const t3 = nowNs();
+    Object.assign(result.timing, { sendNs: t1 - t0, waitNs: t2 - t1, recvNs: t3 - t2 });
+    return result;
+  }
+
+  /**
+   * Opens a ModelStreamInfer stream. Send requests with `send`, read responses with `for await` and/or
+   * the callbacks; per-request errors arrive as `{error}` items (the stream stays open), a broken
+   * stream ends the iteration with a thrown error. `end()` half-closes; iteration ends when the server
+   * has answered everything.
+   */
+  stream(handlers: { onResult?: (r: InferResult, final: boolean) => void; onError?: (e: InferenceServerError) => void } = {}, opts?: CallOptions): InferStream {
+    const call = this.stub.ModelStreamInfer(this.metadata(opts), this.callOptions(opts)) as grpc.ClientDuplexStream<Obj, Obj>;
+    return new InferStream(call, handlers);
+  }
+
+  async getInferenceStatistics(model?: string, version?: string | number, opts?: CallOptions): Promise<ModelStatistics[]> {
+    const r = await this.unary('ModelStatistics', { name: model ?? '', version: version === undefined ? '' : String(version) }, opts);
+    return (r.model_stats ?? []).map(modelStatistics);
+  }
+
+  async getModelRepositoryIndex(opts: CallOptions & { ready?: boolean } = {}): Promise<RepositoryIndexEntry[]> {
+    const r = await this.unary('RepositoryIndex', { repository_name: '', ready: opts.ready ?? false }, opts);
+    return (r.models ?? []).map(indexEntry);
+  }
+
+  async loadModel(model: string, opts: LoadModelOptions = {}): Promise<void> {
+    const parameters: Obj = {};
+    if (opts.config !== undefined) parameters.config = { string_param: typeof opts.config === 'string' ? opts.config : JSON.stringify(opts.config) };
+    for (const [k, bytes] of Object.entries(opts.files ?? {})) parameters[k.startsWith('file:') ? k : `file:${k}`] = { bytes_param: bytes };
+    await this.unary('RepositoryModelLoad', { repository_name: '', model_name: model, parameters }, opts);
+  }
+
+  async unloadModel(model: string, opts: UnloadModelOptions = {}): Promise<void> {
+    const parameters: Obj = {};
+    if (opts.unloadDependents !== undefined) parameters.unload_dependents = { bool_param: opts.unloadDependents };
+    await this.unary('RepositoryModelUnload', { repository_name: '', model_name: model, parameters }, opts);
+  }
+
+  async getSystemSharedMemoryStatus(region?: string, opts?: CallOptions): Promise<SystemSharedMemoryRegion[]> {
+    const r = await this.unary('SystemSharedMemoryStatus', { name: region ?? '' }, opts);
+    return Object.entries((r.regions ?? {}) as Obj).map(([k, v]) => shmRegion(v, k));
+  }
+
+  async registerSystemSharedMemory(name: string, key: string, byteSize: number, offset = 0, opts?: CallOptions): Promise<void> {
+    await this.unary('SystemSharedMemoryRegister', { name, key, offset: String(offset), byte_size: String(byteSize) }, opts);
+  }
+
+  async unregisterSystemSharedMemory(name?: string, opts?: CallOptions): Promise<void> {
+    await this.unary('SystemSharedMemoryUnregister', { name: name ?? '' }, opts);
+  }
+
+  async getTraceSettings(model?: string, opts?: CallOptions): Promise<TraceSettings> {
+    return this.updateTraceSettings({}, model, opts);
+  }
+
+  /** Values become SettingValue lists; `null` sends an empty list, which resets the setting. */
+  async updateTraceSettings(settings: TraceSettingsUpdate, model?: string, opts?: CallOptions): Promise<TraceSettings> {
+    const s: Obj = {};
+    for (const [k, v] of Object.entries(settings)) s[k] = { value: v === null ? [] : Array.isArray(v) ? v.map(String) : [String(v)] };
+    const r = await this.unary('TraceSetting', { settings: s, model_name: model ?? '' }, opts);
+    const out: TraceSettings = {};
+    for (const [k, v] of Object.entries((r.settings ?? {}) as Obj)) {
+      const vals: string[] = v?.value ?? [];
+      out[k] = k === 'trace_level' || vals.length > 1 ? vals : (vals[0] ?? '');
+    }
+    return out;
+  }
+
+  async getLogSettings(opts?: CallOptions): Promise<LogSettings> {
+    return this.updateLogSettings({}, opts);
+  }
+
+  async updateLogSettings(settings: LogSettings, opts?: CallOptions): Promise<LogSettings> {
+    const s: Obj = {};
+    for (const [k, v] of Object.entries(settings)) {
+      s[k] = typeof v === 'boolean' ? { bool_param: v } : typeof v === 'number' ? { uint32_param: v } : { string_param: v };
+    }
+    const r = await this.unary('LogSettings', { settings: s }, opts);
+    const out: LogSettings = {};
+    for (const [k, v] of Object.entries((r.settings ?? {}) as Obj)) {
+      const choice: string | undefined = v?.parameter_choice;
+      if (choice) out[k] = choice === 'uint32_param' ? num(v[choice]) : v[choice];
+    }
+    return out;
+  }
+
+  async close(): Promise<void> {
+    this.stub.close();
+  }
+}
+
+/** A ModelStreamInfer call: requests in with `send`, responses out by iteration and callbacks. */
+export class InferStream implements AsyncIterable<StreamItem> {
+  private readonly items: StreamItem[] = [];
+  private readonly waiters: ((r: IteratorResult<StreamItem>) => void)[] = [];
+  private readonly failers: ((e: unknown) => void)[] = [];
+  private failure?: InferenceServerError;
+  private ended = false;
+  private cancelled = false;
+
+  constructor(private readonly call: grpc.ClientDuplexStream<Obj, Obj>, private readonly handlers: {
+    onResult?: (r: InferResult, final: boolean) => void; onError?: (e: InferenceServerError) => void;
+  }) {
+    call.on('data', (msg: Obj) => {
+      if (msg.error_message) {
+        // In-stream errors carry no status code; UNKNOWN is gRPC's code for exactly that.
+        const error = new InferenceServerError({ source: 'grpc', status: grpc.status.UNKNOWN, message: msg.error_message });
+        handlers.onError?.(error);
+        this.push({ error });
+        return;
+      }
+      const result = parseInferResponse(msg.infer_response ?? {});
+      const fin = fromInferParameters(msg.infer_response?.parameters).triton_final_response;
+      const final = fin === undefined ? true : fin === true;
+      handlers.onResult?.(result, final);
+      this.push({ result, final });
+    });
+    call.on('error', (err: grpc.ServiceError) => {
+      if (this.cancelled && err.code === grpc.status.CANCELLED) return this.finish();
+      this.failure = grpcError(err);
+      handlers.onError?.(this.failure);
+      for (const f of this.failers.splice(0)) f(this.failure);
+      this.waiters.length = 0;
+    });
+    call.on('end', () => this.finish());
+  }
+
+  /** Queues one request on the stream. `enableEmptyFinalResponse` asks decoupled models for a final marker. */
+  send(model: string, inputs: readonly InferInputSpec[], opts: InferOptions & { enableEmptyFinalResponse?: boolean } = {}): void {
+    if (this.ended || this.failure) throw new InferenceServerError({ source: 'client', status: 0, message: 'the stream is closed' });
+    const extra = opts.enableEmptyFinalResponse ? { triton_enable_empty_final_response: true } : undefined;
+    this.call.write(buildInferRequest(model, inputs, opts, extra));
+  }
+
+  /** Half-closes: no more requests; responses still arrive. */
+  end(): void {
+    this.call.end();
+  }
+
+  cancel(): void {
+    this.cancelled = true;
+    this.call.cancel();
+  }
+
+  private push(item: StreamItem): void {
+    const w = this.waiters.shift();
+    this.failers.shift();
+    if (w) w({ value: item, done: false });
+    else this.items.push(item);
+  }
+
+  private finish(): void {
+    this.ended = true;
+    for (const w of this.waiters.splice(0)) w({ value: undefined, done: true });
+    this.failers.length = 0;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<StreamItem> {
+    return {
+      next: () => {
+        const item = this.items.shift();
+        if (item) return Promise.resolve({ value: item, done: false });
+        if (this.failure) return Promise.reject(this.failure);
+        if (this.ended) return Promise.resolve({ value: undefined, done: true });
+        return new Promise((resolve, reject) => {
+          this.waiters.push(resolve);
+          this.failers.push(reject);
+        });
+      },
+      return: async () => {
+        if (!this.ended) this.cancel();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+}
+
+export type { StreamItem };

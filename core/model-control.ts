@@ -1,0 +1,211 @@
+/**
+ * Model control as the repository extension and `--model-control-mode` define it, shared by every
+ * transport: explicit load (with a `config` override and `file:<version>/<name>` model files) and unload
+ * (with `unload_dependents`), and the poll loop of poll mode. Override files become a model folder of
+ * their own through an injected ModelFileStager — a fresh temporary directory in Node, memory in the
+ * browser — and every file name is checked here first, so no name (`..`, an absolute path, a backslash)
+ * can place a file outside that folder whatever the stager does. As in Triton the override folder
+ * replaces the repository's folder for that load, and it is discarded once a later load or an unload
+ * replaces it.
+ */
+
+import type { ModelFiles } from './backend.js';
+import { TsiError, asTsiError } from './errors.js';
+import type { LoadOverrides } from './repository.js';
+import type { InferenceServer } from './server.js';
+
+export interface StagedFiles {
+  files: ModelFiles;
+  /** Frees what staging took (deletes the temporary folder). */
+  dispose(): Promise<void>;
+}
+
+/** Lays validated relative paths → bytes out as a model folder. */
+export type ModelFileStager = (model: string, files: ReadonlyMap<string, Uint8Array>) => Promise<StagedFiles>;
+
+/** A load parameter after transport decoding: strings stay strings, file contents are bytes. */
+export type LoadParamValue = string | Uint8Array | boolean | number;
+
+const FILE_PREFIX = 'file:';
+
+/**
+ * Checks a `file:` parameter's path: relative, `/`-separated, no `.`/`..`/empty segments, no
+ * backslash or NUL. Returns the path (without the prefix).
+ */
+export function checkOverridePath(key: string): string {
+  const rel = key.slice(FILE_PREFIX.length);
+  const bad = (why: string) => new TsiError('INVALID_ARG',
+    `Invalid file parameter '${key}': ${why}; model files must stay within the model directory`);
+  if (rel === '') throw bad('the path is empty');
+  if (rel.includes('\\')) throw bad('backslashes are not allowed in the path');
+  if (rel.includes('\0')) throw bad('NUL characters are not allowed in the path');
+  if (rel.startsWith('/') || /^[A-Za-z]:/.test(rel)) throw bad('absolute paths are not allowed');
+  for (const seg of rel.split('/')) {
+    if (seg === '..') throw bad(`'..' is not allowed in the path`);
+    if (seg === '' || seg === '.') throw bad('empty or \'.\' path segments are not allowed');
+  }
+  return rel;
+}
+
+/** Triton's model name check for loads. */
+export function checkModelName(name: string): void {
+  if (name === '') throw new TsiError('INVALID_ARG', 'model name must not be empty');
+  if (name.trim() === '') throw new TsiError('INVALID_ARG', 'model name must not contain only whitespace characters');
+  if (name.includes('..') || name.includes('/') || name.includes('\\')) {
+    throw new TsiError('INVALID_ARG', `invalid model name '${name}', model name must not contain path traversal characters`);
+  }
+}
+
+/** A stager that keeps the files in memory (browser, tests); paths are already validated. */
+export const memoryStager: ModelFileStager = async (_model, files) => {
+  const map = new Map(files);
+  const dirs = new Map<string, Map<string, boolean>>();
+  for (const p of map.keys()) {
+    const parts = p.split('/');
+    for (let i = 0; i < parts.length; i++) {
+      const dir = parts.slice(0, i).join('/');
+      if (!dirs.has(dir)) dirs.set(dir, new Map());
+      dirs.get(dir)!.set(parts[i]!, i < parts.length - 1);
+    }
+  }
+  const files_: ModelFiles = {
+    read: async (p) => {
+      const b = map.get(p);
+      if (!b) throw new TsiError('INVALID_ARG', `unable to read '${p}': no such file in the load request's model files`);
+      return b;
+    },
+    exists: async (p) => map.has(p) || dirs.has(p),
+    list: async (d) => [...(dirs.get(d) ?? new Map<string, boolean>())].map(([name, isDir]) => ({ name, isDir })),
+  };
+  return { files: files_, dispose: async () => map.clear() };
+};
+
+/** Decodes standard base64 (HTTP carries file contents that way). */
+export function decodeBase64(s: string, what: string): Uint8Array {
+  const clean = s.replace(/[\r\n\s]/g, '');
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(clean) || clean.length % 4 === 1) {
+    throw new TsiError('INVALID_ARG', `Unable to decode base64 content of '${what}'`);
+  }
+  const bin = atob(clean);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+/** Explicit load / unload with staging and clean-up of override folders. */
+export class ModelControl {
+  private readonly staged = new Map<string, StagedFiles>();
+
+  constructor(private readonly server: InferenceServer, private readonly stage: ModelFileStager = memoryStager) {}
+
+  private checkMode(): void {
+    if (this.server.options.modelControlMode !== 'explicit') {
+      throw new TsiError('UNAVAILABLE', 'explicit model load / unload is not allowed if polling is enabled');
+    }
+  }
+
+  async load(name: string, params: ReadonlyMap<string, LoadParamValue>): Promise<void> {
+    this.checkMode();
+    checkModelName(name);
+    let configJson: string | undefined;
+    const files = new Map<string, Uint8Array>();
+    for (const [key, value] of params) {
+      if (key === 'config') {
+        if (typeof value !== 'string') throw new TsiError('INVALID_ARG', `Config parameter 'config' must have string type for its value`);
+        configJson = value;
+      } else if (key.startsWith(FILE_PREFIX)) {
+        if (!(value instanceof Uint8Array)) throw new TsiError('INVALID_ARG', `File parameter '${key}' must have bytes type for its value`);
+        files.set(checkOverridePath(key), value);
+      }
+    }
+    let staged: StagedFiles | undefined;
+    if (files.size > 0) {
+      if (configJson === undefined) throw new TsiError('INVALID_ARG', `Load parameter 'config' must be specified for model file override`);
+      staged = await this.stage(name, files);
+    }
+    const overrides: LoadOverrides | undefined = configJson === undefined && !staged ? undefined : { configJson, files: staged?.files };
+    try {
+      await this.server.loadModel(name, overrides);
+    } catch (err) {
+      await staged?.dispose();
+      throw asTsiError(err, 'INVALID_ARG');
+    }
+    const previous = this.staged.get(name);
+    if (staged) this.staged.set(name, staged);
+    else this.staged.delete(name);
+    await previous?.dispose();
+  }
+
+  async unload(name: string, unloadDependents = false): Promise<void> {
+    this.checkMode();
+    const steps = unloadDependents
+      ? (this.server.repository.readyVersions(name)[0]?.config.ensemble_scheduling?.step ?? []).map((s) => s.model_name!).filter(Boolean)
+      : [];
+    await this.server.unloadModel(name);
+    for (const dep of new Set(steps)) await this.server.unloadModel(dep).catch(() => {});
+    const previous = this.staged.get(name);
+    this.staged.delete(name);
+    await previous?.dispose();
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.staged.values()];
+    this.staged.clear();
+    await Promise.all(all.map((s) => s.dispose().catch(() => {})));
+  }
+}
+
+/**
+ * Poll mode: every interval, compare the repository with what is loaded; load new models, reload
+ * changed ones (a failed reload keeps the old versions serving) and unload removed ones (in-flight
+ * requests finish first). Polls never overlap.
+ */
+export class RepositoryPoller {
+  private cancel?: () => void;
+  private running?: Promise<unknown>;
+  private stopped = false;
+
+  constructor(private readonly server: InferenceServer, private readonly intervalMs: number) {}
+
+  start(): void {
+    if (this.intervalMs > 0) this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.cancel = this.server.clock.setTimer(() => {
+      this.running = this.pollOnce().finally(() => {
+        this.running = undefined;
+        this.schedule();
+      });
+    }, this.intervalMs);
+  }
+
+  async pollOnce(): Promise<{ added: string[]; removed: string[]; modified: string[] }> {
+    const { repository, log } = this.server;
+    let c: { added: string[]; removed: string[]; modified: string[] };
+    try {
+      c = await repository.changes();
+    } catch (err) {
+      log.error(`failed to poll the model repository: ${asTsiError(err).message}`);
+      return { added: [], removed: [], modified: [] };
+    }
+    for (const name of c.removed) {
+      log.info(`model '${name}' was removed from the repository; unloading it`);
+      await repository.unload(name).catch(() => {});
+      repository.forget(name);
+    }
+    await Promise.all([...c.added, ...c.modified].map(async (name) => {
+      log.info(`${c.added.includes(name) ? 'loading new' : 'reloading changed'} model '${name}'`);
+      // Failures are logged by the repository and leave the model as it was (or UNAVAILABLE if new).
+      await repository.load(name).catch(() => {});
+    }));
+    return c;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.cancel?.();
+    await this.running;
+  }
+}

@@ -1,0 +1,163 @@
+/**
+ * The logging and trace extensions' settings, as the protocol reads and writes them: `/v2/logging` and
+ * gRPC LogSettings change the real logger's switches (so a new verbose level takes effect on the next
+ * line), and `/v2[/models/{m}]/trace/setting` and gRPC TraceSetting change the TraceManager that decides
+ * which requests are traced. Both transports parse into the same update objects here, so validation and
+ * error texts (Triton's, word for word where clients match on them) exist once.
+ */
+
+import { TsiError } from './errors.js';
+import type { Logger } from './types.js';
+import type { TraceLevel, TraceManager, TraceSettingUpdate } from './trace.js';
+
+export interface LogSwitches {
+  info: boolean;
+  warning: boolean;
+  error: boolean;
+  verboseLevel: number;
+  format: 'default' | 'ISO8601';
+}
+
+export interface LogSettingsJson {
+  log_file: string;
+  log_info: boolean;
+  log_warning: boolean;
+  log_error: boolean;
+  log_verbose_level: number;
+  log_format: string;
+}
+
+/**
+ * Wraps a logger so that the logging extension controls it. A logger from `createLogger` already has
+ * `settings` and is used as it is (its own filtering applies); any other logger is filtered here.
+ */
+export function controllableLogger(log: Logger): Logger & { settings: LogSwitches } {
+  const existing = (log as { settings?: LogSwitches }).settings;
+  if (existing) return log as Logger & { settings: LogSwitches };
+  const settings: LogSwitches = { info: true, warning: true, error: true, verboseLevel: 0, format: 'default' };
+  return {
+    settings,
+    error: (m) => settings.error && log.error(m),
+    warn: (m) => settings.warning && log.warn(m),
+    info: (m) => settings.info && log.info(m),
+    verbose: (lvl, m) => settings.verboseLevel >= lvl && log.verbose(lvl, m),
+  };
+}
+
+export class LogSettings {
+  constructor(private readonly switches: LogSwitches, private readonly file = '') {}
+
+  json(): LogSettingsJson {
+    const s = this.switches;
+    return {
+      log_file: this.file, log_info: s.info, log_warning: s.warning, log_error: s.error,
+      log_verbose_level: s.verboseLevel, log_format: s.format,
+    };
+  }
+
+  /** Applies the given keys (JSON `null` = leave unchanged, as Triton does); unknown keys are ignored. */
+  update(u: Record<string, unknown>): LogSettingsJson {
+    // Validate everything first so a bad request changes nothing.
+    const next = { ...this.switches };
+    if (u.log_file !== undefined && u.log_file !== null) {
+      throw new TsiError('UNSUPPORTED', 'log file location can not be updated through network protocol');
+    }
+    for (const [key, field] of [['log_info', 'info'], ['log_warning', 'warning'], ['log_error', 'error']] as const) {
+      const v = u[key];
+      if (v === undefined || v === null) continue;
+      if (typeof v !== 'boolean') throw new TsiError('INVALID_ARG', `expected a boolean for '${key}', got ${JSON.stringify(v)}`);
+      next[field] = v;
+    }
+    const level = u.log_verbose_level;
+    if (level !== undefined && level !== null) {
+      if (typeof level !== 'number' || !Number.isInteger(level) || level < 0 || level > 0xffffffff) {
+        throw new TsiError('INVALID_ARG', `expected an unsigned integer for 'log_verbose_level', got ${JSON.stringify(level)}`);
+      }
+      next.verboseLevel = level;
+    }
+    const format = u.log_format;
+    if (format !== undefined && format !== null) {
+      if (format !== 'default' && format !== 'ISO8601') {
+        throw new TsiError('UNAVAILABLE', `invalid argument for --log_format, got: ${typeof format === 'string' ? format : JSON.stringify(format)}`);
+      }
+      next.format = format;
+    }
+    Object.assign(this.switches, next);
+    return this.json();
+  }
+}
+
+/** Trace settings as the protocol shows them: every value a string, the level a list. */
+export interface TraceSettingsJson {
+  trace_level: string[];
+  trace_rate: string;
+  trace_count: string;
+  log_frequency: string;
+  trace_file: string;
+  trace_mode: string;
+}
+
+const LEVELS = new Set(['OFF', 'TIMESTAMPS', 'TENSORS']);
+
+function parseUint(name: string, s: string, min = 0, max = 0xffffffff): number {
+  if (!/^\s*[-+]?\d+\s*$/.test(s)) throw new TsiError('INVALID_ARG', `Unable to parse '${name}', got: ${s}`);
+  const n = Number(s);
+  if (n < min || n > max) {
+    if (name === 'trace_count' && n < min) {
+      throw new TsiError('INVALID_ARG', `Unable to parse 'trace_count'. Expecting value >= ${min}, got:${s}`);
+    }
+    throw new TsiError('INVALID_ARG', `Unable to parse '${name}', value is out of range [ ${min}, ${max} ], got: ${s}`);
+  }
+  return n;
+}
+
+/**
+ * Parses a trace update: each key maps to its string value(s), or `null` to clear a model-level
+ * override (falling back to the global value). Shared by HTTP (JSON) and gRPC (repeated strings).
+ */
+export function parseTraceUpdate(u: Record<string, string | string[] | null>): TraceSettingUpdate {
+  if ('trace_file' in u) throw new TsiError('UNSUPPORTED', 'trace file location can not be updated through network protocol');
+  const out: TraceSettingUpdate = {};
+  const one = (k: string): string | null | undefined => {
+    const v = u[k];
+    if (v === undefined || v === null) return v;
+    if (Array.isArray(v)) {
+      if (v.length !== 1) throw new TsiError('INVALID_ARG', `expected a single value for '${k}', got ${v.length}`);
+      return v[0]!;
+    }
+    if (typeof v !== 'string') throw new TsiError('INVALID_ARG', `expected a string value for '${k}', got ${JSON.stringify(v)}`);
+    return v;
+  };
+  if ('trace_level' in u) {
+    const v = u.trace_level;
+    if (v === null) out.level = null;
+    else {
+      const list = Array.isArray(v) ? v : [v];
+      if (!list.every((x) => typeof x === 'string')) throw new TsiError('INVALID_ARG', `'trace_level' must be an array of strings`);
+      for (const x of list) {
+        if (!LEVELS.has(x)) throw new TsiError('INVALID_ARG', `invalid 'trace_level' value '${x}': expected OFF, TIMESTAMPS or TENSORS`);
+      }
+      if (list.includes('OFF') && list.length > 1) throw new TsiError('INVALID_ARG', `Expect only one trace level 'OFF' is specified`);
+      out.level = list.filter((x) => x !== 'OFF') as TraceLevel[];
+    }
+  }
+  const rate = one('trace_rate');
+  if (rate !== undefined) out.rate = rate === null ? null : parseUint('trace_rate', rate);
+  const count = one('trace_count');
+  if (count !== undefined) out.count = count === null ? null : parseUint('trace_count', count, -1, 0x7fffffff);
+  const freq = one('log_frequency');
+  if (freq !== undefined) out.logFrequency = freq === null ? null : parseUint('log_frequency', freq);
+  return out;
+}
+
+export function traceSettingsJson(traces: TraceManager, model?: string): TraceSettingsJson {
+  const s = traces.setting(model);
+  return {
+    trace_level: s.level.length === 0 ? ['OFF'] : [...s.level],
+    trace_rate: String(s.rate),
+    trace_count: String(s.count),
+    log_frequency: String(s.logFrequency),
+    trace_file: s.file,
+    trace_mode: 'triton',
+  };
+}

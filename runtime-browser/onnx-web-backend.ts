@@ -1,0 +1,290 @@
+/**
+ * The `onnxruntime` backend for the browser: core's Backend bound to onnxruntime-web. Each model
+ * instance owns one InferenceSession; an instance picks its execution provider itself and reports it
+ * as `device` (`webgpu` or `wasm`), with the reason whenever it had to fall back:
+ * - KIND_GPU instances (or every instance with `device: 'webgpu'`) try WebGPU when an adapter exists
+ *   and the model's inputs and outputs use only types WebGPU buffers can hold (no 64-bit, no strings);
+ *   a session that still fails to create on WebGPU is retried on wasm.
+ * - KIND_CPU instances run on wasm.
+ * ORT is loaded lazily with a dynamic `import('onnxruntime-web')` so it lands in a chunk of its own
+ * (its pthread workers start from that chunk; from the page's entry chunk they would hang), unless the
+ * caller hands in a module — a Service Worker must, since `import()` is not allowed there.
+ */
+
+import type * as Ort from 'onnxruntime-web';
+import {
+  TsiError, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
+  type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
+  type InstanceSpec, type Logger, type ModelConfig, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
+} from '../core/index.js';
+import { readOnnxIo } from './onnx-io.js';
+
+export type OrtModule = typeof Ort;
+export type DevicePreference = 'auto' | 'webgpu' | 'wasm';
+
+export interface OnnxWebOptions {
+  log: Logger;
+  /** The onnxruntime-web module, or a loader for it. Default: `import('onnxruntime-web')`. */
+  ort?: OrtModule | (() => Promise<OrtModule>);
+  /**
+   * `auto` (default): KIND_GPU instances try WebGPU, KIND_CPU ones use wasm. `webgpu`: every instance
+   * tries WebGPU first. `wasm`: WebGPU is never used.
+   */
+  device?: DevicePreference;
+  /** wasm threads; default: up to 4 when the page is cross-origin isolated, else 1. */
+  numThreads?: number;
+}
+
+/** What this page (or worker) offers ORT, probed once. */
+export interface WebEnvironment {
+  crossOriginIsolated: boolean;
+  /** Threads need Worker; a Service Worker has none. */
+  workers: boolean;
+  hardwareConcurrency: number;
+  /** The WebGPU adapter's description, or why there is none. */
+  webgpu: { available: true; vendor: string; architecture: string; fallback: boolean } | { available: false; reason: string };
+}
+
+interface GpuLike {
+  requestAdapter(): Promise<{ info?: { vendor?: string; architecture?: string; isFallbackAdapter?: boolean }; isFallbackAdapter?: boolean } | null>;
+}
+
+let envPromise: Promise<WebEnvironment> | undefined;
+
+export function probeEnvironment(): Promise<WebEnvironment> {
+  envPromise ??= (async () => {
+    const g = globalThis as { crossOriginIsolated?: boolean; Worker?: unknown; navigator?: { hardwareConcurrency?: number; gpu?: GpuLike } };
+    let webgpu: WebEnvironment['webgpu'];
+    try {
+      const adapter = g.navigator?.gpu ? await g.navigator.gpu.requestAdapter() : undefined;
+      if (adapter) {
+        const info = adapter.info ?? {};
+        webgpu = {
+          available: true, vendor: info.vendor ?? '', architecture: info.architecture ?? '',
+          fallback: info.isFallbackAdapter ?? adapter.isFallbackAdapter ?? false,
+        };
+      } else {
+        webgpu = { available: false, reason: g.navigator?.gpu ? 'no WebGPU adapter (requestAdapter() returned null)' : 'this browser has no WebGPU (navigator.gpu is undefined)' };
+      }
+    } catch (err) {
+      webgpu = { available: false, reason: `WebGPU adapter request failed: ${(err as Error).message}` };
+    }
+    return {
+      crossOriginIsolated: g.crossOriginIsolated === true,
+      workers: typeof g.Worker === 'function',
+      hardwareConcurrency: g.navigator?.hardwareConcurrency ?? 1,
+      webgpu,
+    };
+  })();
+  return envPromise;
+}
+
+/** Up to 4 wasm threads where they can work (cross-origin isolated, Worker available), else 1. */
+export function defaultThreads(env: WebEnvironment): number {
+  return env.crossOriginIsolated && env.workers ? Math.max(1, Math.min(4, env.hardwareConcurrency)) : 1;
+}
+
+const configured = new WeakSet<object>();
+
+/**
+ * Loads (once) and configures the ORT module. Threads only when they can work: without cross-origin
+ * isolation ORT would warn and fall back anyway, and in a Service Worker it cannot start workers.
+ */
+export async function loadOrt(opts: Pick<OnnxWebOptions, 'ort' | 'numThreads'> = {}): Promise<OrtModule> {
+  const src = opts.ort;
+  const ort = typeof src === 'function' ? await src() : src ?? (await import('onnxruntime-web'));
+  if (!configured.has(ort)) {
+    configured.add(ort);
+    ort.env.wasm.numThreads = opts.numThreads ?? defaultThreads(await probeEnvironment());
+    ort.env.logLevel = 'error';
+  }
+  return ort;
+}
+
+const ORT_TYPE: Partial<Record<DataType, Ort.Tensor.Type>> = {
+  BOOL: 'bool', UINT8: 'uint8', UINT16: 'uint16', UINT32: 'uint32', UINT64: 'uint64', INT8: 'int8', INT16: 'int16',
+  INT32: 'int32', INT64: 'int64', FP16: 'float16', FP32: 'float32', FP64: 'float64', BYTES: 'string',
+};
+const FROM_ORT: Record<string, DataType> = Object.fromEntries(Object.entries(ORT_TYPE).map(([k, v]) => [v, k as DataType]));
+
+/** Graph input/output types a WebGPU buffer cannot hold; such models run on wasm. */
+const WEBGPU_LACKS = new Set(['int64', 'uint64', 'float64', 'string', 'bfloat16']);
+
+function modelPath(config: ModelConfig, version: number): string {
+  return `${version}/${config.default_model_filename || 'model.onnx'}`;
+}
+
+export function createOnnxWebBackend(opts: OnnxWebOptions): Backend {
+  return {
+    name: 'onnxruntime',
+    async describeModel(config: ModelConfig, version: number, files: ModelFiles): Promise<ModelIoInfo> {
+      const path = modelPath(config, version);
+      if (!(await files.exists(path))) throw new TsiError('INVALID_ARG', `unable to find '${path}' for model '${config.name}'`);
+      return readOnnxIo(await files.read(path));
+    },
+    async loadModel(ctx: ModelLoadContext): Promise<BackendModel> {
+      const ort = await loadOrt(opts);
+      const path = modelPath(ctx.config, ctx.version);
+      let bytes: Uint8Array;
+      try {
+        bytes = await ctx.files.read(path);
+      } catch (err) {
+        throw new TsiError('INVALID_ARG', `unable to read '${path}' for model '${ctx.config.name}': ${(err as Error).message}`);
+      }
+      return new OnnxWebModel(ctx, opts, ort, bytes, await probeEnvironment());
+    },
+  };
+}
+
+/** Triton onnxruntime_backend parameters that mean something in onnxruntime-web. */
+function sessionOptions(config: ModelConfig): Ort.InferenceSession.SessionOptions {
+  const p = (k: string) => config.parameters?.[k]?.string_value;
+  // ORT's own warnings (e.g. shape ops placed on the CPU under WebGPU) are noise here; errors still surface.
+  const o: Ort.InferenceSession.SessionOptions = { logSeverityLevel: 3 };
+  const pattern = p('enable_mem_pattern');
+  if (pattern !== undefined) o.enableMemPattern = pattern === '1' || pattern === 'true';
+  const arena = p('enable_mem_arena');
+  if (arena !== undefined) o.enableCpuMemArena = arena === '1' || arena === 'true';
+  const level = config.optimization?.graph?.level;
+  o.graphOptimizationLevel = level === -1 ? 'basic' : level === 1 ? 'extended' : 'all';
+  return o;
+}
+
+/** Runs of one ORT module never overlap: its wasm heap and WebGPU device are shared by all sessions. */
+const runLocks = new WeakMap<object, Promise<unknown>>();
+function serialized<T>(ort: OrtModule, fn: () => Promise<T>): Promise<T> {
+  const prev = runLocks.get(ort) ?? Promise.resolve();
+  const next = prev.then(fn, fn);
+  runLocks.set(ort, next.catch(() => undefined));
+  return next;
+}
+
+class OnnxWebModel implements BackendModel {
+  private readonly gpuBlocker?: string;
+
+  constructor(
+    private readonly ctx: ModelLoadContext, private readonly opts: OnnxWebOptions, private readonly ort: OrtModule,
+    private readonly bytes: Uint8Array, private readonly env: WebEnvironment,
+  ) {
+    const io = readOnnxIo(bytes);
+    const lacking = [...new Set([...io.inputs, ...io.outputs].map((t) => t.datatype).filter((t) => WEBGPU_LACKS.has(t)))];
+    if (lacking.length > 0) this.gpuBlocker = `WebGPU has no ${lacking.join('/')} tensors`;
+  }
+
+  async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
+    const { config, log } = this.ctx;
+    const pref = this.opts.device ?? 'auto';
+    const tryGpu = pref === 'webgpu' || (pref === 'auto' && spec.kind === 'KIND_GPU');
+    let fallback: string | undefined;
+    if (tryGpu) {
+      if (!this.env.webgpu.available) fallback = this.env.webgpu.reason;
+      else if (this.gpuBlocker) fallback = this.gpuBlocker;
+      else {
+        try {
+          const session = await this.create('webgpu');
+          log.verbose(1, `${config.name} (${spec.name}) runs on webgpu`);
+          return new OnnxWebInstance(spec, 'webgpu', undefined, session, this.ort, config);
+        } catch (err) {
+          fallback = `webgpu session failed: ${(err as Error).message.split('\n')[0]}`;
+        }
+      }
+      log.warn(`${config.name} (${spec.name}): ${fallback}; running on wasm`);
+    }
+    const session = await this.create('wasm').catch((err: Error) => {
+      throw new TsiError('INTERNAL', `failed to create an onnxruntime-web session for '${config.name}': ${err.message.split('\n')[0]}`);
+    });
+    log.verbose(1, `${config.name} (${spec.name}) runs on wasm (${this.ort.env.wasm.numThreads ?? 1} thread(s))`);
+    return new OnnxWebInstance(spec, 'wasm', fallback, session, this.ort, this.ctx.config);
+  }
+
+  private create(ep: 'webgpu' | 'wasm'): Promise<Ort.InferenceSession> {
+    // ORT may keep the buffer it is given; each session gets its own copy.
+    return this.ort.InferenceSession.create(this.bytes.slice(), { ...sessionOptions(this.ctx.config), executionProviders: [ep] });
+  }
+
+  async unload(): Promise<void> {}
+}
+
+export class OnnxWebInstance implements BackendInstance {
+  constructor(
+    readonly spec: InstanceSpec,
+    readonly device: 'webgpu' | 'wasm',
+    /** Why a WebGPU-eligible instance runs on wasm instead; undefined when it got what it asked for. */
+    readonly fallbackReason: string | undefined,
+    private readonly session: Ort.InferenceSession,
+    private readonly ort: OrtModule,
+    private readonly config: ModelConfig,
+  ) {}
+
+  async execute(requests: BackendRequest[]): Promise<ExecutionTimes> {
+    const t0 = performance.now();
+    const batching = (this.config.max_batch_size ?? 0) > 0;
+    const rows = requests.map((r) => r.batchSize);
+    const feeds: Record<string, Ort.Tensor> = {};
+    for (const [name] of requests[0]!.inputs) {
+      const t = concatBatch(requests.map((r) => r.inputs.get(name)!));
+      const cfg = this.config.input?.find((i) => i.name === name);
+      let dims = t.shape;
+      if (cfg?.reshape) dims = batching ? [t.shape[0]!, ...(cfg.reshape.shape ?? [])] : [...(cfg.reshape.shape ?? [])];
+      feeds[name] = this.toOrt(t, dims);
+    }
+    const fetches = new Set<string>();
+    for (const r of requests) {
+      for (const o of r.requestedOutputs) fetches.add(o);
+      for (const o of r.stateOutputs ?? []) fetches.add(o);
+    }
+    const t1 = performance.now();
+    let results: Ort.InferenceSession.ReturnType;
+    try {
+      results = await serialized(this.ort, () => this.session.run(feeds, [...fetches]));
+    } catch (err) {
+      throw new TsiError('INTERNAL', `onnxruntime failed to run model '${this.config.name}': ${(err as Error).message}`);
+    }
+    const t2 = performance.now();
+    const total = rows.reduce((a, b) => a + b, 0);
+    const outputs = new Map<string, Tensor[]>();
+    for (const [name, ot] of Object.entries(results)) {
+      const cfg = this.config.output?.find((o) => o.name === name);
+      const datatype = FROM_ORT[ot.type] ?? (cfg?.data_type ? configTypeToDatatype(cfg.data_type) : undefined);
+      if (!datatype) throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has unsupported type '${ot.type}'`);
+      let shape = [...ot.dims];
+      if (cfg?.reshape) shape = batching ? [shape[0]!, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])];
+      const t: Tensor = { name, datatype, shape, data: fromOrtData(datatype, ot.data) };
+      if (batching && requests.length > 1) {
+        if (shape[0] !== total) {
+          throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has ${shape[0]} rows for a batch of ${total}`);
+        }
+        outputs.set(name, splitBatch(t, rows));
+      } else outputs.set(name, requests.map(() => t));
+    }
+    requests.forEach((r, i) => {
+      const outs: Tensor[] = [];
+      for (const parts of outputs.values()) outs.push(parts[i]!);
+      r.send({ outputs: outs }, true);
+    });
+    const t3 = performance.now();
+    return { computeInputNs: (t1 - t0) * 1e6, computeInferNs: (t2 - t1) * 1e6, computeOutputNs: (t3 - t2) * 1e6 };
+  }
+
+  private toOrt(t: Tensor, dims: number[]): Ort.Tensor {
+    const type = ORT_TYPE[t.datatype];
+    if (!type) throw new TsiError('UNSUPPORTED', `datatype ${t.datatype} of input '${t.name}' is not supported by onnxruntime-web`);
+    if (t.datatype === 'BYTES') return new this.ort.Tensor('string', (t.data as Uint8Array[]).map(decodeString), dims);
+    return new this.ort.Tensor(type, t.data as Ort.Tensor.DataType as never, dims);
+  }
+
+  async unload(): Promise<void> {
+    await this.session.release();
+  }
+}
+
+/** ORT output data as core's representation (FP16 as raw Uint16 bits, BYTES as UTF-8 elements). */
+function fromOrtData(datatype: DataType, data: Ort.Tensor.DataType): Tensor['data'] {
+  if (datatype === 'BYTES') return (data as string[]).map(encodeString);
+  if ((datatype === 'FP16' || datatype === 'BF16') && !(data instanceof Uint16Array)) {
+    const d = data as unknown as ArrayBufferView & { length: number };
+    return new Uint16Array(d.buffer, d.byteOffset, d.length);
+  }
+  if (datatype === 'BOOL' && !(data instanceof Uint8Array)) return Uint8Array.from(data as ArrayLike<number>, (v) => (v ? 1 : 0));
+  return data as Tensor['data'];
+}

@@ -1,0 +1,182 @@
+/**
+ * Prometheus metrics on their own listener (`--metrics-port`, default 8002, `GET /metrics`), in the
+ * exposition format written by prom-client. Per-model families carry Triton's names, types, HELP texts
+ * and `model`/`version` labels, so Triton dashboards and alerts work unchanged. Their values are not
+ * counted twice: every scrape reads the same ModelStats the statistics extension serves (collect
+ * callbacks), so `/metrics` and `/v2/models/stats` always agree. Durations are the statistics' total
+ * nanoseconds in whole microseconds. Host CPU and memory gauges (Linux /proc where available) and
+ * prom-client's process metrics complete the page.
+ */
+
+import { readFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { cpus, freemem, totalmem } from 'node:os';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import type { FailureReason, InferenceServer, ModelStats, ModelVersion } from '../core/index.js';
+
+const REASONS: FailureReason[] = ['REJECTED', 'CANCELED', 'BACKEND', 'OTHER'];
+const us = (ns: number) => Math.floor(ns / 1000);
+
+type Labels = { model: string; version: string };
+
+/** Per-model families: name, Triton's HELP text, type, and how to read the value from ModelStats. */
+const MODEL_FAMILIES: { name: string; help: string; type: 'counter' | 'gauge'; value: (s: ModelStats) => number }[] = [
+  { name: 'nv_inference_request_success', type: 'counter', help: 'Number of successful inference requests, all batch sizes', value: (s) => s.success.count },
+  { name: 'nv_inference_count', type: 'counter', help: 'Number of inferences performed (does not include cached requests)', value: (s) => s.inferenceCount },
+  { name: 'nv_inference_exec_count', type: 'counter', help: 'Number of model executions performed (does not include cached requests)', value: (s) => s.executionCount },
+  { name: 'nv_inference_request_duration_us', type: 'counter', help: 'Cumulative inference request duration in microseconds (includes cached requests)', value: (s) => us(s.success.ns) },
+  { name: 'nv_inference_queue_duration_us', type: 'counter', help: 'Cumulative inference queuing duration in microseconds (includes cached requests)', value: (s) => us(s.queue.ns) },
+  { name: 'nv_inference_compute_input_duration_us', type: 'counter', help: 'Cumulative compute input duration in microseconds (does not include cached requests)', value: (s) => us(s.computeInput.ns) },
+  { name: 'nv_inference_compute_infer_duration_us', type: 'counter', help: 'Cumulative compute inference duration in microseconds (does not include cached requests)', value: (s) => us(s.computeInfer.ns) },
+  { name: 'nv_inference_compute_output_duration_us', type: 'counter', help: 'Cumulative inference compute output duration in microseconds (does not include cached requests)', value: (s) => us(s.computeOutput.ns) },
+  { name: 'nv_inference_pending_request_count', type: 'gauge', help: 'Instantaneous number of pending requests awaiting execution per-model.', value: (s) => s.pending },
+  { name: 'nv_model_load_duration_secs', type: 'gauge', help: 'Model load time in seconds', value: (s) => s.loadDurationSecs },
+];
+
+export interface MetricsOptions {
+  /** nv_cpu_* gauges (tritonserver's --allow-cpu-metrics). */
+  cpuMetrics?: boolean;
+  /** prom-client's process_* and nodejs_* metrics. */
+  processMetrics?: boolean;
+}
+
+function loadedVersions(server: InferenceServer): ModelVersion[] {
+  const out: ModelVersion[] = [];
+  for (const name of server.repository.names().sort()) out.push(...server.repository.readyVersions(name).reverse());
+  return out;
+}
+
+const labelsOf = (mv: ModelVersion): Labels => ({ model: mv.name, version: String(mv.version) });
+
+/** A registry whose model metrics are read from `server` at scrape time. */
+export function createMetricsRegistry(server: InferenceServer, opts: MetricsOptions = {}): Registry {
+  const registry = new Registry();
+  const [success, ...rest] = MODEL_FAMILIES;
+  const family = (f: (typeof MODEL_FAMILIES)[number]) => {
+    if (f.type === 'counter') {
+      new Counter({
+        name: f.name, help: f.help, labelNames: ['model', 'version'], registers: [registry],
+        collect() {
+          this.reset();
+          for (const mv of loadedVersions(server)) this.inc(labelsOf(mv), f.value(mv.stats));
+        },
+      });
+    } else {
+      new Gauge({
+        name: f.name, help: f.help, labelNames: ['model', 'version'], registers: [registry],
+        collect() {
+          this.reset();
+          for (const mv of loadedVersions(server)) this.set(labelsOf(mv), f.value(mv.stats));
+        },
+      });
+    }
+  };
+  family(success!);
+  new Counter({
+    name: 'nv_inference_request_failure', help: 'Number of failed inference requests, all batch sizes',
+    labelNames: ['model', 'reason', 'version'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const mv of loadedVersions(server)) {
+        for (const reason of REASONS) this.inc({ model: mv.name, reason, version: String(mv.version) }, mv.stats.failures[reason]);
+      }
+    },
+  });
+  for (const f of rest) family(f);
+  if (opts.cpuMetrics !== false) cpuGauges(registry);
+  if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry });
+  return registry;
+}
+
+/** Aggregate CPU busy/total jiffies (os.cpus() times are cumulative since boot). */
+function cpuTimes(): { busy: number; total: number } {
+  let busy = 0;
+  let total = 0;
+  for (const c of cpus()) {
+    const t = c.times;
+    busy += t.user + t.nice + t.sys + t.irq;
+    total += t.user + t.nice + t.sys + t.irq + t.idle;
+  }
+  return { busy, total };
+}
+
+function memoryUsed(): number {
+  try {
+    // MemAvailable is what Triton uses: total minus memory the kernel could hand out now.
+    const info = readFileSync('/proc/meminfo', 'utf8');
+    const total = Number(/^MemTotal:\s+(\d+)/m.exec(info)?.[1]) * 1024;
+    const avail = Number(/^MemAvailable:\s+(\d+)/m.exec(info)?.[1]) * 1024;
+    if (Number.isFinite(total) && Number.isFinite(avail)) return total - avail;
+  } catch {
+    /* not Linux */
+  }
+  return totalmem() - freemem();
+}
+
+function cpuGauges(registry: Registry): void {
+  let last = cpuTimes();
+  new Gauge({
+    name: 'nv_cpu_utilization', help: 'CPU utilization rate [0.0 - 1.0]', registers: [registry],
+    collect() {
+      const now = cpuTimes();
+      const dt = now.total - last.total;
+      // Between two scrapes; on the first, or if no time passed, since boot.
+      this.set(dt > 0 ? (now.busy - last.busy) / dt : (now.total > 0 ? now.busy / now.total : 0));
+      if (dt > 0) last = now;
+    },
+  });
+  new Gauge({
+    name: 'nv_cpu_memory_total_bytes', help: 'CPU total memory (RAM), in bytes', registers: [registry],
+    collect() {
+      this.set(totalmem());
+    },
+  });
+  new Gauge({
+    name: 'nv_cpu_memory_used_bytes', help: 'CPU used memory (RAM), in bytes', registers: [registry],
+    collect() {
+      this.set(memoryUsed());
+    },
+  });
+}
+
+export interface MetricsListener {
+  port: number;
+  address: string;
+  close(): Promise<void>;
+}
+
+/** Serves `GET /metrics` (Triton's `/metrics/?`); other paths 404, other methods 405. */
+export async function listenMetrics(registry: Registry, port: number, address: string): Promise<MetricsListener> {
+  const server: Server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0]!;
+    if (!/^\/metrics\/?$/.test(path)) {
+      res.writeHead(404, { 'Content-Type': 'application/json' }).end('{"error":"Not Found"}');
+      return;
+    }
+    if (req.method !== 'GET') {
+      res.writeHead(405, { 'Content-Type': 'application/json' }).end('{"error":"Method Not Allowed"}');
+      return;
+    }
+    registry.metrics().then(
+      (text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text),
+      (err) => res.writeHead(500, { 'Content-Type': 'application/json' }).end(JSON.stringify({ error: String(err) })),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, address, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const info = server.address() as AddressInfo;
+  return {
+    port: info.port,
+    address: info.address,
+    close: () => new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    }),
+  };
+}
