@@ -52,18 +52,27 @@ export function defaultProtoDir(): string {
 }
 
 const packages = new Map<string, protoLoader.PackageDefinition>();
-function loadPackage(protoDir: string, longs: typeof String | typeof Number): protoLoader.PackageDefinition {
-  const key = `${protoDir}|${longs.name}`;
+/**
+ * `numeric` decodes int64 as numbers and leaves out oneof virtual fields — the form ModelConfig takes
+ * in JSON; the default form keeps 64-bit integers exact and names each InferParameter's oneof choice.
+ */
+function loadPackage(protoDir: string, numeric = false): protoLoader.PackageDefinition {
+  const key = `${protoDir}|${numeric}`;
   let p = packages.get(key);
   if (!p) {
-    p = protoLoader.loadSync(['grpc_service.proto'], { ...LOADER, longs, includeDirs: [protoDir] });
+    const opts = numeric ? { ...LOADER, longs: Number, oneofs: false } : LOADER;
+    p = protoLoader.loadSync(['grpc_service.proto'], { ...opts, includeDirs: [protoDir] });
     packages.set(key, p);
   }
   return p;
 }
 
 type Obj = Record<string, any>;
-type StreamItem = { result: InferResult; final: boolean; error?: undefined } | { error: InferenceServerError; result?: undefined };
+/**
+ * One stream response. `final` is the server's `triton_final_response` flag where it sent one (it does
+ * for decoupled models when the request set `enableEmptyFinalResponse`); undefined otherwise.
+ */
+type StreamItem = { result: InferResult; final?: boolean; error?: undefined } | { error: InferenceServerError; result?: undefined; final?: undefined };
 
 function grpcError(err: grpc.ServiceError): InferenceServerError {
   return new InferenceServerError({ source: 'grpc', status: err.code, message: err.details || err.message, cause: err });
@@ -82,7 +91,7 @@ export class GrpcClient implements InferenceClient {
     this.opts = typeof options === 'string' ? { url: options } : options;
     this.url = this.opts.url.replace(/^grpc:\/\//i, '').replace(/\/+$/, '');
     this.protoDir = this.opts.protoDir ?? defaultProtoDir();
-    const loaded = grpc.loadPackageDefinition(loadPackage(this.protoDir, String)) as Obj;
+    const loaded = grpc.loadPackageDefinition(loadPackage(this.protoDir)) as Obj;
     const Service = loaded.inference.GRPCInferenceService as grpc.ServiceClientConstructor;
     const channel: grpc.ChannelOptions = {
       'grpc.max_receive_message_length': -1,
@@ -154,9 +163,9 @@ export class GrpcClient implements InferenceClient {
     return modelMetadata(await this.unary('ModelMetadata', { name: model, version: version === undefined ? '' : String(version) }, opts));
   }
 
-  /** Decoded with `longs: Number`, so int64 config fields (dims, delays) are numbers as in the JSON form. */
+  /** Decoded in the numeric form, so int64 config fields (dims, delays) are numbers as in the JSON config. */
   async getModelConfig(model: string, version?: string | number, opts?: CallOptions): Promise<ModelConfig> {
-    const numeric = loadPackage(this.protoDir, Number)['inference.GRPCInferenceService'] as protoLoader.ServiceDefinition;
+    const numeric = loadPackage(this.protoDir, true)['inference.GRPCInferenceService'] as protoLoader.ServiceDefinition;
     const deserialize = numeric.ModelConfig!.responseDeserialize as (b: Buffer) => unknown;
     const r = await this.unary('ModelConfig', { name: model, version: version === undefined ? '' : String(version) }, opts, deserialize);
     return dropNulls(r.config ?? {}) as ModelConfig;
@@ -180,7 +189,7 @@ export class GrpcClient implements InferenceClient {
    * stream ends the iteration with a thrown error. `end()` half-closes; iteration ends when the server
    * has answered everything.
    */
-  stream(handlers: { onResult?: (r: InferResult, final: boolean) => void; onError?: (e: InferenceServerError) => void } = {}, opts?: CallOptions): InferStream {
+  stream(handlers: StreamHandlers = {}, opts?: CallOptions): InferStream {
     const call = this.stub.ModelStreamInfer(this.metadata(opts), this.callOptions(opts)) as grpc.ClientDuplexStream<Obj, Obj>;
     return new InferStream(call, handlers);
   }
@@ -270,9 +279,7 @@ export class InferStream implements AsyncIterable<StreamItem> {
   private ended = false;
   private cancelled = false;
 
-  constructor(private readonly call: grpc.ClientDuplexStream<Obj, Obj>, private readonly handlers: {
-    onResult?: (r: InferResult, final: boolean) => void; onError?: (e: InferenceServerError) => void;
-  }) {
+  constructor(private readonly call: grpc.ClientDuplexStream<Obj, Obj>, handlers: StreamHandlers) {
     call.on('data', (msg: Obj) => {
       if (msg.error_message) {
         // In-stream errors carry no status code; UNKNOWN is gRPC's code for exactly that.
@@ -283,7 +290,7 @@ export class InferStream implements AsyncIterable<StreamItem> {
       }
       const result = parseInferResponse(msg.infer_response ?? {});
       const fin = fromInferParameters(msg.infer_response?.parameters).triton_final_response;
-      const final = fin === undefined ? true : fin === true;
+      const final = fin === undefined ? undefined : fin === true;
       handlers.onResult?.(result, final);
       this.push({ result, final });
     });
@@ -345,6 +352,12 @@ export class InferStream implements AsyncIterable<StreamItem> {
       },
     };
   }
+}
+
+export interface StreamHandlers {
+  onResult?: (r: InferResult, final: boolean | undefined) => void;
+  /** Per-request errors, and finally the stream's own failure if it breaks. */
+  onError?: (e: InferenceServerError) => void;
 }
 
 export type { StreamItem };

@@ -56,12 +56,15 @@ export class HttpClient implements InferenceClient {
   }
 
   /** Sends one request; non-2xx answers are thrown unless `allowStatus` accepts them. */
-  private async send(method: Method, path: string, body: Uint8Array | string | undefined, opts: CallOptions = {}, headers: Record<string, string> = {}, allowStatus?: (s: number) => boolean): Promise<Response> {
+  private async send(
+    method: Method, path: string, body: Uint8Array | string | undefined, opts: CallOptions = {}, headers: Record<string, string> = {},
+    allowStatus?: (s: number) => boolean, compressible = true,
+  ): Promise<Response> {
     const h: Record<string, string> = { ...this.opts.headers, ...headers, ...opts.headers };
     let payload: BodyInit | undefined;
     if (body !== undefined) {
       let bytes = typeof body === 'string' ? new TextEncoder().encode(body) : body;
-      if (this.opts.requestCompression) {
+      if (this.opts.requestCompression && compressible) {
         bytes = await compress(bytes, this.opts.requestCompression);
         h['Content-Encoding'] = this.opts.requestCompression;
       }
@@ -81,8 +84,9 @@ export class HttpClient implements InferenceClient {
     return resp;
   }
 
-  private async json<T>(method: Method, path: string, body?: unknown, opts?: CallOptions): Promise<T> {
-    const resp = await this.send(method, path, body === undefined ? undefined : JSON.stringify(body), opts, body === undefined ? {} : { 'Content-Type': 'application/json' });
+  private async json<T>(method: Method, path: string, body?: unknown, opts?: CallOptions, compressible = true): Promise<T> {
+    const headers: Record<string, string> = body === undefined ? {} : { 'Content-Type': 'application/json' };
+    const resp = await this.send(method, path, body === undefined ? undefined : JSON.stringify(body), opts, headers, undefined, compressible);
     const text = await resp.text();
     if (text === '') return undefined as T;
     try {
@@ -141,16 +145,16 @@ export class HttpClient implements InferenceClient {
     return new InferResult({ ...result, timing: { sendNs: t1 - t0, waitNs: t2 - t1, recvNs: t3 - t2 } });
   }
 
-  /** The provisional `generate` extension: one JSON object in, one out. */
+  /** The provisional `generate` extension: one JSON object in, one out (never compressed: Triton takes identity only). */
   generate(model: string, body: Record<string, unknown>, opts: CallOptions & { version?: string | number } = {}): Promise<Record<string, unknown>> {
-    return this.json('POST', `${modelPath(model, opts.version)}/generate`, body, opts);
+    return this.json('POST', `${modelPath(model, opts.version)}/generate`, body, opts, false);
   }
 
   /** `generate_stream`: yields each server-sent event's JSON; an `{"error": ...}` event throws. */
   async *generateStream(model: string, body: Record<string, unknown>, opts: CallOptions & { version?: string | number } = {}): AsyncGenerator<Record<string, unknown>> {
     const resp = await this.send('POST', `${modelPath(model, opts.version)}/generate_stream`, JSON.stringify(body), opts, {
       'Content-Type': 'application/json', Accept: 'text/event-stream',
-    });
+    }, undefined, false);
     for await (const data of sseEvents(resp)) {
       let v: unknown;
       try {

@@ -25,6 +25,8 @@ interface TensorNode {
   next: TensorNode[];
   /** Outputs of one step share a label (a decoupled step's responses carry all of them). */
   sibling?: { label: number; visited: boolean };
+  /** The model of the step writing this tensor. */
+  producer?: string;
 }
 
 function node(model: string, batching: boolean, type: string | undefined, dims: readonly number[] | undefined): TensorNode {
@@ -115,6 +117,7 @@ export function validateEnsemble(ensemble: ModelConfig, steps: readonly ModelCon
       if (known) consistent(known, t, `in ensemble ${name}, ensemble tensor ${tensor}: `);
       else tensors.set(tensor, (known = t));
       known.sibling = sibling;
+      known.producer = model;
     }
     const decoupled = cfg.model_transaction_policy?.decoupled === true;
     for (const tensor of Object.values(outputMap)) {
@@ -142,7 +145,7 @@ export function validateEnsemble(ensemble: ModelConfig, steps: readonly ModelCon
       if (next.visited || !next.prev.every((p) => p.visited)) continue;
       const first = next.prev[0]!.label;
       if (next.prev.some((p) => p.label !== first)) {
-        throw invalid(`in ensemble ${name}, step of model '${next.model}' receives inputs originated from different decoupled models`);
+        throw invalid(`in ensemble ${name}, step of model '${next.producer ?? next.model}' receives inputs originated from different decoupled models`);
       }
       if (next.sibling?.visited) next.label = next.sibling.label;
       else {

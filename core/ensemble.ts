@@ -48,6 +48,33 @@ interface Plan {
   producer: Map<string, number>;
   maxInflight: number;
   decoupled: boolean;
+  outputCount: number;
+  /** Pruning for requests that want every output (the usual case), computed once. */
+  full?: Pruned;
+}
+
+interface Pruned {
+  active: boolean[];
+  /** How many readers each needed tensor has (active steps, plus 1 when it is a requested output). */
+  readers: Map<string, number>;
+}
+
+/** Steps needed for `outputs`, walking back from them (Triton prunes the same way). */
+function prune(plan: Plan, outputs: readonly string[]): Pruned {
+  const active = new Array<boolean>(plan.steps.length).fill(false);
+  const readers = new Map<string, number>();
+  const todo = [...outputs];
+  for (const t of todo) readers.set(t, (readers.get(t) ?? 0) + 1);
+  for (let t = todo.pop(); t !== undefined; t = todo.pop()) {
+    const s = plan.producer.get(t);
+    if (s === undefined || active[s]) continue;
+    active[s] = true;
+    for (const [, input] of plan.steps[s]!.inputs) {
+      readers.set(input, (readers.get(input) ?? 0) + 1);
+      todo.push(input);
+    }
+  }
+  return { active, readers };
 }
 
 function buildPlan(cfg: ModelConfig, stepConfigs: readonly ModelConfig[], decoupled: boolean): Plan {
@@ -64,10 +91,12 @@ function buildPlan(cfg: ModelConfig, stepConfigs: readonly ModelConfig[], decoup
       decoupled: stepConfigs[index]?.model_transaction_policy?.decoupled === true,
     };
   });
-  return {
-    name: cfg.name ?? '', steps, consumers, producer, decoupled,
+  const plan: Plan = {
+    name: cfg.name ?? '', steps, consumers, producer, decoupled, outputCount: (cfg.output ?? []).length,
     maxInflight: cfg.ensemble_scheduling?.max_inflight_requests ?? 0,
   };
+  plan.full = prune(plan, (cfg.output ?? []).map((o) => o.name!));
+  return plan;
 }
 
 /** The `ensemble` backend; core registers it on every server. */
@@ -185,9 +214,11 @@ class EnsembleScheduler implements Scheduler {
 class EnsembleRun {
   private readonly tensors = new Map<string, (Tensor | null)[]>();
   private readonly active: boolean[];
-  /** How many readers each needed tensor has (active steps, plus 1 when it is a requested output). */
-  private readonly readers = new Map<string, number>();
-  private readonly fired = new Set<string>();
+  private readonly readers: Map<string, number>;
+  /** Steps started, as iteration × steps + step. */
+  private readonly fired = new Set<number>();
+  /** Readers still to come per tensor and iteration (decoupled streams only). */
+  private readonly left = new Map<string, number[]>();
   private readonly emitted = new Set<number>();
   private readonly stepInflight: number[];
   private readonly stepQueue: number[][];
@@ -205,7 +236,10 @@ class EnsembleRun {
     this.stepInflight = new Array<number>(n).fill(0);
     this.stepQueue = Array.from({ length: n }, () => []);
     this.iterations = new Array<number>(n).fill(0);
-    this.active = this.prune();
+    // Requested outputs are validated and distinct: as many as the ensemble has means all of them.
+    const pruned = request.requestedOutputs.length === plan.outputCount && plan.full ? plan.full : prune(plan, request.requestedOutputs);
+    this.active = pruned.active;
+    this.readers = pruned.readers;
     const p: Parameters = { ...request.parameters };
     const seq = request.sequence;
     if (seq) {
@@ -216,23 +250,6 @@ class EnsembleRun {
     if (request.priority) p.priority = request.priority;
     if (request.timeoutUs) p.timeout = request.timeoutUs;
     this.params = p;
-  }
-
-  /** Steps needed for the requested outputs, walking back from them (Triton prunes the same way). */
-  private prune(): boolean[] {
-    const active = new Array<boolean>(this.plan.steps.length).fill(false);
-    const todo = [...this.request.requestedOutputs];
-    for (const t of todo) this.readers.set(t, (this.readers.get(t) ?? 0) + 1);
-    for (let t = todo.pop(); t !== undefined; t = todo.pop()) {
-      const s = this.plan.producer.get(t);
-      if (s === undefined || active[s]) continue;
-      active[s] = true;
-      for (const [, input] of this.plan.steps[s]!.inputs) {
-        this.readers.set(input, (this.readers.get(input) ?? 0) + 1);
-        todo.push(input);
-      }
-    }
-    return active;
   }
 
   start(): void {
@@ -259,11 +276,23 @@ class EnsembleRun {
     return this.tensors.get(name)?.[iter] !== undefined;
   }
 
+  /**
+   * One reader is done with a tensor of a decoupled stream; after the last, it is dropped (kept as
+   * "present", null), so a long stream does not hold every token's tensors until it ends.
+   */
+  private release(name: string, iter: number): void {
+    if (!this.plan.decoupled) return;
+    let left = this.left.get(name);
+    if (!left) this.left.set(name, (left = []));
+    left[iter] = (left[iter] ?? this.readers.get(name) ?? 1) - 1;
+    if (left[iter] === 0) this.tensors.get(name)![iter] = null;
+  }
+
   /** A tensor appeared: start the steps it completes, and answer if the outputs are all there. */
   private advance(name: string, iter: number): void {
     for (const s of this.plan.consumers.get(name) ?? []) {
       if (!this.active[s] || this.done) continue;
-      const key = `${s}:${iter}`;
+      const key = iter * this.plan.steps.length + s;
       if (this.fired.has(key) || !this.plan.steps[s]!.inputs.every(([, t]) => this.has(t, iter))) continue;
       this.fired.add(key);
       if (this.plan.maxInflight > 0 && this.stepInflight[s]! >= this.plan.maxInflight) this.stepQueue[s]!.push(iter);
@@ -278,6 +307,7 @@ class EnsembleRun {
     for (const [input, tensor] of step.inputs) {
       const t = this.tensors.get(tensor)![iter]!;
       if (t) inputs.push({ name: input, datatype: t.datatype, shape: t.shape, data: t.data });
+      this.release(tensor, iter);
     }
     const wanted = step.outputs.filter(([, t]) => (this.readers.get(t) ?? 0) > 0);
     const req = {
@@ -325,6 +355,7 @@ class EnsembleRun {
       outputs.push(t);
     }
     this.emitted.add(iter);
+    for (const name of this.request.requestedOutputs) this.release(name, iter);
     if (this.plan.decoupled) this.request.send({ outputs }, false);
     else {
       this.done = true;

@@ -144,14 +144,14 @@ export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: Se
   });
 
   // ---- trace settings, global and per model (a version in the path is Triton's 404)
-  const trace = (model?: string): Partial<Record<'GET' | 'POST', Handler>> => ({
+  const trace = (modelOf: (c: Context) => string | undefined): Partial<Record<'GET' | 'POST', Handler>> => ({
     GET: (c) => {
-      const m = model ?? c.req.param('model');
+      const m = modelOf(c);
       if (m) checkTraceModel(server, m);
       return json(traceSettingsJson(ext.traces, m));
     },
     POST: async (c) => {
-      const m = model ?? c.req.param('model');
+      const m = modelOf(c);
       if (m) checkTraceModel(server, m);
       const body = await bodyObject(c, maxInput, false);
       for (const [k, v] of Object.entries(body)) {
@@ -163,8 +163,8 @@ export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: Se
       return json(traceSettingsJson(ext.traces, m));
     },
   });
-  route(app, '/v2/trace/setting', trace(''));
-  route(app, '/v2/models/:model{[^/]+}/trace/setting', trace());
+  route(app, '/v2/trace/setting', trace(() => undefined));
+  route(app, '/v2/models/:model{[^/]+}/trace/setting', trace((c) => c.req.param('model')));
 }
 
 /** Trace settings for a model require it to be ready (Triton's text, with its odd spacing). */

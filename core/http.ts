@@ -3,6 +3,8 @@
  * so the Node server, the browser's in-page `fetch` and a Service Worker all answer the same routes
  * with the same bytes. Routes, status codes, empty health bodies and `{"error": ...}` bodies follow
  * Triton's http_server.cc; request and response compression (gzip/deflate) and CORS are handled here.
+ * The management extensions (repository control, shared memory, logging, trace, restricted APIs) are
+ * mounted from http-admin.ts; inference reads and writes shared-memory regions and feeds tracing here.
  */
 
 import { Hono, type Context } from 'hono';
@@ -10,6 +12,7 @@ import { cors } from 'hono/cors';
 import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
 import { ServerExtensions, type Restrictions } from './extensions.js';
 import { mountExtensionRoutes, restrictedApiMiddleware } from './http-admin.js';
+import { generate } from './generate.js';
 import type { InferenceServer } from './server.js';
 import { attachTrace } from './trace.js';
 import { HEADER_LENGTH, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
@@ -98,6 +101,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     route(`${base}/config`, { GET: (c) => json(server.modelConfig(c.req.param('model')!, version(c))) });
     route(`${base}/stats`, { GET: (c) => json(server.statistics(c.req.param('model')!, version(c))) });
     route(`${base}/infer`, { POST: (c) => infer(server, c, maxInput, ext) });
+    route(`${base}/generate`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), false, maxInput) });
+    route(`${base}/generate_stream`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), true, maxInput) });
   }
 
   route('/v2/repository/index', {
@@ -108,6 +113,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
         if (typeof body.ready !== 'boolean') throw invalidArg(`Invalid value for 'ready': expected a boolean`);
         ready = body.ready;
       }
+      // Triton's index reads the repositories each time, so models added since start-up are listed.
+      await server.repository.scan();
       return json(server.repositoryIndex(ready));
     },
   });

@@ -31,9 +31,17 @@ export { SharedMemoryManager, type SystemShmProvider, type ShmHandle, type ShmRe
 export {
   TraceManager, Trace, attachTrace, traceOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
 } from './trace.js';
-export { LogSettings, controllableLogger, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
+export { LogSettings, controllableLogger, parseTraceConfig, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
 export {
   ModelControl, RepositoryPoller, checkOverridePath, checkModelName, memoryStager,
   type ModelFileStager, type StagedFiles, type LoadParamValue,
 } from './model-control.js';
 export { checkTraceModel } from './http-admin.js';
+export { createEnsembleBackend, ensembleComposingModels, validateEnsemble } from './ensemble.js';
+export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
+export { generate, generateRequest, generateResponseJson } from './generate.js';
+export {
+  JsModelHost, ModelRequest, ModelTensor, InferError, instantiateModel, toTensor, toTensors, errorOf,
+  type JsHost, type InitInfo, type InitializeArgs, type ModelResponse, type ResponseSender, type BlsRequest,
+  type BlsResponse, type TensorInit, type TensorValue, type TensorsInit, type WireRequest, type WireResponse,
+} from './js-model.js';

@@ -17,6 +17,7 @@ import { decodeString, encodeString } from './tensor.js';
 import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTensor, Tensor } from './types.js';
 import { configTypeToDatatype } from './config.js';
 import { linkTrace, tracedInstance } from './trace.js';
+import type { ResponseCache } from './cache.js';
 
 export type ModelState = 'UNKNOWN' | 'LOADING' | 'READY' | 'UNAVAILABLE' | 'UNLOADING';
 
@@ -29,6 +30,8 @@ export interface LoadOptions {
   clock: Clock;
   log: Logger;
   server: InProcessServer;
+  /** The server's response cache, used when the config enables `response_cache`. */
+  cache?: ResponseCache;
 }
 
 export class ModelVersion {
@@ -37,7 +40,8 @@ export class ModelVersion {
   readonly config: ModelConfig;
   readonly stats = new ModelStats();
   readonly labels = new Map<string, string[]>();
-  readonly decoupled: boolean;
+  /** Fixed once loaded (an ensemble learns it from its steps while loading). */
+  decoupled: boolean;
   state: ModelState = 'LOADING';
   reason = '';
   instances: BackendInstance[] = [];
@@ -45,6 +49,7 @@ export class ModelVersion {
   private scheduler?: Scheduler;
   private readonly clock: Clock;
   private readonly log: Logger;
+  private cache?: ResponseCache;
   /** Sequence control and implicit-state inputs: the scheduler supplies them, clients must not. */
   private readonly internalInputs: ReadonlySet<string>;
 
@@ -72,6 +77,11 @@ export class ModelVersion {
       mv.backendModel = await opts.backend.loadModel({
         config: opts.config, version: opts.version, files: opts.files, log: opts.log, server: opts.server,
       });
+      mv.decoupled = opts.config.model_transaction_policy?.decoupled === true;
+      if (opts.config.response_cache?.enable) {
+        if (opts.cache) mv.cache = opts.cache;
+        else opts.log.warn(`model '${mv.name}' enables response_cache but the server has no cache (start it with --cache-config local,size=<bytes>); responses are not cached`);
+      }
       let index = 0;
       for (const group of opts.config.instance_group ?? []) {
         const kind = (group.kind === 'KIND_GPU' || group.kind === 'KIND_MODEL') ? group.kind : 'KIND_CPU';
@@ -86,10 +96,11 @@ export class ModelVersion {
       if (mv.instances.length === 0 && opts.config.platform !== 'ensemble') {
         mv.instances.push(tracedInstance(await mv.backendModel.createInstance({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 }), opts.clock));
       }
-      mv.scheduler = createScheduler({
+      const sctx = {
         modelName: mv.name, version: mv.version, config: opts.config, instances: mv.instances, stats: mv.stats,
         clock: opts.clock, log: opts.log, decoupled: mv.decoupled,
-      });
+      };
+      mv.scheduler = mv.backendModel.createScheduler?.(sctx) ?? createScheduler(sctx);
       mv.stats.loadDurationSecs = (opts.clock.nowNs() - t0) / 1e9;
       mv.state = 'READY';
       return mv;
@@ -134,6 +145,7 @@ export class ModelVersion {
     });
     pending.receivedNs = this.clock.nowNs();
     linkTrace(req, pending);
+    if (this.cache?.serve(this.name, this.version, pending, this.stats, this.clock)) return pending;
     this.scheduler.enqueue(pending);
     return pending;
   }

@@ -15,6 +15,7 @@ import { TsiError, asTsiError } from './errors.js';
 import type { ModelConfig } from './model-config.js';
 import { ModelVersion, type ModelState } from './model.js';
 import type { Clock, Logger } from './types.js';
+import type { ResponseCache } from './cache.js';
 
 export interface RepositorySource {
   /** Where it is, for logs (a path or URL). */
@@ -35,6 +36,8 @@ export interface RepositoryOptions {
   gpuCount: number;
   autoComplete: boolean;
   defaultMaxBatchSize: number;
+  /** The server's response cache, handed to models whose config enables it. */
+  cache?: ResponseCache;
 }
 
 export interface IndexEntry {
@@ -190,7 +193,7 @@ export class ModelRepository {
       try {
         log.info(`loading: ${name}:${v}`);
         const mv = await ModelVersion.load({
-          name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server,
+          name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server, cache: this.opts.cache,
         });
         loaded.set(v, mv);
         log.info(`successfully loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);

@@ -7,7 +7,9 @@
  */
 
 import { BackendRegistry, type InProcessServer } from './backend.js';
+import type { ResponseCache } from './cache.js';
 import { modelConfigToJson } from './config.js';
+import { createEnsembleBackend } from './ensemble.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelVersion } from './model.js';
 import { ModelRepository, type IndexEntry, type LoadOverrides, type RepositorySource } from './repository.js';
@@ -32,6 +34,8 @@ export interface ServerOptions {
   gpuCount?: number;
   /** Extensions advertised by `GET /v2` beyond core's own (transports add theirs). */
   extraExtensions?: string[];
+  /** The response cache (tritonserver's `--cache-config local,size=N`); absent: no caching. */
+  responseCache?: ResponseCache;
 }
 
 export const TSI_VERSION = '0.1.0';
@@ -44,6 +48,7 @@ const CORE_EXTENSIONS = [
 
 export class InferenceServer implements InProcessServer {
   readonly repository: ModelRepository;
+  readonly cache?: ResponseCache;
   readonly clock: Clock;
   readonly log: Logger;
   readonly options: Required<Pick<ServerOptions, 'id' | 'version' | 'strictReadiness' | 'modelControlMode'>>;
@@ -62,6 +67,9 @@ export class InferenceServer implements InProcessServer {
       modelControlMode: opts.modelControlMode ?? 'none',
     };
     this.extensions = [...CORE_EXTENSIONS, ...(opts.extraExtensions ?? [])];
+    this.cache = opts.responseCache;
+    // Ensembles are core: every runtime serves them without registering anything.
+    if (!opts.backends.has('ensemble')) opts.backends.register('ensemble', () => createEnsembleBackend(this));
     this.repository = new ModelRepository({
       sources: opts.sources,
       backends: opts.backends,
@@ -71,6 +79,7 @@ export class InferenceServer implements InProcessServer {
       gpuCount: opts.gpuCount ?? 0,
       autoComplete: opts.autoComplete ?? true,
       defaultMaxBatchSize: opts.defaultMaxBatchSize ?? 4,
+      cache: opts.responseCache,
     });
   }
 

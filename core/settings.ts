@@ -8,7 +8,7 @@
 
 import { TsiError } from './errors.js';
 import type { Logger } from './types.js';
-import type { TraceLevel, TraceManager, TraceSettingUpdate } from './trace.js';
+import type { TraceLevel, TraceManager, TraceSetting, TraceSettingUpdate } from './trace.js';
 
 export interface LogSwitches {
   info: boolean;
@@ -160,4 +160,33 @@ export function traceSettingsJson(traces: TraceManager, model?: string): TraceSe
     trace_file: s.file,
     trace_mode: 'triton',
   };
+}
+
+/**
+ * tritonserver's `--trace-config [triton,]<key>=<value>` flags (level, rate, count, file, log-frequency)
+ * as an initial trace setting. `level` may repeat (TIMESTAMPS and TENSORS accumulate; OFF clears).
+ */
+export function parseTraceConfig(specs: readonly string[]): Partial<TraceSetting> {
+  const out: Partial<TraceSetting> = {};
+  for (const spec of specs) {
+    const m = /^(?:([a-z]+),)?([a-z_-]+)=(.*)$/.exec(spec);
+    if (!m) throw new TsiError('INVALID_ARG', `--trace-config expects [triton,]<setting>=<value>, got '${spec}'`);
+    const [, mode, key, value] = m as unknown as [string, string | undefined, string, string];
+    if (mode && mode !== 'triton') throw new TsiError('INVALID_ARG', `--trace-config: trace mode '${mode}' is not supported (only 'triton')`);
+    switch (key) {
+      case 'level': {
+        const v = value.toUpperCase();
+        if (v === 'OFF') out.level = [];
+        else if (v === 'TIMESTAMPS' || v === 'TENSORS') out.level = [...new Set([...(out.level ?? []), v as TraceLevel])];
+        else throw new TsiError('INVALID_ARG', `--trace-config: invalid level '${value}', expected OFF, TIMESTAMPS or TENSORS`);
+        break;
+      }
+      case 'rate': out.rate = parseUint('trace_rate', value); break;
+      case 'count': out.count = parseUint('trace_count', value, -1, 0x7fffffff); break;
+      case 'log-frequency': case 'log_frequency': out.logFrequency = parseUint('log_frequency', value); break;
+      case 'file': out.file = value; break;
+      default: throw new TsiError('INVALID_ARG', `--trace-config: unknown setting '${key}' (expected level, rate, count, file or log-frequency)`);
+    }
+  }
+  return out;
 }

@@ -125,7 +125,9 @@ export class UrlSource implements RepositorySource {
         return r?.ok === true;
       },
       list: async (rel) => listFrom(await known(), rel),
-    };
+      // Beyond ModelFiles: where a file lives, so JavaScript models import from their own URL.
+      url,
+    } as ModelFiles;
   }
 
   async fingerprint(model: string): Promise<string> {

@@ -4,8 +4,8 @@
  * in: the in-page API (`infer`, `metadata`, `config`, `ready`, `stats`) and the KServe v2 HTTP
  * protocol itself as `fetch(request)` — core's own handler, so a Service Worker (service-worker.ts)
  * can answer `/v2/...` for unmodified HTTP clients. Queueing, dynamic batching, sequences and
- * statistics are core's and apply here unchanged. Backends other than ONNX (ensembles, JavaScript
- * models) plug in through `backends`, by the name a config's `backend`/`platform` selects.
+ * statistics are core's and apply here unchanged, and so do ensembles (core's) and JavaScript models
+ * (js-backend.ts). Further backends plug in through `backends`, by the name a config's `backend` selects.
  */
 
 import {
@@ -14,9 +14,10 @@ import {
   type Logger, type ModelControlMode, type RepositorySource,
 } from '../core/index.js';
 import { fromInferResponse, toInferRequest, type InferCall, type OutputData, type OutputTensor } from './api.js';
+import { createJsBackend } from './js-backend.js';
 import { MemorySource, UrlSource, filesFromFileList, type MemoryFile, type ModelList } from './fetch-source.js';
 import {
-  createOnnxWebBackend, defaultThreads, probeEnvironment, OnnxWebInstance,
+  createOnnxWebBackend, defaultThreads, fallbackReasonOf, probeEnvironment,
   type DevicePreference, type OrtModule, type WebEnvironment,
 } from './onnx-web-backend.js';
 
@@ -39,7 +40,7 @@ export interface BrowserServerOptions {
   numThreads?: number;
   /** The onnxruntime-web module or a loader; default `import('onnxruntime-web')`. */
   ort?: OrtModule | (() => Promise<OrtModule>);
-  /** More backends by name (`javascript`, `ensemble`, ...), created on first use. */
+  /** More backends by name, created on first use; a name already taken (`javascript`) is replaced. */
   backends?: Record<string, () => Backend | Promise<Backend>>;
   log?: Logger;
   /** Console logging verbosity when no `log` is given (tritonserver's --log-verbose). */
@@ -114,6 +115,38 @@ export class BrowserServer {
     return fromInferResponse(await this.core.infer(toInferRequest(call, config)));
   }
 
+  /**
+   * Every response of a request, as they come — for decoupled models (0..N responses) and any other
+   * (exactly one): `for await (const out of server.inferStream({...}))`. An error response ends it by throwing.
+   */
+  async *inferStream(call: InferCall): AsyncGenerator<Record<string, OutputData>> {
+    const config = this.core.model(call.model, call.version === undefined ? undefined : String(call.version)).config;
+    const queue: (InferResponse | TsiError)[] = [];
+    let finished = false;
+    let wake: (() => void) | undefined;
+    const done = this.core.inferStream(toInferRequest(call, config), (r, final) => {
+      queue.push(r);
+      if (final) finished = true;
+      wake?.();
+    });
+    for (;;) {
+      const r = queue.shift();
+      if (r === undefined) {
+        if (finished) break;
+        await new Promise<void>((w) => (wake = w));
+        wake = undefined;
+        continue;
+      }
+      if (r instanceof TsiError) throw r;
+      // A final response that only closes the stream carries no outputs.
+      if (r.outputs.length === 0) continue;
+      const out: Record<string, OutputData> = {};
+      for (const [name, t] of Object.entries(fromInferResponse(r))) out[name] = t.data;
+      yield out;
+    }
+    await done;
+  }
+
   /** Core's request/response objects as they are (v2 field names, BYTES as Uint8Array elements). */
   inferRequest(request: InferRequest): Promise<InferResponse> {
     return this.core.infer(request);
@@ -151,10 +184,10 @@ export class BrowserServer {
 
   /** Where each instance of a model version runs. */
   instances(model: string, version?: string | number): InstanceInfo[] {
-    return this.core.model(model, version === undefined ? undefined : String(version)).instances.map((i) => ({
-      name: i.spec.name, kind: i.spec.kind, device: i.device,
-      ...(i instanceof OnnxWebInstance && i.fallbackReason ? { fallbackReason: i.fallbackReason } : {}),
-    }));
+    return this.core.model(model, version === undefined ? undefined : String(version)).instances.map((i) => {
+      const reason = fallbackReasonOf(i.spec);
+      return { name: i.spec.name, kind: i.spec.kind, device: i.device, ...(reason ? { fallbackReason: reason } : {}) };
+    });
   }
 
   load(model: string, overrides?: LoadOverrides): Promise<void> {
@@ -176,8 +209,10 @@ export async function createServer(opts: BrowserServerOptions): Promise<BrowserS
   if (!opts || opts.repository === undefined) throw new TsiError('INVALID_ARG', 'createServer: `repository` is required');
   const log = opts.log ?? consoleLogger(opts.logVerbose ?? 0);
   const env = await probeEnvironment();
+  if (env.threadsBlocked && opts.numThreads === undefined) log.warn(`${env.threadsBlocked}; running on 1 thread`);
   const backends = new BackendRegistry();
   backends.register('onnxruntime', () => createOnnxWebBackend({ log, ort: opts.ort, device: opts.device, numThreads: opts.numThreads }));
+  backends.register('javascript', () => createJsBackend({ log }));
   for (const [name, factory] of Object.entries(opts.backends ?? {})) backends.register(name, factory);
   const core = new InferenceServer({
     sources: toSources(opts),

@@ -40,6 +40,8 @@ export interface WebEnvironment {
   crossOriginIsolated: boolean;
   /** Threads need Worker; a Service Worker has none. */
   workers: boolean;
+  /** Why wasm threads are off although the page is cross-origin isolated (undefined when they may run). */
+  threadsBlocked?: string;
   hardwareConcurrency: number;
   /** The WebGPU adapter's description, or why there is none. */
   webgpu: { available: true; vendor: string; architecture: string; fallback: boolean } | { available: false; reason: string };
@@ -69,9 +71,12 @@ export function probeEnvironment(): Promise<WebEnvironment> {
     } catch (err) {
       webgpu = { available: false, reason: `WebGPU adapter request failed: ${(err as Error).message}` };
     }
+    const isolated = g.crossOriginIsolated === true;
+    const workers = typeof g.Worker === 'function';
     return {
-      crossOriginIsolated: g.crossOriginIsolated === true,
-      workers: typeof g.Worker === 'function',
+      crossOriginIsolated: isolated,
+      workers,
+      threadsBlocked: isolated && workers ? await workerScriptsBlocked() : undefined,
       hardwareConcurrency: g.navigator?.hardwareConcurrency ?? 1,
       webgpu,
     };
@@ -79,9 +84,27 @@ export function probeEnvironment(): Promise<WebEnvironment> {
   return envPromise;
 }
 
-/** Up to 4 wasm threads where they can work (cross-origin isolated, Worker available), else 1. */
+/**
+ * ORT starts its pthread workers from its own chunk's URL. In an isolated page Chromium refuses a
+ * worker script served without COEP (net::ERR_BLOCKED_BY_RESPONSE), and ORT then waits forever for
+ * its threads. The chunk is served like this module, so this module's own headers tell.
+ */
+async function workerScriptsBlocked(): Promise<string | undefined> {
+  const url = import.meta.url;
+  if (!/^https?:/.test(url)) return undefined;
+  try {
+    const r = await fetch(url, { method: 'HEAD', cache: 'no-store' });
+    const coep = r.headers.get('cross-origin-embedder-policy');
+    if (coep === 'require-corp' || coep === 'credentialless') return undefined;
+    return `the page is cross-origin isolated but its scripts (${url}) are served without Cross-Origin-Embedder-Policy, so wasm threads could not start; serve the tsi files with COEP too`;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Up to 4 wasm threads where they can work (isolated, Worker available, scripts with COEP), else 1. */
 export function defaultThreads(env: WebEnvironment): number {
-  return env.crossOriginIsolated && env.workers ? Math.max(1, Math.min(4, env.hardwareConcurrency)) : 1;
+  return env.crossOriginIsolated && env.workers && !env.threadsBlocked ? Math.max(1, Math.min(4, env.hardwareConcurrency)) : 1;
 }
 
 const configured = new WeakSet<object>();
@@ -205,6 +228,13 @@ class OnnxWebModel implements BackendModel {
   async unload(): Promise<void> {}
 }
 
+/**
+ * Why an instance runs on wasm although it could have used WebGPU, by its spec: core may wrap the
+ * instance object (tracing), but hands every wrapper the backend's own spec.
+ */
+const fallbacks = new WeakMap<InstanceSpec, string>();
+export const fallbackReasonOf = (spec: InstanceSpec): string | undefined => fallbacks.get(spec);
+
 export class OnnxWebInstance implements BackendInstance {
   constructor(
     readonly spec: InstanceSpec,
@@ -214,7 +244,9 @@ export class OnnxWebInstance implements BackendInstance {
     private readonly session: Ort.InferenceSession,
     private readonly ort: OrtModule,
     private readonly config: ModelConfig,
-  ) {}
+  ) {
+    if (fallbackReason) fallbacks.set(spec, fallbackReason);
+  }
 
   async execute(requests: BackendRequest[]): Promise<ExecutionTimes> {
     const t0 = performance.now();

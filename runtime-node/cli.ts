@@ -9,7 +9,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
-import { TSI_VERSION, asTsiError, type IndexEntry, type ModelControlMode } from '../core/index.js';
+import { TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
 import { providerStatus, gpuCount, startServer, stderrLogger } from './index.js';
 import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
 import { perfCommand } from './perf-cli.js';
@@ -76,8 +76,23 @@ export function buildCli(): Command {
     .option('--http-port <port>', 'HTTP port', parsePort, 8000)
     .option('--http-address <address>', 'HTTP listen address', '0.0.0.0')
     .option('--allow-http <bool>', 'serve HTTP', parseBool, true)
-    .option('--grpc-port <port>', 'gRPC port (reserved: the gRPC server is not implemented yet)', parsePort, 8001)
-    .option('--metrics-port <port>', 'Prometheus metrics port (reserved: metrics are not implemented yet)', parsePort, 8002)
+    .option('--grpc-port <port>', 'gRPC port', parsePort, 8001)
+    .option('--grpc-address <address>', 'gRPC listen address', '0.0.0.0')
+    .option('--allow-grpc <bool>', 'serve gRPC', parseBool, true)
+    .option('--grpc-restricted-protocol <cats:key=value>', 'gRPC categories (health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging) that need metadata triton-grpc-protocol-<key>=<value> (repeatable)', collect)
+    .addOption(new Option('--grpc-infer-response-compression-level <level>', 'compress gRPC responses').choices(['none', 'low', 'medium', 'high']).default('none'))
+    .option('--metrics-port <port>', 'Prometheus metrics port (GET /metrics)', parsePort, 8002)
+    .option('--metrics-address <address>', 'metrics listen address (default: the HTTP address)')
+    .option('--allow-metrics <bool>', 'serve Prometheus metrics', parseBool, true)
+    .option('--allow-cpu-metrics <bool>', 'include nv_cpu_* host metrics', parseBool, true)
+    .option('--http-restricted-api <cats:key=value>', 'HTTP categories (as for gRPC) that need header <key>: <value>, else 403 (repeatable)', collect)
+    .option('--allow-client-shm <bool>', 'let clients register system shared memory regions', parseBool, false)
+    .option('--repository-poll-secs <secs>', 'poll interval in poll mode', (v) => {
+      const n = Number(v);
+      if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative number of seconds, got '${v}'`);
+      return n;
+    }, 15)
+    .option('--trace-config <[triton,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, file=PATH, log-frequency=N (repeatable)', collect)
     .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
     .option('--exit-on-error <bool>', 'exit if any model fails to load at start-up', parseBool, true)
     .option('--strict-readiness <bool>', 'ready only when every model is ready', parseBool, true)
@@ -89,6 +104,7 @@ export function buildCli(): Command {
     .option('--exit-timeout-secs <secs>', 'how long shutdown waits for in-flight requests', parseIntArg, 30)
     .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
+    .option('--cache-config <cache,key=value>', 'response cache, e.g. local,size=1048576 (bytes); models opt in with response_cache { enable: true }', collect)
     .option('--browser-demo', 'also serve the in-browser demo at /demo, the browser build at /browser/ and the model files at /repository/')
     .action(async (o) => {
       const repos: string[] = [...(o.modelRepository ?? []), ...(o.modelStore ?? [])];
@@ -106,6 +122,20 @@ export function buildCli(): Command {
           process.exit(1);
         }
         if (m[2] === 'default-max-batch-size') defaultMaxBatchSize = Number(m[3]);
+      }
+      let cache: { size: number } | undefined;
+      try {
+        cache = parseCacheConfig((o.cacheConfig ?? []) as string[]);
+      } catch (err) {
+        process.stderr.write(`Error: ${asTsiError(err).message}\n`);
+        process.exit(1);
+      }
+      let trace;
+      try {
+        trace = parseTraceConfig((o.traceConfig ?? []) as string[]);
+      } catch (err) {
+        process.stderr.write(`Error: ${asTsiError(err).message}\n`);
+        process.exit(1);
       }
       const log = stderrLogger(o.logVerbose);
       log.info(`tsi ${TSI_VERSION} starting; model repositories: ${repos.join(', ')}`);
@@ -126,20 +156,35 @@ export function buildCli(): Command {
           maxInputSize: o.httpMaxInputSize,
           id: o.id,
           browserDemo: o.browserDemo,
+          responseCacheBytes: cache?.size,
+          grpcPort: o.allowGrpc ? o.grpcPort : undefined,
+          grpcAddress: o.grpcAddress,
+          grpcRestrictedProtocol: o.grpcRestrictedProtocol,
+          grpcResponseCompression: o.grpcInferResponseCompressionLevel,
+          metricsPort: o.allowMetrics ? o.metricsPort : undefined,
+          metricsAddress: o.metricsAddress,
+          cpuMetrics: o.allowCpuMetrics,
+          httpRestrictedApi: o.httpRestrictedApi,
+          allowClientShm: o.allowClientShm,
+          repositoryPollSecs: o.repositoryPollSecs,
+          trace,
         });
       } catch (err) {
         log.error(`failed to start: ${asTsiError(err).message}`);
         process.exit(1);
       }
       const { server } = running;
-      const index = server.repositoryIndex();
+      // Models an explicit-mode repository holds but did not load are listed by name only; not in the table.
+      const index = server.repositoryIndex().filter((e) => e.state !== undefined);
       process.stderr.write(modelTable(index, (n, v) => server.model(n, v).devices().join(', ')) + '\n');
       if (o.exitOnError && index.some((e) => e.state !== 'READY')) {
         log.error('failed to load all models; exiting (start with --exit-on-error=false to serve the others)');
         await running.stop(1000);
         process.exit(1);
       }
+      if (running.grpc) log.info(`Started GRPCInferenceService at ${o.grpcAddress}:${running.grpc.port}`);
       if (running.http) log.info(`Started HTTPService at ${o.httpAddress}:${running.http.port}`);
+      if (running.metrics) log.info(`Started Metrics Service at ${o.metricsAddress ?? o.httpAddress}:${running.metrics.port}`);
       let stopping = false;
       const shutdown = async (sig: string) => {
         if (stopping) return;

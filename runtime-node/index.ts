@@ -6,12 +6,17 @@
 
 import { availableParallelism } from 'node:os';
 import {
-  BackendRegistry, DEFAULT_MAX_INPUT_SIZE, InferenceServer, createHttpApp, createLogger,
-  type Logger, type ModelControlMode,
+  BackendRegistry, DEFAULT_MAX_INPUT_SIZE, InferenceServer, RepositoryPoller, ResponseCache, ServerExtensions, controllableLogger, createHttpApp,
+  createLogger, parseRestrictions, type Backend, type Logger, type ModelControlMode, type TraceSetting,
 } from '../core/index.js';
+import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
+import { listenGrpc, type GrpcListener } from './grpc.js';
+import { createMetricsRegistry, listenMetrics, type MetricsListener } from './metrics.js';
+import { nodeShmProvider } from './shm.js';
 import { FolderSource } from './fs-source.js';
 import { listen, type Listener } from './http.js';
 import { createOnnxBackend } from './onnx-backend.js';
+import { createJsBackend } from './js-backend.js';
 import { browserRoutes } from './browser-assets.js';
 import { gpuCount } from './eps.js';
 
@@ -33,11 +38,38 @@ export interface NodeServerOptions {
   id?: string;
   /** Also serve the browser demo (/demo), the browser build (/browser/) and the repositories' files (/repository/). */
   browserDemo?: boolean;
+  /** gRPC listener port; unset = no gRPC listener (the CLI passes 8001). */
+  grpcPort?: number;
+  grpcAddress?: string;
+  /** --grpc-restricted-protocol specs, `<categories>:<key>=<value>`. */
+  grpcRestrictedProtocol?: string[];
+  grpcResponseCompression?: 'none' | 'low' | 'medium' | 'high';
+  /** Prometheus listener port; unset = no metrics listener (the CLI passes 8002). */
+  metricsPort?: number;
+  /** Default: the HTTP address. */
+  metricsAddress?: string;
+  cpuMetrics?: boolean;
+  /** --http-restricted-api specs, `<categories>:<key>=<value>`. */
+  httpRestrictedApi?: string[];
+  /** --allow-client-shm (default false). */
+  allowClientShm?: boolean;
+  /** Poll interval in poll mode (default 15; 0 = never poll after start-up). */
+  repositoryPollSecs?: number;
+  /** Initial trace settings (--trace-config). */
+  trace?: Partial<TraceSetting>;
+  /** The response cache's size in bytes (tritonserver's `--cache-config local,size=N`); unset = no cache. */
+  responseCacheBytes?: number;
+  /** Backends to register besides onnxruntime (name → factory), e.g. a JavaScript or decoupled backend. */
+  extraBackends?: Record<string, () => Backend | Promise<Backend>>;
 }
 
 export interface RunningServer {
   server: InferenceServer;
   http?: Listener;
+  grpc?: GrpcListener;
+  metrics?: MetricsListener;
+  /** Shared-memory regions, trace/log settings and model control, shared by HTTP and gRPC. */
+  extensions: ServerExtensions;
   log: Logger;
   /** Graceful stop: close listeners, drain in-flight requests (up to timeoutMs), unload models. */
   stop(timeoutMs?: number): Promise<void>;
@@ -50,14 +82,23 @@ export function stderrLogger(verbose = 0) {
 export function createNodeBackends(log: Logger): BackendRegistry {
   const backends = new BackendRegistry();
   backends.register('onnxruntime', () => createOnnxBackend({ log, cores: availableParallelism() }));
+  backends.register('javascript', () => createJsBackend({ log }));
   return backends;
 }
 
+function withExtraBackends(registry: BackendRegistry, extra: NodeServerOptions['extraBackends']): BackendRegistry {
+  for (const [name, factory] of Object.entries(extra ?? {})) registry.register(name, factory);
+  return registry;
+}
+
 export async function startServer(opts: NodeServerOptions): Promise<RunningServer> {
-  const log = opts.log ?? stderrLogger(opts.logVerbose ?? 0);
+  // The logging extension must be able to switch what this logger prints.
+  const log = controllableLogger(opts.log ?? stderrLogger(opts.logVerbose ?? 0));
+  const httpRestrictions = parseRestrictions(opts.httpRestrictedApi ?? [], '--http-restricted-api');
+  const grpcRestrictions = parseRestrictions(opts.grpcRestrictedProtocol ?? [], '--grpc-restricted-protocol', 'triton-grpc-protocol-');
   const server = new InferenceServer({
     sources: opts.modelRepositories.map((p) => new FolderSource(p)),
-    backends: createNodeBackends(log),
+    backends: withExtraBackends(createNodeBackends(log), opts.extraBackends),
     log,
     id: opts.id,
     strictReadiness: opts.strictReadiness,
@@ -66,28 +107,64 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     autoComplete: opts.autoComplete,
     defaultMaxBatchSize: opts.defaultMaxBatchSize,
     gpuCount: gpuCount(),
+    responseCache: opts.responseCacheBytes !== undefined ? new ResponseCache(opts.responseCacheBytes) : undefined,
+  });
+  const shmProvider = nodeShmProvider();
+  const extensions = new ServerExtensions(server, {
+    allowClientShm: opts.allowClientShm ?? false,
+    shmProvider,
+    shmUnavailableReason: shmProvider ? undefined : `POSIX shared memory files (/dev/shm) are not available on ${process.platform}`,
+    trace: opts.trace,
+    traceWriter: fileTraceWriter,
+    stageModelFiles: tempFolderStager(),
   });
   let http: Listener | undefined;
-  if (opts.allowHttp !== false) {
-    const app = createHttpApp(server, { maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE, corsOrigin: opts.corsOrigin,
-      extend: opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined });
-    // Listen before loading models, as Triton does: liveness answers while models load; readiness waits.
-    http = await listen(app.fetch, opts.httpPort ?? 8000, opts.httpAddress ?? '0.0.0.0');
+  let grpc: GrpcListener | undefined;
+  let metrics: MetricsListener | undefined;
+  try {
+    if (opts.allowHttp !== false) {
+      const app = createHttpApp(server, { maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE, corsOrigin: opts.corsOrigin,
+        extend: opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined, extensions, restrictedApi: httpRestrictions });
+      // Listen before loading models, as Triton does: liveness answers while models load; readiness waits.
+      http = await listen(app.fetch, opts.httpPort ?? 8000, opts.httpAddress ?? '0.0.0.0');
+    }
+    if (opts.grpcPort !== undefined) {
+      grpc = await listenGrpc(server, {
+        port: opts.grpcPort, address: opts.grpcAddress ?? '0.0.0.0', extensions, restrictedProtocol: grpcRestrictions,
+        responseCompression: opts.grpcResponseCompression,
+      });
+    }
+    if (opts.metricsPort !== undefined) {
+      const registry = createMetricsRegistry(server, { cpuMetrics: opts.cpuMetrics });
+      metrics = await listenMetrics(registry, opts.metricsPort, opts.metricsAddress ?? opts.httpAddress ?? '0.0.0.0');
+    }
+  } catch (err) {
+    await Promise.all([http?.close(), grpc?.close(0), metrics?.close()]);
+    throw err;
   }
   await server.start();
+  const poller = opts.modelControlMode === 'poll' ? new RepositoryPoller(server, (opts.repositoryPollSecs ?? 15) * 1000) : undefined;
+  poller?.start();
   return {
     server,
     http,
+    grpc,
+    metrics,
+    extensions,
     log,
     async stop(timeoutMs = 30_000) {
+      await poller?.stop();
       http?.stopAccepting();
+      grpc?.stopAccepting();
       const left = await server.stop(timeoutMs);
       if (left > 0) log.warn(`${left} request(s) were still running at the shutdown deadline`);
-      await http?.close();
+      await Promise.all([http?.close(), grpc?.close(), metrics?.close()]);
+      await extensions.close();
     },
   };
 }
 
 export { FolderSource, folderFiles } from './fs-source.js';
 export { createOnnxBackend } from './onnx-backend.js';
+export { createJsBackend } from './js-backend.js';
 export { providerStatus, gpuCount } from './eps.js';

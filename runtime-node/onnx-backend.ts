@@ -10,7 +10,7 @@
 import { availableParallelism } from 'node:os';
 import type { Worker } from 'node:worker_threads';
 import {
-  TsiError, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
+  TsiError, canTransfer, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
   type InstanceSpec, type Logger, type ModelConfig, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
 } from '../core/index.js';
@@ -128,7 +128,8 @@ function toWire(t: Tensor, dims: number[]): WireTensor {
   }
   // Transfer needs a buffer of our own: copy views into shared buffers (HTTP bodies, one-request batches).
   const d = t.data as Uint8Array;
-  const own = d.byteOffset === 0 && d.byteLength === d.buffer.byteLength && d.buffer instanceof ArrayBuffer;
+  // Buffers others still read (an ensemble tensor with several consumers, a cached response) are copied.
+  const own = d.byteOffset === 0 && d.byteLength === d.buffer.byteLength && d.buffer instanceof ArrayBuffer && canTransfer(d.buffer);
   const data = own ? d : (d.slice() as typeof d);
   return { type: type as WireTensor['type'], dims, data: data as unknown as WireTensor['data'] };
 }

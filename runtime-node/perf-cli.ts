@@ -82,6 +82,7 @@ export function perfCommand(): Command {
     .addOption(new Option('--input-tensor-format <format>', 'HTTP input encoding').choices(['binary', 'json']).default('binary'))
     .addOption(new Option('--output-tensor-format <format>', 'HTTP output encoding').choices(['binary', 'json']).default('binary'))
     .addOption(new Option('--grpc-compression-algorithm <alg>', 'gRPC request compression').choices(['none', 'gzip', 'deflate']).default('none'))
+    .addOption(new Option('--http-transport <kind>', "HTTP under the client: node:http (lighter) or Node's fetch").choices(['node', 'fetch']).default('node'))
     .option('-H, --header <header>', "extra header 'Name: value' (repeatable)", collectHeader)
     .option('-f, --latency-report-file <file.csv>', "write perf_analyzer's CSV here")
     .option('--plot <file.html>', 'write a throughput-vs-latency plot (self-contained HTML/SVG) here')
@@ -123,6 +124,7 @@ export function perfCommand(): Command {
         binaryOutputs: o.outputTensorFormat === 'binary',
         headers: o.header ?? {},
         grpcCompression: o.grpcCompressionAlgorithm === 'none' ? undefined : o.grpcCompressionAlgorithm,
+        httpTransport: o.httpTransport,
       };
       try {
         const report = await runPerf(options, {
@@ -134,7 +136,7 @@ export function perfCommand(): Command {
         if (o.plot) writeFileSync(o.plot, toPlotHtml(report));
       } catch (err) {
         const e = err as Error & { status?: number; source?: string };
-        const where = e.source && e.source !== 'client' ? ` (${e.source} status ${e.status})` : '';
+        const where = e.source && e.source !== 'client' && e.status ? ` (${e.source} status ${e.status})` : '';
         process.stderr.write(`error: ${e.message}${where}\n`);
         process.exit(1);
       }

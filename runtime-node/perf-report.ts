@@ -82,7 +82,7 @@ export function toPlotHtml(rep: PerfReport): string {
     { label: `p${tail} latency`, color: '#d62728', latencyMs: (p) => p.percentiles[tail]! / 1000 },
   ];
   const pts = [...rep.points].sort((a, b) => a.load - b.load);
-  const W = 760, H = 440, L = 70, R = 20, T = 40, B = 60;
+  const W = 760, H = 460, L = 70, R = 20, T = 60, B = 60;
   const maxX = Math.max(1e-3, ...pts.flatMap((p) => series.map((s) => s.latencyMs(p)))) * 1.08;
   const maxY = Math.max(1, ...pts.map((p) => p.throughput)) * 1.1;
   const sx = niceStep(maxX), sy = niceStep(maxY);
@@ -102,7 +102,8 @@ export function toPlotHtml(rep: PerfReport): string {
     const dots = pts.map((p, i) => `<circle class="point" cx="${f(xy[i]![0])}" cy="${f(xy[i]![1])}" r="4" fill="${s.color}" data-load="${p.load}" data-throughput="${p.throughput.toFixed(2)}" data-latency-ms="${s.latencyMs(p).toFixed(3)}"><title>${esc(`${loadName(rep)} ${p.load}: ${p.throughput.toFixed(1)} infer/s at ${s.latencyMs(p).toFixed(3)} ms (${s.label})`)}</title></circle><text x="${f(xy[i]![0] + 6)}" y="${f(xy[i]![1] - 6)}" class="lbl">${p.load}</text>`);
     return line + dots.join('');
   }).join('\n');
-  const legend = series.map((s, i) => `<rect x="${L + 10}" y="${T + 8 + i * 18}" width="12" height="12" fill="${s.color}"/><text x="${L + 28}" y="${T + 18 + i * 18}">${esc(s.label)}</text>`).join('');
+  // Above the plot area, where it can never cover a point.
+  const legend = series.map((s, i) => `<rect x="${L + i * 170}" y="${T - 24}" width="12" height="12" fill="${s.color}"/><text x="${L + 18 + i * 170}" y="${T - 14}">${esc(s.label)}</text>`).join('');
   const title = `${rep.model.name} — ${rep.options.protocol.toUpperCase()} ${rep.options.url}, batch ${rep.options.batchSize}`;
   const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">
 <style>.grid{stroke:#ddd;stroke-width:1}.lbl{font-size:10px;fill:#444}</style>

@@ -9,6 +9,7 @@
 
 import { HttpClient } from '../client/http.js';
 import { GrpcClient } from '../client/grpc.js';
+import { nodeHttpFetch } from '../client/node-fetch.js';
 import { InferenceServerError } from '../client/errors.js';
 import type { InferenceClient, InferOptions, ModelStatistics } from '../client/types.js';
 import { buildInputSets, describeModel, type ModelInfo } from './perf-data.js';
@@ -55,6 +56,8 @@ export interface PerfOptions {
   binaryOutputs: boolean;
   headers: Record<string, string>;
   grpcCompression?: 'gzip' | 'deflate';
+  /** HTTP transport under the client: node:http (default, cheaper per call) or the platform fetch. */
+  httpTransport?: 'node' | 'fetch';
 }
 
 export interface ServerSplit {
@@ -106,9 +109,11 @@ export interface PerfIO {
   out(line: string): void;
 }
 
-export function createClient(o: Pick<PerfOptions, 'url' | 'protocol' | 'headers' | 'binaryInputs' | 'binaryOutputs' | 'grpcCompression'>): InferenceClient {
+export function createClient(o: Pick<PerfOptions, 'url' | 'protocol' | 'headers' | 'binaryInputs' | 'binaryOutputs' | 'grpcCompression' | 'httpTransport'>): InferenceClient {
   if (o.protocol === 'grpc') return new GrpcClient({ url: o.url, headers: o.headers, compression: o.grpcCompression });
-  return new HttpClient({ url: o.url, headers: o.headers, binaryInputs: o.binaryInputs, binaryOutputs: o.binaryOutputs });
+  // Node's fetch costs about twice the CPU per call; a load generator should spend its time waiting, not working.
+  const fetch = o.httpTransport === 'fetch' ? undefined : nodeHttpFetch();
+  return new HttpClient({ url: o.url, headers: o.headers, binaryInputs: o.binaryInputs, binaryOutputs: o.binaryOutputs, fetch });
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

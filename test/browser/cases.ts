@@ -64,6 +64,30 @@ export function modelCases(seqBase = 1000): Record<string, V2Request[]> {
   };
 }
 
+interface IoMeta { name: string; datatype: string; shape: number[] }
+
+/**
+ * A request for any model, from its metadata and config (models without a hand-written case): batch
+ * 2 where the model batches, 3 for other variable dims, deterministic values of each datatype, and
+ * sequence flags for a one-request sequence where the model is stateful.
+ */
+export function genericCase(meta: { name: string; inputs: IoMeta[] }, config: any, seqId: number): V2Request {
+  const batch = Math.min(2, config.max_batch_size ?? 0);
+  const inputs = meta.inputs.map((io, k) => {
+    const shape = io.shape.map((d, i) => (d >= 0 ? d : i === 0 && batch > 0 ? batch : 3));
+    const n = shape.reduce((a, b) => a * b, 1);
+    const dt = io.datatype;
+    const data = dt === 'BYTES' ? ints(n, 20 + k, 0, 100).map(String)
+      : dt === 'BOOL' ? ints(n, 20 + k, 0, 2).map((v) => v === 1)
+        : dt.startsWith('FP') ? floats(n, 20 + k)
+          : ints(n, 20 + k, dt.startsWith('UINT') ? 0 : -50, dt.startsWith('UINT') ? 100 : 50);
+    return input(io.name, dt, shape, data);
+  });
+  const body: Record<string, unknown> = { inputs };
+  if (config.sequence_batching) body.parameters = { sequence_id: seqId, sequence_start: true, sequence_end: true };
+  return infer(meta.name, body);
+}
+
 /** Requests the server must refuse, with Triton's texts; the page must answer them byte for byte alike. */
 export const BAD_REQUESTS: Record<string, V2Request> = {
   'unknown model': infer('nope', { inputs: [] }),

@@ -1,14 +1,15 @@
 /**
- * The browser runtime in real headless Chromium against the real Node server: every default model
- * gives the Node server's answers in the page, on wasm and on WebGPU (SwiftShader), through both the
- * v2 `fetch` and the in-page `infer`; instances report the execution provider they got and why they
- * fell back; concurrent in-page calls form batches; bad input gets the server's error texts.
+ * The browser runtime in real headless Chromium against the real Node server: every model of the
+ * default repository (ONNX on wasm and on WebGPU/SwiftShader, JavaScript models, the ensemble) gives
+ * the Node server's answers in the page, through both the v2 `fetch` and the in-page `infer`;
+ * instances report the execution provider they got and why they fell back; concurrent in-page calls
+ * form batches; decoupled models stream; bad input gets the server's error texts.
  */
 
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { TsiError, createLogger } from '../../core/index.js';
 import { createServer, type BrowserServer } from '../../runtime-browser/index.js';
-import { BAD_REQUESTS, compareResponses, floats, ints, modelCases, requestInit, type V2Request } from './cases.js';
+import { BAD_REQUESTS, compareResponses, floats, genericCase, ints, modelCases, requestInit, type V2Request } from './cases.js';
 
 const NODE = inject('nodeUrl');
 const REPO = `${NODE}/repository/`;
@@ -52,23 +53,40 @@ afterAll(async () => {
   await gpu?.stop(5000);
 });
 
+/** The Node server's view of the repository: every model, its config and metadata, fetched up front. */
+interface ModelInfo { name: string; config: any; meta: any }
+const nodeIndex = (await (await fetch(`${NODE}/v2/repository/index`, { method: 'POST' })).json()) as { name: string; state: string }[];
+const MODELS: ModelInfo[] = await Promise.all(nodeIndex.map(async (e) => ({
+  name: e.name,
+  config: await (await fetch(`${NODE}/v2/models/${e.name}/config`)).json(),
+  meta: await (await fetch(`${NODE}/v2/models/${e.name}`)).json(),
+})));
+const isOnnx = (m: ModelInfo) => m.config.backend === 'onnxruntime' || m.config.platform === 'onnxruntime_onnx';
+const requestsFor = (m: ModelInfo, seqBase: number): V2Request[] => modelCases(seqBase)[m.name] ?? [genericCase(m.meta, m.config, seqBase + 99)];
+
 describe('the page serves the default repository', () => {
-  it('loads every model READY from the Node server\'s /repository/ URL', () => {
-    const index = wasm.index();
-    expect(index.filter((e) => e.state !== 'READY'), JSON.stringify(index)).toEqual([]);
-    expect(index.map((e) => e.name)).toEqual(Object.keys(modelCases()).sort());
+  it('loads every model the Node server loads, from its /repository/ URL', () => {
+    expect(nodeIndex.length).toBeGreaterThanOrEqual(Object.keys(modelCases()).length);
+    expect(wasm.index().map((e) => [e.name, e.state])).toEqual(nodeIndex.map((e) => [e.name, e.state]));
     expect(wasm.ready()).toBe(true);
     if (!wasm.environment.crossOriginIsolated) expect(wasm.environment.numThreads).toBe(1);
   });
 
   for (const [device, seqBase] of [['wasm', 1000], ['webgpu', 2000]] as const) {
-    for (const [model, requests] of Object.entries(modelCases(seqBase))) {
-      it(`${model} on ${device}: same answers as the Node server`, async (ctx) => {
+    for (const m of MODELS) {
+      // Decoupled models answer /infer with an error on both sides; that error must match too.
+      const decoupled = m.config.model_transaction_policy?.decoupled === true;
+      it(`${m.name} on ${device}: same ${decoupled ? 'refusal' : 'answers'} as the Node server`, async (ctx) => {
         const s = device === 'wasm' ? wasm : gpu;
         if (!s) return ctx.skip(gpuSkip);
-        for (const r of requests) {
+        for (const r of requestsFor(m, seqBase)) {
           const want = await nodeAnswer(r);
           const got = await pageAnswer(s, r);
+          if (decoupled) {
+            expect(want.status).toBeGreaterThanOrEqual(400);
+            expect(got).toEqual(want);
+            continue;
+          }
           expect(want.status, JSON.stringify(want.body)).toBe(200);
           expect(got.status, JSON.stringify(got.body)).toBe(200);
           expect(compareResponses(got.body, want.body)).toBeNull();
@@ -78,7 +96,10 @@ describe('the page serves the default repository', () => {
   }
 
   it('reports the execution provider each instance got, and why it fell back', async (ctx) => {
-    for (const m of Object.keys(modelCases())) expect([...new Set(wasm.instances(m).map((i) => i.device))], m).toEqual(['wasm']);
+    for (const m of MODELS) {
+      const want = isOnnx(m) ? 'wasm' : m.config.backend === 'javascript' ? 'js' : undefined;
+      if (want) expect([...new Set(wasm.instances(m.name).map((i) => i.device))], m.name).toEqual([want]);
+    }
     if (!gpu) return ctx.skip(gpuSkip);
     for (const m of ['simple', 'add_sub', 'image_classifier', 'autocomplete_add', 'mlp_batch', 'simple_sequence']) {
       for (const i of gpu.instances(m)) expect(i, m).toEqual({ name: expect.any(String), kind: 'KIND_CPU', device: 'webgpu' });
@@ -124,6 +145,16 @@ describe('the in-page API', () => {
     expect((await seq(7002, 1, true, false))[0]).toBe(1);
     expect((await seq(7001, 5, false, true))[0]).toBe(15);
     expect((await seq(7002, 2, false, true))[0]).toBe(3);
+  });
+
+  it('streams the responses of a decoupled JavaScript model', async () => {
+    const words: string[] = [];
+    for await (const out of wasm.inferStream({ model: 'token_streamer', inputs: { text_input: ['the page streams too'] } })) {
+      words.push(...(out.text_output as string[]));
+    }
+    expect(words).toEqual(['the', 'page', 'streams', 'too']);
+    const http = await wasm.fetch('/v2/models/token_streamer/infer', { method: 'POST', body: JSON.stringify({ inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1], data: ['x'] }] }) });
+    expect(http.status).toBe(501);
   });
 
   it('batches concurrent in-page calls (fewer executions than requests), each getting its own rows', async () => {

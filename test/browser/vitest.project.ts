@@ -10,13 +10,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { playwright } from '@vitest/browser-playwright';
 import type { TestProjectConfiguration } from 'vitest/config';
-
-export const CHROMIUM = process.env.TSI_CHROMIUM ?? '/usr/bin/chromium';
-
-export const CHROMIUM_ARGS = [
-  '--no-sandbox', '--no-first-run', '--disable-background-networking', '--disable-component-update',
-  '--disable-sync', '--disable-quic', '--enable-unsafe-webgpu',
-];
+import { CHROMIUM, CHROMIUM_ARGS } from './chromium.js';
 
 export function browserProject(): TestProjectConfiguration[] {
   if (!existsSync(CHROMIUM)) {

@@ -124,7 +124,7 @@ describe('tsi-node CLI', () => {
   });
 
   it('serves the default repository, then stops cleanly on SIGTERM', async () => {
-    const child = spawn(process.execPath, [bin, 'serve', '--http-port', '0', '--http-address', '127.0.0.1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [bin, 'serve', '--http-port', '0', '--http-address', '127.0.0.1', '--grpc-port', '0', '--metrics-port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
     const port = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no start-up line; stderr: ${err}`)), 30_000);
@@ -159,7 +159,7 @@ describe('tsi-node CLI', () => {
   it('exits non-zero when a model fails and --exit-on-error is on', () => {
     const repo = tempRepo({ 'bad/config.pbtxt': 'name: "bad"\nmax_batch_sise: 4\n' });
     try {
-      const r = spawnSync(process.execPath, [bin, 'serve', '--http-port', '0', '--model-repository', repo.path], { encoding: 'utf8', timeout: 30_000 });
+      const r = spawnSync(process.execPath, [bin, 'serve', '--http-port', '0', '--grpc-port', '0', '--metrics-port', '0', '--model-repository', repo.path], { encoding: 'utf8', timeout: 30_000 });
       expect(r.status).toBe(1);
       expect(r.stderr).toMatch(/did you mean 'max_batch_size'/);
       expect(r.stderr).toMatch(/failed to load all models/);

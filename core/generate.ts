@@ -1,0 +1,197 @@
+/**
+ * Triton's generate extension (`POST .../generate` and `.../generate_stream`), written as
+ * `(Request) => Promise<Response>` like the rest of the v2 protocol. A flat JSON object goes in: each
+ * key naming a model input becomes that tensor (a value or a 1-D array, shaped from the model's
+ * metadata the way Triton does it), every other key, and the keys of `parameters`, become request
+ * parameters. Each response comes out as one flat JSON object: `model_name`, `model_version`, `id`,
+ * response parameters and one key per output (a scalar when it has one element).
+ *
+ * `generate` wants exactly one response; `generate_stream` sends each as a server-sent event
+ * (`data: {...}\n\n`) as soon as the model sends it, which is what decoupled models are for. As in
+ * Triton, the status code goes out with the first response, so an error after it arrives as a
+ * `{"error": ...}` event under a 200, and errors found before inference are plain JSON errors.
+ */
+
+import { isCompletionOnly } from './backend.js';
+import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
+import { configTypeToDatatype } from './config.js';
+import type { InferenceServer } from './server.js';
+import { fromJsonValues, toJsonValues } from './tensor.js';
+import type { InferInput, InferRequest, InferResponse, Parameters } from './types.js';
+
+const JSON_HEADERS = { 'Content-Type': 'application/json' };
+const SSE_HEADERS = { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache' };
+
+const errorJson = (err: unknown) => JSON.stringify({ error: asTsiError(err).message });
+
+function errorResponse(err: unknown, status?: number): Response {
+  const e = asTsiError(err);
+  return new Response(errorJson(e), { status: status ?? HTTP_STATUS[e.code] ?? 400, headers: JSON_HEADERS });
+}
+
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Builds the InferRequest a generate body describes; errors are INVALID_ARG with Triton's texts. */
+export function generateRequest(server: InferenceServer, model: string, version: string | undefined, body: unknown): InferRequest {
+  const mv = server.model(model, version);
+  if (!isObj(body)) throw invalidArg('the generate request body must be a JSON object');
+  const batching = (mv.config.max_batch_size ?? 0) > 0;
+  const meta = new Map((mv.config.input ?? []).map((i) => [i.name!, i]));
+  const inputs: InferInput[] = [];
+  const parameters: Parameters = {};
+  const take = (key: string, value: unknown) => {
+    const cfg = meta.get(key);
+    if (!cfg) {
+      if (typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number') parameters[key] = value;
+      else throw invalidArg(`parameter '${key}' of the generate request must be a string, number or boolean`);
+      return;
+    }
+    const datatype = configTypeToDatatype(cfg.data_type!);
+    const shape = fitShape(batching ? [-1, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])], Array.isArray(value) ? value.length : 1, key);
+    inputs.push({ name: key, datatype, shape, data: fromJsonValues(datatype, value, `input '${key}'`) });
+  };
+  for (const [key, value] of Object.entries(body)) {
+    if (key !== 'parameters') take(key, value);
+    else {
+      if (meta.has(key)) throw invalidArg(`Keyword '${key}' for nested schema also given as input tensor name`);
+      if (!isObj(value)) throw invalidArg(`Expected JSON object for keyword: '${key}'`);
+      for (const [k, v] of Object.entries(value)) take(k, v);
+    }
+  }
+  return { model_name: model, model_version: version, inputs, parameters };
+}
+
+/**
+ * Triton's shape filling for generate inputs: fixed dims divide the element count from the innermost
+ * out, the innermost variable dim takes what remains, other variable dims are 1.
+ */
+function fitShape(dims: number[], count: number, name: string): number[] {
+  const shape = [...dims];
+  let left = count;
+  const fail = () => invalidArg(`The schema can not convert input '${name}' to tensor with proper shape`);
+  for (let i = shape.length - 1; i >= 0; i--) {
+    if (shape[i] === -1) continue;
+    if (shape[i] === 0 || left % shape[i]! !== 0) throw fail();
+    left /= shape[i]!;
+  }
+  for (let i = shape.length - 1; i >= 0; i--) {
+    if (shape[i] !== -1) continue;
+    shape[i] = left;
+    left = 1;
+  }
+  if (left !== 1) throw fail();
+  return shape;
+}
+
+/** One response as the flat generate JSON object (keys sorted, as Triton's std::map orders them). */
+export function generateResponseJson(r: InferResponse): Record<string, unknown> {
+  const out: Record<string, unknown> = { model_name: r.model_name, model_version: r.model_version };
+  if (r.id) out.id = r.id;
+  for (const [k, v] of Object.entries(r.parameters ?? {})) out[k] = typeof v === 'bigint' ? Number(v) : v;
+  for (const t of r.outputs) {
+    const values = toJsonValues(t.datatype, t.data);
+    out[t.name] = values.length === 1 ? values[0] : values;
+  }
+  return Object.fromEntries(Object.entries(out).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+/** Renders one response (or error) as JSON text, turning an encoding failure into an error object. */
+function render(r: InferResponse | TsiError): { text: string; ok: boolean } {
+  if (r instanceof TsiError) return { text: errorJson(r), ok: false };
+  try {
+    return { text: JSON.stringify(generateResponseJson(r)), ok: true };
+  } catch (err) {
+    return { text: errorJson(err), ok: false };
+  }
+}
+
+async function readRequest(server: InferenceServer, req: Request, model: string, version: string | undefined, maxInput: number): Promise<InferRequest> {
+  const enc = (req.headers.get('Content-Encoding') ?? 'identity').trim().toLowerCase();
+  if (enc !== 'identity' && enc !== '') throw invalidArg(`Unsupported content-encoding, only 'identity' is supported.`);
+  server.model(model, version); // unknown model or version: its own status, before reading the body
+  const raw = new Uint8Array(await req.arrayBuffer());
+  if (raw.byteLength > maxInput) {
+    throw invalidArg(`Request JSON size of ${raw.byteLength} bytes exceeds the maximum allowed value of ${maxInput} bytes. Use --http-max-input-size to increase the limit.`);
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(new TextDecoder().decode(raw));
+  } catch (err) {
+    throw invalidArg(`failed to parse the request JSON buffer: ${(err as Error).message}`);
+  }
+  return generateRequest(server, model, version, body);
+}
+
+/** `POST /v2/models/{m}[/versions/{v}]/generate` and `/generate_stream`. */
+export async function generate(
+  server: InferenceServer, req: Request, model: string, version: string | undefined, streaming: boolean, maxInput: number,
+): Promise<Response> {
+  let request: InferRequest;
+  try {
+    request = await readRequest(server, req, model, version, maxInput);
+  } catch (err) {
+    const e = asTsiError(err);
+    return errorResponse(e, e.code === 'INVALID_ARG' ? 400 : undefined);
+  }
+  return streaming ? stream(server, request) : single(server, request);
+}
+
+async function single(server: InferenceServer, request: InferRequest): Promise<Response> {
+  const rendered: { text: string; ok: boolean }[] = [];
+  try {
+    await server.inferStream(request, (r, final) => {
+      if (final && !(r instanceof TsiError) && isCompletionOnly(r)) return;
+      rendered.push(render(r));
+    });
+  } catch (err) {
+    return errorResponse(err, 400);
+  }
+  // The status follows the first response (none: a bare completion flag, which Triton answers as 200).
+  const status = rendered.length === 0 || rendered[0]!.ok ? 200 : 400;
+  if (rendered.length !== 1) {
+    const e = new TsiError('INTERNAL', 'generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses');
+    return new Response(errorJson(e), { status, headers: JSON_HEADERS });
+  }
+  return new Response(rendered[0]!.text, { status, headers: JSON_HEADERS });
+}
+
+function stream(server: InferenceServer, request: InferRequest): Promise<Response> {
+  const encoder = new TextEncoder();
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  let cancelled = false;
+  const body = new ReadableStream<Uint8Array>({
+    start: (c) => {
+      controller = c;
+    },
+    cancel: () => {
+      // The client went away: the model keeps running (there is no cancellation yet); drop its output.
+      cancelled = true;
+    },
+  });
+  return new Promise<Response>((resolve) => {
+    let started = false;
+    const begin = (ok: boolean) => {
+      if (started) return;
+      started = true;
+      resolve(new Response(body, { status: ok ? 200 : 400, headers: SSE_HEADERS }));
+    };
+    server.inferStream(request, (r, final) => {
+      const flagOnly = final && !(r instanceof TsiError) && isCompletionOnly(r);
+      if (!flagOnly) {
+        const { text, ok } = render(r);
+        begin(ok);
+        if (!cancelled) controller.enqueue(encoder.encode(`data: ${text}\n\n`));
+      }
+      if (final) {
+        begin(true);
+        if (!cancelled) controller.close();
+      }
+    }).catch((err) => {
+      // Refused before anything ran (validation, unknown model): a plain JSON error.
+      if (!started) {
+        started = true;
+        resolve(errorResponse(err, 400));
+      }
+    });
+  });
+}

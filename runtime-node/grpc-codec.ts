@@ -1,0 +1,246 @@
+/**
+ * Conversions between the `inference.*` gRPC messages — as @grpc/proto-loader presents them with
+ * `keepCase, longs: String, enums: String, defaults: true, oneofs: true` (int64s are decimal strings,
+ * bytes are Buffers, an unset message field is null) — and core's InferRequest / InferResponse. Inputs
+ * may come as typed `contents`, as `raw_input_contents` (HTTP's binary layout) or from a shared-memory
+ * region; responses always carry `raw_output_contents`, one entry per output, as Triton's gRPC server
+ * does (FP16/BF16 have no typed list). Error texts are Triton's infer_handler.cc texts where clients
+ * may match on them.
+ */
+
+import {
+  DATATYPES, TsiError, fromBytes, toBytes,
+  type DataType, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput, type ShmRef, type TensorData,
+} from '../core/index.js';
+
+type Obj = Record<string, any>;
+
+const EMPTY = Buffer.alloc(0);
+
+/** 64-bit integers arrive as decimal strings: numbers when exact, bigints when not. */
+function int64(s: unknown): number | bigint {
+  const n = Number(s);
+  return Number.isSafeInteger(n) ? n : BigInt(String(s));
+}
+
+/** One InferParameter (oneof parameter_choice) as a plain value; undefined when unset. */
+export function paramValue(p: Obj | null | undefined): ParamValue | undefined {
+  switch (p?.parameter_choice) {
+    case 'bool_param': return Boolean(p.bool_param);
+    case 'int64_param': return int64(p.int64_param);
+    case 'uint64_param': return int64(p.uint64_param);
+    case 'string_param': return String(p.string_param);
+    case 'double_param': return Number(p.double_param);
+    default: return undefined;
+  }
+}
+
+export function toProtoParam(v: ParamValue): Obj {
+  if (typeof v === 'boolean') return { bool_param: v };
+  if (typeof v === 'string') return { string_param: v };
+  if (typeof v === 'bigint') return { int64_param: v.toString() };
+  return Number.isInteger(v) ? { int64_param: String(v) } : { double_param: v };
+}
+
+export function toProtoParams(p: Parameters | undefined): Obj {
+  const out: Obj = {};
+  for (const [k, v] of Object.entries(p ?? {})) out[k] = toProtoParam(v);
+  return out;
+}
+
+/** Reserved request parameters must have Triton's types (infer_handler.cc SetInferenceRequestMetadata). */
+const RESERVED_TYPES: Record<string, { choices: string[]; expected: string }> = {
+  sequence_id: { choices: ['int64_param', 'uint64_param', 'string_param'], expected: 'int64_param or string_param' },
+  sequence_start: { choices: ['bool_param'], expected: 'bool_param' },
+  sequence_end: { choices: ['bool_param'], expected: 'bool_param' },
+  priority: { choices: ['int64_param', 'uint64_param'], expected: 'int64_param' },
+  timeout: { choices: ['int64_param', 'uint64_param'], expected: 'int64_param' },
+};
+
+function requestParams(p: Obj | null | undefined): Parameters {
+  const out: Parameters = {};
+  for (const [k, v] of Object.entries(p ?? {})) {
+    const rule = RESERVED_TYPES[k];
+    if (rule && !rule.choices.includes(v?.parameter_choice)) {
+      throw new TsiError('INVALID_ARG', `invalid value type for '${k}' parameter, expected ${rule.expected}.`);
+    }
+    const x = paramValue(v);
+    if (x !== undefined) out[k] = x;
+  }
+  return out;
+}
+
+/** Triton's ParseSharedMemoryParams for one tensor's parameters. */
+function shmParams(name: string, p: Obj | null | undefined): ShmRef | undefined {
+  const region = p?.shared_memory_region;
+  const offset = p?.shared_memory_offset;
+  const size = p?.shared_memory_byte_size;
+  if (!region) {
+    if (offset) throw new TsiError('INVALID_ARG', `'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor '${name}'`);
+    if (size) throw new TsiError('INVALID_ARG', `'shared_memory_byte_size' can not be specified without 'shared_memory_region' parameter for tensor '${name}'`);
+    return undefined;
+  }
+  if (region.parameter_choice !== 'string_param') {
+    throw new TsiError('INVALID_ARG', `invalid value type for 'shared_memory_region' parameter for tensor '${name}', expected string_param.`);
+  }
+  for (const [key, v] of [['shared_memory_offset', offset], ['shared_memory_byte_size', size]] as const) {
+    if (v && v.parameter_choice !== 'int64_param' && v.parameter_choice !== 'uint64_param') {
+      throw new TsiError('INVALID_ARG', `invalid value type for '${key}' parameter for tensor '${name}', expected int64_param.`);
+    }
+  }
+  if (!size) throw new TsiError('INVALID_ARG', `'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '${name}'`);
+  return { region: region.string_param, offset: offset ? Number(paramValue(offset)) : 0, byteSize: Number(paramValue(size)) };
+}
+
+const CONTENT_LIST: Partial<Record<DataType, string>> = {
+  BOOL: 'bool_contents', INT8: 'int_contents', INT16: 'int_contents', INT32: 'int_contents', INT64: 'int64_contents',
+  UINT8: 'uint_contents', UINT16: 'uint_contents', UINT32: 'uint_contents', UINT64: 'uint64_contents',
+  FP32: 'fp32_contents', FP64: 'fp64_contents', BYTES: 'bytes_contents',
+};
+const LIST_TYPE: Record<string, string> = {
+  bool_contents: 'BOOL', int_contents: 'INT32', int64_contents: 'INT64', uint_contents: 'UINT32', uint64_contents: 'UINT64',
+  fp32_contents: 'FP32', fp64_contents: 'FP64', bytes_contents: 'BYTES',
+};
+
+function typedContents(name: string, model: string, dt: DataType, c: Obj): TensorData {
+  const used = Object.keys(LIST_TYPE).filter((k) => Array.isArray(c[k]) && c[k].length > 0);
+  const want = CONTENT_LIST[dt];
+  for (const k of used) {
+    if (k !== want) {
+      throw new TsiError('INVALID_ARG',
+        `unexpected explicit tensor data for input tensor '${name}' for model '${model}' of type '${LIST_TYPE[k]}', expected datatype '${dt}'`);
+    }
+  }
+  if (!want) {
+    throw new TsiError('INVALID_ARG', `input tensor '${name}' for model '${model}' is ${dt}, which has no typed contents: send it in raw_input_contents`);
+  }
+  const list: any[] = c[want] ?? [];
+  switch (dt) {
+    case 'BOOL': return Uint8Array.from(list, (b: boolean) => (b ? 1 : 0));
+    case 'INT8': return Int8Array.from(list);
+    case 'INT16': return Int16Array.from(list);
+    case 'INT32': return Int32Array.from(list);
+    case 'UINT8': return Uint8Array.from(list);
+    case 'UINT16': return Uint16Array.from(list);
+    case 'UINT32': return Uint32Array.from(list);
+    case 'INT64': return BigInt64Array.from(list, (s: string) => BigInt(s));
+    case 'UINT64': return BigUint64Array.from(list, (s: string) => BigInt(s));
+    case 'FP32': return Float32Array.from(list);
+    case 'FP64': return Float64Array.from(list);
+    default: return (list as Buffer[]).map((b) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
+  }
+}
+
+export interface DecodedGrpcRequest {
+  request: InferRequest;
+  shmInputs: (ShmRef & { index: number })[];
+  shmOutputs: Map<string, ShmRef>;
+}
+
+/** A ModelInferRequest message as core's InferRequest plus its shared-memory references. */
+export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
+  const model: string = msg.model_name ?? '';
+  const raw: Buffer[] = msg.raw_input_contents ?? [];
+  let rawIndex = 0;
+  const shmInputs: DecodedGrpcRequest['shmInputs'] = [];
+  const inputs = (msg.inputs ?? []).map((io: Obj, index: number) => {
+    const name: string = io.name;
+    const dt = io.datatype as DataType;
+    if (!(DATATYPES as readonly string[]).includes(dt)) {
+      throw new TsiError('INVALID_ARG', `invalid datatype '${io.datatype}' for input '${name}' for model '${model}'`);
+    }
+    const shape = (io.shape ?? []).map((d: string) => Number(d));
+    const tensorParams: Parameters = {};
+    for (const [k, v] of Object.entries(io.parameters ?? {})) {
+      if (!k.startsWith('shared_memory_')) {
+        const x = paramValue(v as Obj);
+        if (x !== undefined) tensorParams[k] = x;
+      }
+    }
+    const shm = shmParams(name, io.parameters);
+    let data: TensorData;
+    if (shm) {
+      if (io.contents) {
+        throw new TsiError('INVALID_ARG', `unexpected 'content' provided when using shared memory for input tensor '${name}' for model '${model}'`);
+      }
+      shmInputs.push({ ...shm, index });
+      data = new Uint8Array(0);
+    } else if (io.contents && raw.length > 0) {
+      throw new TsiError('INVALID_ARG', `contents field must not be specified when using raw_input_contents for '${name}' for model '${model}'`);
+    } else if (io.contents) {
+      data = typedContents(name, model, dt, io.contents);
+    } else if (rawIndex < raw.length) {
+      const b = raw[rawIndex++]!;
+      data = fromBytes(dt, new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
+    } else {
+      throw new TsiError('INVALID_ARG', `unable to find data for input tensor '${name}' for model '${model}' in request.`);
+    }
+    return { name, datatype: dt, shape, data, parameters: tensorParams };
+  });
+  if (rawIndex < raw.length) {
+    throw new TsiError('INVALID_ARG',
+      `expected ${rawIndex} raw input contents but got ${raw.length} for model '${model}': raw_input_contents must have one entry per input that has no contents or shared memory`);
+  }
+  const shmOutputs = new Map<string, ShmRef>();
+  const outputs: RequestedOutput[] = (msg.outputs ?? []).map((o: Obj) => {
+    const shm = shmParams(o.name, o.parameters);
+    const cls = o.parameters?.classification;
+    const keep: Parameters = {};
+    if (cls) {
+      if (cls.parameter_choice !== 'int64_param') {
+        throw new TsiError('INVALID_ARG', `invalid value type for 'classification' parameter, expected int64_param`);
+      }
+      const n = Number(cls.int64_param);
+      if (n <= 0) throw new TsiError('INVALID_ARG', `invalid value for 'classification' parameter, expected >= 0`);
+      if (shm) throw new TsiError('INVALID_ARG', `output can't set both 'shared_memory_region' and 'classification'`);
+      keep.classification = n;
+    }
+    if (shm) shmOutputs.set(o.name, shm);
+    return { name: o.name, parameters: keep };
+  });
+  const request: InferRequest = {
+    model_name: model, model_version: msg.model_version ?? '', inputs, parameters: requestParams(msg.parameters),
+  };
+  if (msg.id) request.id = msg.id;
+  if (outputs.length > 0) request.outputs = outputs;
+  return { request, shmInputs, shmOutputs };
+}
+
+/** A ModelInferResponse message; outputs written to shared memory get an empty raw entry. */
+export function encodeInferResponse(resp: InferResponse, inShm?: ReadonlySet<string>, extra?: Parameters): Obj {
+  const raw: Uint8Array[] = [];
+  const outputs = resp.outputs.map((t) => {
+    if (inShm?.has(t.name)) raw.push(EMPTY);
+    else {
+      const b = toBytes(t.data);
+      raw.push(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+    }
+    return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: toProtoParams(t.parameters) };
+  });
+  return {
+    model_name: resp.model_name,
+    model_version: resp.model_version,
+    id: resp.id ?? '',
+    parameters: toProtoParams({ ...(resp.parameters ?? {}), ...(extra ?? {}) }),
+    outputs,
+    raw_output_contents: raw,
+  };
+}
+
+/** LogSettings values (oneof bool/uint32/string) as plain JSON-like values, and back. */
+export function logSettingsFromProto(settings: Obj | null | undefined): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(settings ?? {})) {
+    const c = (v as Obj)?.parameter_choice;
+    out[k] = c === 'bool_param' ? (v as Obj).bool_param : c === 'uint32_param' ? Number((v as Obj).uint32_param) : c === 'string_param' ? (v as Obj).string_param : null;
+  }
+  return out;
+}
+
+export function logSettingsToProto(json: Record<string, unknown>): Obj {
+  const out: Obj = {};
+  for (const [k, v] of Object.entries(json)) {
+    out[k] = typeof v === 'boolean' ? { bool_param: v } : typeof v === 'number' ? { uint32_param: v } : { string_param: String(v) };
+  }
+  return out;
+}
