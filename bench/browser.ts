@@ -42,13 +42,23 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>tsi bench</title>
     fetch(new URL('config.pbtxt', base)).then((r) => r.text()),
     fetch(new URL('1/model.onnx', base)).then((r) => r.arrayBuffer()).then((b) => new Uint8Array(b)),
   ]);
+  const small = new URL('./models/image_classifier/', location.href);
+  const [smallConfig, smallModel] = await Promise.all([
+    fetch(new URL('config.pbtxt', small)).then((r) => r.text()),
+    fetch(new URL('1/model.onnx', small)).then((r) => r.arrayBuffer()).then((b) => new Uint8Array(b)),
+  ]);
   const nodelay = config.replace('name: "mlp_batch"', 'name: "mlp_nodelay"').replace(/max_queue_delay_microseconds:\\s*\\d+/, 'max_queue_delay_microseconds: 0');
   const server = await createServer({
-    repository: { 'mlp_batch/config.pbtxt': config, 'mlp_batch/1/model.onnx': model, 'mlp_nodelay/config.pbtxt': nodelay, 'mlp_nodelay/1/model.onnx': model },
+    repository: {
+      'mlp_batch/config.pbtxt': config, 'mlp_batch/1/model.onnx': model, 'mlp_nodelay/config.pbtxt': nodelay, 'mlp_nodelay/1/model.onnx': model,
+      'image_classifier/config.pbtxt': smallConfig.replace(/label_filename:.*\\n/, ''), 'image_classifier/1/model.onnx': smallModel,
+    },
     numThreads: ${threads}, device: 'wasm',
   });
   const ort = await loadOrt();
   const session = await ort.InferenceSession.create(model.slice(), { executionProviders: ['wasm'], graphOptimizationLevel: 'all', logSeverityLevel: 3 });
+  const smallSession = await ort.InferenceSession.create(smallModel.slice(), { executionProviders: ['wasm'], graphOptimizationLevel: 'all', logSeverityLevel: 3 });
+  const image = Float32Array.from({ length: 768 }, (_, i) => Math.cos(i));
   const rows = (n, seed) => Float32Array.from({ length: n * 1024 }, (_, i) => Math.sin(i * 0.37 + seed));
   const one = rows(1, 1);
   const big = rows(32, 2);
@@ -90,6 +100,10 @@ const PAGE = `<!doctype html><meta charset="utf-8"><title>tsi bench</title>
       const r = {
         ...(await interleave(calls, 8, {
           rawB1: () => raw(one, 1), tsiB1: () => tsi('mlp_nodelay', one), tsiB1Shipped: () => tsi('mlp_batch', one),
+        })),
+        ...(await interleave(calls, 8, {
+          rawSmall: () => smallSession.run({ image: new ort.Tensor('float32', image, [1, 3, 16, 16]) }),
+          tsiSmall: () => server.infer({ model: 'image_classifier', inputs: { image } }),
         })),
         ...(await interleave(n32, 1, { rawB32: () => raw(big, 32), tsiB32: () => tsi('mlp_nodelay', big) })),
         ...(await interleave(n32, 1, {
@@ -143,6 +157,7 @@ try {
     // [what, raw calls/s, tsi calls/s, ratio, target]
     ['batch 1, sequential (delay 0)', calls / med('rawB1') * 1e3, calls / med('tsiB1') * 1e3, ratio('rawB1', 'tsiB1'), '>= 0.95'],
     ['batch 1, sequential (shipped config, delay 200 us)', calls / med('rawB1') * 1e3, calls / med('tsiB1Shipped') * 1e3, ratio('rawB1', 'tsiB1Shipped'), '(info)'],
+    ['batch 1, sequential, image_classifier (small: per-call overhead)', calls / med('rawSmall') * 1e3, calls / med('tsiSmall') * 1e3, ratio('rawSmall', 'tsiSmall'), '(info)'],
     ['batch 32, sequential (rows/s)', n32 * 32 / med('rawB32') * 1e3, n32 * 32 / med('tsiB32') * 1e3, ratio('rawB32', 'tsiB32'), '>= 0.95'],
     ['32 concurrent b1: tsi batched (shipped) vs raw unbatched', n32 * 32 / med('rawUnbatched32') * 1e3, n32 * 32 / med('tsiConcurrent32_mlp_batch') * 1e3,
       ratio('rawUnbatched32', 'tsiConcurrent32_mlp_batch'), '>= 2'],

@@ -4,25 +4,29 @@
  *   direct    — `simple` (ONNX, INT32 [16] add/sub) through /v2/models/simple/infer;
  *   js_empty  — a JavaScript model with the same inputs and outputs that returns its inputs;
  *   ensemble  — a one-step ensemble whose step is `simple`.
- * One tsi server (bench/tsi-server.ts, a child process) serves all three; the load comes from
+ * One tsi server (a child process: the compiled build in dist/ when it is there and current, as
+ * `tsi-node serve` runs; else bench/tsi-server.ts from the sources under tsx, whose helper code
+ * makes every function call a little dearer) serves all three; the load comes from
  * bench/load.ts (closed loop, keep-alive, identical v2 binary requests). Many short rounds alternate
  * the targets, and each comparison is paired: a target's p50/p99 against the direct call's in the same
  * round, so drift on a shared machine cancels out; the table shows medians over rounds.
  * Targets: the empty JavaScript model adds ≤ 0.2 ms p50 at concurrency 1; the ensemble adds ≤ 10 % p99.
  *
- * Run:  npx tsx bench/pipelines.ts      Flags: --duration <s per round> (1)  --rounds <n> (9)
- *       --concurrency 1,64  --json <file>. Needs the generated models: `npm run models` once.
+ * Run:  npm run bench:pipelines (or npx tsx bench/pipelines.ts)   Flags: --duration <s per round> (1)  --rounds <n> (9)
+ *       --concurrency 1,64  --json <file>  --server dist|tsx  --dist <build folder> (dist).
+ *       Needs the generated models (`npm run models`) and, for the compiled server, `npm run build`.
  */
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { buildRequest, runLoad, type LoadResult } from './load.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
+const log = (s: string) => process.stderr.write(`${s}\n`);
 const ROOT = join(HERE, '..');
 
 const { values: args } = parseArgs({
@@ -31,6 +35,8 @@ const { values: args } = parseArgs({
     rounds: { type: 'string', default: '9' },
     concurrency: { type: 'string', default: '1,64' },
     json: { type: 'string' },
+    server: { type: 'string' },
+    dist: { type: 'string' },
   },
 });
 const durationMs = Number(args.duration) * 1000;
@@ -46,7 +52,8 @@ if (!existsSync(onnx)) {
 const io = `max_batch_size: 8
 input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }]
 output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }]`;
-const repo = mkdtempSync(join(tmpdir(), 'tsi-bench-pipelines-'));
+const work = mkdtempSync(join(tmpdir(), 'tsi-bench-pipelines-'));
+const repo = join(work, 'repo');
 const write = (rel: string, text: string) => {
   mkdirSync(dirname(join(repo, rel)), { recursive: true });
   writeFileSync(join(repo, rel), text);
@@ -86,8 +93,23 @@ function requestFor(model: string): Buffer {
   }, body);
 }
 
+// The compiled server, when dist/ has this code (npm run build); `--server tsx|dist` forces one,
+// `--dist <folder>` points at another build output.
+const distDir = args.dist ? resolve(args.dist) : join(ROOT, 'dist');
+const DIST = join(distDir, 'runtime-node', 'index.js');
+const useDist = args.server ? args.server === 'dist' : existsSync(join(distDir, 'runtime-node', 'js-backend.js'));
+const DIST_SERVER = `
+import { startServer } from ${JSON.stringify(pathToFileURL(DIST).href)};
+const s = await startServer({ modelRepositories: [process.argv[2]], httpPort: 0, httpAddress: '127.0.0.1', logVerbose: 0 });
+process.stdout.write('PORT ' + s.http.port + '\\n');
+process.on('SIGTERM', () => void s.stop(5000).then(() => process.exit(0)));`;
+
 async function startServer(): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(HERE, 'tsi-server.ts'), repo], { stdio: ['ignore', 'pipe', 'inherit'], cwd: ROOT });
+  // A file, not `-e`: worker threads inherit the process's exec flags.
+  if (useDist) writeFileSync(join(work, 'server.mjs'), DIST_SERVER);
+  const argv = useDist ? [join(work, 'server.mjs'), repo] : ['--import', 'tsx', join(HERE, 'tsi-server.ts'), repo];
+  log(`server: ${useDist ? 'compiled (dist/)' : 'sources under tsx'}`);
+  const child = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'], cwd: ROOT });
   const port = await new Promise<number>((resolve, reject) => {
     let out = '';
     child.stdout!.on('data', (d: Buffer) => {
@@ -103,7 +125,6 @@ async function startServer(): Promise<{ child: ChildProcess; port: number }> {
 const TARGETS = { direct: 'simple', js_empty: 'js_empty', ensemble: 'simple_ensemble' } as const;
 type Target = keyof typeof TARGETS;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const log = (s: string) => process.stderr.write(`${s}\n`);
 
 const { child, port } = await startServer();
 const results: Record<number, Record<Target, LoadResult[]>> = {};
@@ -134,7 +155,7 @@ try {
   const exited = new Promise((r) => child.once('exit', r));
   child.kill('SIGTERM');
   await exited;
-  rmSync(repo, { recursive: true, force: true });
+  rmSync(work, { recursive: true, force: true });
 }
 
 // ---- report: medians over rounds, and per-round comparisons with the direct call ----

@@ -19,13 +19,27 @@ import type {
 
 export const HEADER_LENGTH = 'Inference-Header-Content-Length';
 
+/** The part of a fetch Response the client reads; the platform's Response satisfies it. */
+export interface ResponseLike {
+  readonly ok: boolean;
+  readonly status: number;
+  readonly statusText: string;
+  readonly headers: { get(name: string): string | null };
+  readonly body: ReadableStream<Uint8Array> | null;
+  arrayBuffer(): Promise<ArrayBuffer>;
+  text(): Promise<string>;
+}
+
+/** What HttpClient calls to send: the platform's `fetch`, or a lighter one such as nodeHttpFetch. */
+export type FetchLike = (url: string, init: RequestInit) => Promise<ResponseLike>;
+
 export interface HttpClientOptions {
   /** `http://host:port` (a bare `host:port` means http). */
   url: string;
   /** Headers sent with every call (auth, restricted-API keys). */
   headers?: Record<string, string>;
-  /** A fetch to use instead of the global one (tests, custom agents). */
-  fetch?: typeof fetch;
+  /** A fetch to use instead of the global one (tests, custom agents, nodeHttpFetch). */
+  fetch?: FetchLike;
   /** Compress request bodies. */
   requestCompression?: 'gzip' | 'deflate';
   /**
@@ -46,7 +60,7 @@ export class HttpClient implements InferenceClient {
   readonly protocol = 'http' as const;
   readonly url: string;
   private readonly opts: HttpClientOptions;
-  private readonly fetchFn: typeof fetch;
+  private readonly fetchFn: FetchLike;
 
   constructor(options: HttpClientOptions | string) {
     this.opts = typeof options === 'string' ? { url: options } : options;
@@ -59,7 +73,7 @@ export class HttpClient implements InferenceClient {
   private async send(
     method: Method, path: string, body: Uint8Array | string | undefined, opts: CallOptions = {}, headers: Record<string, string> = {},
     allowStatus?: (s: number) => boolean, compressible = true,
-  ): Promise<Response> {
+  ): Promise<ResponseLike> {
     const h: Record<string, string> = { ...this.opts.headers, ...headers, ...opts.headers };
     let payload: BodyInit | undefined;
     if (body !== undefined) {
@@ -71,7 +85,7 @@ export class HttpClient implements InferenceClient {
       payload = bytes as BodyInit;
     }
     const { signal, done } = withTimeout(opts.signal, opts.timeoutMs ?? this.opts.timeoutMs);
-    let resp: Response;
+    let resp: ResponseLike;
     try {
       resp = await this.fetchFn(this.url + path, { method, headers: h, body: payload, signal });
     } catch (err) {
@@ -233,7 +247,7 @@ const modelPath = (model: string, version?: string | number) =>
 const regionPath = (region?: string) => (region ? `/region/${encodeURIComponent(region)}` : '');
 const tracePath = (model?: string) => (model ? `/v2/models/${encodeURIComponent(model)}/trace/setting` : '/v2/trace/setting');
 
-async function httpError(resp: Response): Promise<InferenceServerError> {
+async function httpError(resp: ResponseLike): Promise<InferenceServerError> {
   const text = await resp.text().catch(() => '');
   let message = text;
   try {
@@ -383,9 +397,9 @@ export function decodeInferResponse(raw: Uint8Array, headerLength: string | null
 }
 
 /** The `data:` payloads of a text/event-stream body, one string per event. */
-async function* sseEvents(resp: Response): AsyncGenerator<string> {
+async function* sseEvents(resp: ResponseLike): AsyncGenerator<string> {
   if (!resp.body) return;
-  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  const reader = resp.body.pipeThrough(new TextDecoderStream() as unknown as ReadableWritablePair<string, Uint8Array>).getReader();
   let buf = '';
   const take = function* (final: boolean): Generator<string> {
     for (;;) {

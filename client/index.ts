@@ -4,7 +4,7 @@
  * lives in its own Node-only entry (`tsi-node/client/grpc`) so that grpc-js never reaches a bundle.
  */
 
-export { HttpClient, type HttpClientOptions } from './http.js';
+export { HttpClient, type HttpClientOptions, type FetchLike, type ResponseLike } from './http.js';
 export { InferenceServerError, type ErrorSource } from './errors.js';
 export { InferResult } from './tensor.js';
 export type * from './types.js';

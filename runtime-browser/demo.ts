@@ -104,7 +104,9 @@ async function run(): Promise<void> {
   }
   same &&= maxDiff <= 1e-4;
   const inst = server.instances(model);
-  const where = inst.map((i) => i.device + (i.fallbackReason ? ` (${i.fallbackReason})` : '')).join(', ');
+  const where = inst.length > 0
+    ? inst.map((i) => i.device + (i.fallbackReason ? ` (${i.fallbackReason})` : '')).join(', ')
+    : cfg.platform === 'ensemble' ? 'ensemble: each step on its own model\'s instances' : '—';
   const first = (meta.outputs[0]?.name)!;
   const rows: [string, string, number, number, string][] = [
     ['this page', `${where}; loaded in ${loadMs.toFixed(0)} ms`, pageFirst.ms, median(pageMs), preview(pageFirst.r[first]?.data ?? [])],
@@ -134,8 +136,8 @@ async function main(): Promise<void> {
   const select = $<HTMLSelectElement>('model');
   for (const e of index.filter((m) => m.state === 'READY')) {
     const cfg = await nodeJson(`/v2/models/${e.name}/config`);
-    // Sequence models need correlated requests; the demo sends independent ones.
-    if (cfg.sequence_batching || select.querySelector(`option[value="${e.name}"]`)) continue;
+    // Sequence models need correlated requests and decoupled ones a stream; the demo sends plain ones.
+    if (cfg.sequence_batching || cfg.model_transaction_policy?.decoupled || select.querySelector(`option[value="${e.name}"]`)) continue;
     select.append(new Option(e.name, e.name, e.name === 'image_classifier', e.name === 'image_classifier'));
   }
   const s = await pageServer('wasm');

@@ -234,5 +234,6 @@ export async function createServer(opts: BrowserServerOptions): Promise<BrowserS
 export { UrlSource, MemorySource, filesFromFileList, INDEX_FILE, type RepositoryIndexFile, type MemoryFile, type ModelList } from './fetch-source.js';
 export { createOnnxWebBackend, loadOrt, probeEnvironment, type DevicePreference, type OrtModule, type WebEnvironment } from './onnx-web-backend.js';
 export { readOnnxIo } from './onnx-io.js';
+export { createJsBackend } from './js-backend.js';
 export type { InferCall, InputData, InputValue, OutputData, OutputTensor } from './api.js';
 export { TsiError } from '../core/index.js';

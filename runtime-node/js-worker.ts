@@ -82,18 +82,31 @@ const host = new JsModelHost(init.info, {
   log: (level, msg) => post({ kind: 'log', level, msg }),
 });
 
+/** A response on its way out; one that cannot be posted (odd data) becomes that request's error. */
+function postResponse(make: (r: WireResponse, transfer: Set<ArrayBuffer>) => JsFromWorker, r: WireResponse): void {
+  try {
+    const transfer = new Set<ArrayBuffer>();
+    post(make(wireOut(r, transfer), transfer), transfer);
+  } catch (err) {
+    post(make({ error: errorOf(err) }, new Set()));
+  }
+}
+
 async function execute(id: number, requests: WireRequest[]): Promise<void> {
   const collected: [number, WireResponse][] = [];
   let done = false;
   const ns = await host.execute(requests, (index, response, final) => {
-    if (host.decoupled || done) {
-      const transfer = new Set<ArrayBuffer>();
-      post({ kind: 'send', exec: id, index, response: wireOut(response, transfer), final }, transfer);
-    } else collected.push([index, response]);
+    if (host.decoupled || done) postResponse((r, t) => ({ kind: 'send', exec: id, index, response: r, final }), response);
+    else collected.push([index, response]);
   });
   done = true;
-  const transfer = new Set<ArrayBuffer>();
-  post({ kind: 'done', id, ns, responses: collected.map(([i, r]) => [i, wireOut(r, transfer)]) }, transfer);
+  try {
+    const transfer = new Set<ArrayBuffer>();
+    post({ kind: 'done', id, ns, responses: collected.map(([i, r]) => [i, wireOut(r, transfer)]) }, transfer);
+  } catch {
+    for (const [index, r] of collected) postResponse((w) => ({ kind: 'send', exec: id, index, response: w, final: true }), r);
+    post({ kind: 'done', id, ns });
+  }
 }
 
 port.on('message', (m: JsToWorker) => {

@@ -56,6 +56,8 @@ describe('repositories', () => {
   it('reads a URL repository from an explicit model list when there is no index', async () => {
     const s = await within(60_000, createServer({ repository: REPO, models: ['simple', 'autocomplete_add'], log }), 'createServer');
     expect(s.index().map((e) => [e.name, e.state])).toEqual([['autocomplete_add', 'READY'], ['simple', 'READY']]);
+    // simple's config.pbtxt was found by probing (HEAD), not replaced by auto-complete.
+    expect(s.config('simple')).toEqual(await nodeJson('/v2/models/simple/config'));
     const out = await s.infer({ model: 'autocomplete_add', inputs: { A: Float32Array.of(1, 2, 3, 4), B: Float32Array.of(10, 20, 30, 40) } });
     expect(Array.from(out.SUM as Float32Array)).toEqual([11, 22, 33, 44]);
     await s.stop();

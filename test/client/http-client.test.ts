@@ -159,7 +159,7 @@ describe('http client: node:http transport specifics', () => {
       headers: { 'Accept-Encoding': 'gzip', 'Content-Type': 'application/json' },
     });
     expect(raw.headers.get('Content-Encoding')).toBeNull();
-    expect((await raw.json()).outputs[0].data).toEqual(Array.from(a, (x) => x + 1));
+    expect(((await raw.json()) as any).outputs[0].data).toEqual(Array.from(a, (x) => x + 1));
     const ac = new AbortController();
     const p = new HttpClient({ url: server.url, fetch: nodeFetch }).infer('simple', inputs, { signal: ac.signal });
     ac.abort();
