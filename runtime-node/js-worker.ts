@@ -96,7 +96,7 @@ async function execute(id: number, requests: WireRequest[]): Promise<void> {
   const collected: [number, WireResponse][] = [];
   let done = false;
   const ns = await host.execute(requests, (index, response, final) => {
-    if (host.decoupled || done) postResponse((r, t) => ({ kind: 'send', exec: id, index, response: r, final }), response);
+    if (host.decoupled || done) postResponse((r) => ({ kind: 'send', exec: id, index, response: r, final }), response);
     else collected.push([index, response]);
   });
   done = true;

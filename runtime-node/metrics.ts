@@ -21,7 +21,7 @@ const us = (ns: number) => Math.floor(ns / 1000);
 type Labels = { model: string; version: string };
 
 /** Per-model families: name, Triton's HELP text, type, and how to read the value from ModelStats. */
-const MODEL_FAMILIES: { name: string; help: string; type: 'counter' | 'gauge'; value: (s: ModelStats) => number }[] = [
+const MODEL_FAMILIES: { name: string; help: string; type: 'counter' | 'gauge'; value: (s: ModelStats) => number; cacheOnly?: boolean }[] = [
   { name: 'nv_inference_request_success', type: 'counter', help: 'Number of successful inference requests, all batch sizes', value: (s) => s.success.count },
   { name: 'nv_inference_count', type: 'counter', help: 'Number of inferences performed (does not include cached requests)', value: (s) => s.inferenceCount },
   { name: 'nv_inference_exec_count', type: 'counter', help: 'Number of model executions performed (does not include cached requests)', value: (s) => s.executionCount },
@@ -32,6 +32,11 @@ const MODEL_FAMILIES: { name: string; help: string; type: 'counter' | 'gauge'; v
   { name: 'nv_inference_compute_output_duration_us', type: 'counter', help: 'Cumulative inference compute output duration in microseconds (does not include cached requests)', value: (s) => us(s.computeOutput.ns) },
   { name: 'nv_inference_pending_request_count', type: 'gauge', help: 'Instantaneous number of pending requests awaiting execution per-model.', value: (s) => s.pending },
   { name: 'nv_model_load_duration_secs', type: 'gauge', help: 'Model load time in seconds', value: (s) => s.loadDurationSecs },
+  // Triton exports the cache families only for models whose config enables the response cache.
+  { name: 'nv_cache_num_hits_per_model', type: 'counter', help: 'Number of cache hits per model', value: (s) => s.cacheHit.count, cacheOnly: true },
+  { name: 'nv_cache_num_misses_per_model', type: 'counter', help: 'Number of cache misses per model', value: (s) => s.cacheMiss.count, cacheOnly: true },
+  { name: 'nv_cache_hit_duration_per_model', type: 'counter', help: 'Total cache hit duration per model, in microseconds', value: (s) => us(s.cacheHit.ns), cacheOnly: true },
+  { name: 'nv_cache_miss_duration_per_model', type: 'counter', help: 'Total cache miss (insert+lookup) duration per model, in microseconds', value: (s) => us(s.cacheMiss.ns), cacheOnly: true },
 ];
 
 export interface MetricsOptions {
@@ -53,13 +58,15 @@ const labelsOf = (mv: ModelVersion): Labels => ({ model: mv.name, version: Strin
 export function createMetricsRegistry(server: InferenceServer, opts: MetricsOptions = {}): Registry {
   const registry = new Registry();
   const [success, ...rest] = MODEL_FAMILIES;
+  const versions = (f: (typeof MODEL_FAMILIES)[number]) =>
+    loadedVersions(server).filter((mv) => !f.cacheOnly || mv.config.response_cache?.enable === true);
   const family = (f: (typeof MODEL_FAMILIES)[number]) => {
     if (f.type === 'counter') {
       new Counter({
         name: f.name, help: f.help, labelNames: ['model', 'version'], registers: [registry],
         collect() {
           this.reset();
-          for (const mv of loadedVersions(server)) this.inc(labelsOf(mv), f.value(mv.stats));
+          for (const mv of versions(f)) this.inc(labelsOf(mv), f.value(mv.stats));
         },
       });
     } else {
@@ -67,7 +74,7 @@ export function createMetricsRegistry(server: InferenceServer, opts: MetricsOpti
         name: f.name, help: f.help, labelNames: ['model', 'version'], registers: [registry],
         collect() {
           this.reset();
-          for (const mv of loadedVersions(server)) this.set(labelsOf(mv), f.value(mv.stats));
+          for (const mv of versions(f)) this.set(labelsOf(mv), f.value(mv.stats));
         },
       });
     }
