@@ -85,6 +85,8 @@ export interface ExecutionTimes {
   computeInputNs: number;
   computeInferNs: number;
   computeOutputNs: number;
+  /** Time a pipelined batch waited behind the previous one on its instance: queue time, not compute. */
+  waitNs?: number;
 }
 
 export interface BackendInstance {
@@ -93,6 +95,12 @@ export interface BackendInstance {
   readonly device: string;
   execute(requests: BackendRequest[]): Promise<ExecutionTimes | void>;
   unload(): Promise<void>;
+  /**
+   * True when the instance may be handed its next batch before the current `execute` resolves and
+   * will still run the batches one at a time, in order (a worker thread with its own message queue).
+   * Schedulers then queue one full batch behind the running one.
+   */
+  readonly pipelined?: boolean;
 }
 
 export interface ResponsePayload {

@@ -229,6 +229,11 @@ export class DynamicBatchScheduler implements Scheduler {
   private drained?: () => void;
   private dispatching = false;
   private again = false;
+  /**
+   * Queueing a batch behind a busy instance takes it out of the policy queue early, so it is allowed
+   * only where that cannot change what Triton would do: one priority level, no timeouts, no size cap.
+   */
+  private readonly mayQueueBehind: boolean;
 
   constructor(private readonly ctx: SchedulerContext, opts: { batching?: boolean } = {}) {
     const enabled = opts.batching ?? ctx.config.dynamic_batching !== undefined;
@@ -237,6 +242,12 @@ export class DynamicBatchScheduler implements Scheduler {
     if (enabled && ctx.config.dynamic_batching?.preserve_ordering) this.orderer = new ResponseOrderer();
     this.pool = new InstancePool(ctx.instances, () => this.dispatch());
     this.timer = new WakeTimer(ctx.clock, () => this.dispatch());
+    const db = ctx.config.dynamic_batching;
+    const p = db?.default_queue_policy;
+    this.mayQueueBehind = !db || (
+      !(Number(db.priority_levels ?? 0) > 0) && Object.keys(db.priority_queue_policy ?? {}).length === 0
+      && !(Number(p?.default_timeout_microseconds ?? 0) > 0) && !(Number(p?.max_queue_size ?? 0) > 0) && !p?.allow_timeout_override
+    );
   }
 
   enqueue(request: PendingRequest): void {
@@ -292,13 +303,17 @@ export class DynamicBatchScheduler implements Scheduler {
       if (this.queue.size === 0) return;
       // Expiry needs a wake-up even while every instance is busy, so rejections are not late.
       this.timer.at(this.queue.nextDeadlineNs());
-      if (!this.pool.hasFree()) return;
+      const free = this.pool.hasFree();
       const d = decideBatch(this.queue, now, this.policy, this.stopping);
       if (d.kind !== 'execute') {
-        if (d.kind === 'wait') this.timer.at(d.untilNs);
+        if (d.kind === 'wait' && free) this.timer.at(d.untilNs);
         return;
       }
-      const instance = this.pool.acquire()!;
+      // Every instance busy: queue a batch behind a running one only when it is already full; a
+      // partial batch is better left to grow until an instance frees up.
+      const full = this.policy.maxBatchSize === 0 || d.rows >= this.policy.maxBatchSize;
+      const instance = free ? this.pool.acquire()! : full && this.mayQueueBehind ? this.pool.acquireBehind() : undefined;
+      if (!instance) return;
       const batch = this.queue.take(d.count);
       if (this.orderer) for (const r of batch) this.orderer.register(r);
       void runExecution(this.ctx, this.pool, instance, batch, { deferResponses: true });

@@ -42,6 +42,7 @@ export const STOPPING_MESSAGE = 'Server is stopping, scheduler for model has sto
 /** Free/busy bookkeeping of a model version's instances; `onFree` fires whenever one frees up. */
 export class InstancePool {
   private readonly free: BackendInstance[];
+  private readonly behind = new Set<BackendInstance>();
   private waiters: (() => void)[] = [];
   private busyCount = 0;
 
@@ -77,7 +78,30 @@ export class InstancePool {
     return this.free.includes(inst);
   }
 
+  /**
+   * A busy instance that can take one more batch behind the one it runs (its backend declares
+   * `pipelined`), or undefined. The batch waits in the instance's own queue, so the instance starts
+   * it the moment the current one ends instead of idling while the main thread hands it over.
+   */
+  acquireBehind(): BackendInstance | undefined {
+    let best: BackendInstance | undefined;
+    for (const inst of this.instances) {
+      if (!inst.pipelined || this.behind.has(inst) || this.free.includes(inst)) continue;
+      if (!best || inst.spec.index < best.spec.index) best = inst;
+    }
+    if (!best) return undefined;
+    this.behind.add(best);
+    this.busyCount++;
+    return best;
+  }
+
   release(inst: BackendInstance): void {
+    // With a batch queued behind, the instance goes on running it: still busy, one batch fewer.
+    if (this.behind.delete(inst)) {
+      this.busyCount--;
+      this.onFree();
+      return;
+    }
     this.free.push(inst);
     this.busyCount--;
     if (this.busyCount === 0) {
@@ -129,11 +153,12 @@ export async function runExecution(
   let rows = 0;
   const outcome = new Map<PendingRequest, { failed: boolean }>();
   let times = ZERO_TIMES;
+  let waitNs = 0;
   let executed = false;
   const held: (() => void)[] | undefined = opts.deferResponses && !ctx.decoupled ? [] : undefined;
   const settle = (r: PendingRequest, failed: boolean, endNs: number) => {
     const total = endNs - r.receivedNs;
-    const queue = startNs - r.enqueuedNs;
+    const queue = startNs - r.enqueuedNs + waitNs;
     if (failed) stats.recordFailure(total, 'BACKEND', clock.epochMs());
     else stats.recordSuccess(total, queue, times, clock.epochMs());
     stats.inflight--;
@@ -158,6 +183,7 @@ export async function runExecution(
     times = t
       ? { input: t.computeInputNs, infer: t.computeInferNs, output: t.computeOutputNs }
       : { input: 0, infer: wall, output: 0 };
+    waitNs = t?.waitNs ?? 0;
   } catch (err) {
     const e = asTsiError(err);
     ctx.log.verbose(1, `model '${ctx.modelName}' version ${ctx.version} failed to execute a batch of ${batch.length}: ${e.message}`);

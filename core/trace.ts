@@ -210,6 +210,7 @@ export function linkTrace(from: object, to: object): void {
 export function tracedInstance(inner: BackendInstance, clock: Clock): BackendInstance {
   return {
     spec: inner.spec,
+    pipelined: inner.pipelined,
     get device() {
       return inner.device;
     },

@@ -135,6 +135,8 @@ function toWire(t: Tensor, dims: number[]): WireTensor {
 }
 
 class OnnxInstance implements BackendInstance {
+  /** The worker runs batches one at a time in arrival order, so the next may be queued early. */
+  readonly pipelined = true;
   private nextId = 1;
   private pending = new Map<number, { resolve: (r: WorkerReply) => void; reject: (e: Error) => void }>();
   private dead?: Error;
@@ -216,8 +218,9 @@ class OnnxInstance implements BackendInstance {
       r.send({ outputs: outs }, true);
     });
     const t3 = performance.now();
-    const transit = Math.max(0, (t2 - t1) * 1e6 - reply.inputNs - reply.inferNs - reply.outputNs);
+    const transit = Math.max(0, (t2 - t1) * 1e6 - reply.waitNs - reply.inputNs - reply.inferNs - reply.outputNs);
     return {
+      waitNs: reply.waitNs,
       computeInputNs: (t1 - t0) * 1e6 + reply.inputNs + transit / 2,
       computeInferNs: reply.inferNs,
       computeOutputNs: reply.outputNs + transit / 2 + (t3 - t2) * 1e6,

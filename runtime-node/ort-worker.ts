@@ -28,7 +28,7 @@ export type WorkerRequest = { id: number; feeds: Record<string, WireTensor>; fet
 export type WorkerReply =
   | { kind: 'ready'; provider: string; failures: string[]; inputNames: readonly string[]; outputNames: readonly string[] }
   | { kind: 'init-error'; message: string; failures: string[] }
-  | { kind: 'result'; id: number; outputs: Record<string, WireTensor>; inputNs: number; inferNs: number; outputNs: number }
+  | { kind: 'result'; id: number; outputs: Record<string, WireTensor>; waitNs: number; inputNs: number; inferNs: number; outputNs: number }
   | { kind: 'error'; id: number; message: string };
 
 const port = parentPort!;
@@ -62,12 +62,24 @@ async function start(): Promise<void> {
   port.postMessage({ kind: 'init-error', message: failures.join('; '), failures } satisfies WorkerReply);
 }
 
-port.on('message', async (msg: WorkerRequest | 'close') => {
+// Batches run strictly one after another, in arrival order: the main thread may queue the next batch
+// while this one computes (pipelining), and ORT must never see two runs of this session interleave.
+let chain: Promise<void> = Promise.resolve();
+let running = false;
+
+port.on('message', (msg: WorkerRequest | 'close') => {
+  const arrived = performance.now();
+  const queuedBehind = running;
+  chain = chain.then(() => handle(msg, queuedBehind ? performance.now() - arrived : 0));
+});
+
+async function handle(msg: WorkerRequest | 'close', waitMs: number): Promise<void> {
   if (msg === 'close') {
     await session?.release();
     port.close();
     return;
   }
+  running = true;
   try {
     const t0 = performance.now();
     const feeds: Record<string, ort.Tensor> = {};
@@ -83,12 +95,17 @@ port.on('message', async (msg: WorkerRequest | 'close') => {
     }
     const t3 = performance.now();
     port.postMessage(
-      { kind: 'result', id: msg.id, outputs, inputNs: (t1 - t0) * 1e6, inferNs: (t2 - t1) * 1e6, outputNs: (t3 - t2) * 1e6 } satisfies WorkerReply,
+      {
+        kind: 'result', id: msg.id, outputs, waitNs: waitMs * 1e6,
+        inputNs: (t1 - t0) * 1e6, inferNs: (t2 - t1) * 1e6, outputNs: (t3 - t2) * 1e6,
+      } satisfies WorkerReply,
       transfer,
     );
   } catch (err) {
     port.postMessage({ kind: 'error', id: msg.id, message: (err as Error).message } satisfies WorkerReply);
+  } finally {
+    running = false;
   }
-});
+}
 
 void start();

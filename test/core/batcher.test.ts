@@ -88,6 +88,45 @@ const mlp = (db: ModelConfig['dynamic_batching'] = {}, maxBatch = 8): ModelConfi
 });
 
 describe('DynamicBatchScheduler', () => {
+  it('queues one full batch behind a busy pipelined instance, never a partial one', async () => {
+    const h = harness(mlp({}, 4), 1, { pipelined: true });
+    h.backend.hold = true;
+    const all = [h.submit(request({ id: 'a', inputs: { INPUT0: [0, 0] }, batch: 1 }))];
+    await flush();
+    for (let i = 0; i < 3; i++) all.push(h.submit(request({ id: `p${i}`, inputs: { INPUT0: [i, i] }, batch: 1 })));
+    await flush();
+    expect(h.backend.batches.map((b) => b.rows)).toEqual([1]);
+    all.push(h.submit(request({ id: 'p3', inputs: { INPUT0: [3, 3] }, batch: 1 })));
+    await flush();
+    expect(h.backend.batches.map((b) => b.ids)).toEqual([['a'], ['p0', 'p1', 'p2', 'p3']]);
+    for (let i = 0; i < 4; i++) all.push(h.submit(request({ id: `q${i}`, inputs: { INPUT0: [i, i] }, batch: 1 })));
+    await flush();
+    expect(h.backend.batches).toHaveLength(2);
+    h.backend.release();
+    await flush();
+    expect(h.backend.batches.map((b) => b.ids[0])).toEqual(['a', 'p0', 'q0']);
+    h.backend.release();
+    h.backend.release();
+    await Promise.all(all.map((r) => r.done));
+    expect(h.stats.executionCount).toBe(3);
+    expect(h.stats.inflight).toBe(0);
+  });
+
+  it('never queues behind an instance when priorities or queue limits apply', async () => {
+    const h = harness(mlp({ priority_levels: 2, default_priority_level: 2 }, 1), 1, { pipelined: true });
+    h.backend.hold = true;
+    const all = [h.submit(request({ id: 'a', inputs: { INPUT0: [0, 0] }, batch: 1 }))];
+    await flush();
+    all.push(h.submit(request({ id: 'b', inputs: { INPUT0: [1, 1] }, batch: 1 })));
+    await flush();
+    expect(h.backend.batches).toHaveLength(1);
+    h.backend.release();
+    await flush();
+    h.backend.release();
+    await Promise.all(all.map((r) => r.done));
+    expect(h.backend.batches.map((b) => b.ids)).toEqual([['a'], ['b']]);
+  });
+
   it('batches what queued while the instance was busy', async () => {
     const h = harness(mlp());
     h.backend.hold = true;

@@ -91,6 +91,8 @@ export class FakeBackend {
   private gates: { instance: number; open: () => void }[] = [];
   running = 0;
   maxRunning = 0;
+  /** Instances declare `pipelined` (a batch may be queued behind the running one). */
+  pipelined = false;
 
   constructor(private readonly clock: Clock) {}
 
@@ -102,6 +104,7 @@ export class FakeBackend {
     return {
       spec,
       device: 'cpu',
+      pipelined: this.pipelined,
       execute: (requests) => this.execute(spec.index, requests),
       unload: async () => {},
     };
@@ -203,9 +206,10 @@ export const collectingLogger = (): Logger & { warnings: string[] } => {
 };
 
 /** A scheduler from `config` over `n` fake instances on a fake clock. */
-export function harness(config: ModelConfig, n = 1) {
+export function harness(config: ModelConfig, n = 1, opts: { pipelined?: boolean } = {}) {
   const clock = new FakeClock();
   const backend = new FakeBackend(clock);
+  backend.pipelined = opts.pipelined ?? false;
   const log = collectingLogger();
   const ctx: SchedulerContext = {
     modelName: config.name ?? 'm', version: 1, config, instances: backend.instances(n), stats: new ModelStats(),
