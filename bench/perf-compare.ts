@@ -93,21 +93,25 @@ interface Row {
   p99Ms: number;
   /** Completed requests per second as the server's statistics counted them during the run. */
   serverRate: number;
+  /** tsi-node perf only: its own CPU use, % of one core. */
+  clientCpu?: number;
 }
 
 async function viaPerf(protocol: 'http' | 'grpc', c: number): Promise<Row> {
   const csv = join(dir, `perf-${protocol}-${c}.csv`);
   const url = protocol === 'http' ? `127.0.0.1:${HTTP_PORT}` : `127.0.0.1:${GRPC_PORT}`;
-  const before = await serverSuccessCount();
-  const t0 = performance.now();
   const r = await run(1, process.execPath, [BIN, 'perf', '-m', MODEL, '-i', protocol, '-u', url, '--concurrency-range', String(c),
     '-p', String(Math.round((SECONDS * 1000) / 3)), '--input-data', 'zero', '--warmup-request-count', '200', '-f', csv]);
-  const serverRate = (await serverSuccessCount() - before) / ((performance.now() - t0) / 1000);
   if (r.code !== 0) throw new Error(`tsi-node perf failed: ${r.stderr}`);
   const [head, row] = readFileSync(csv, 'utf8').trim().split('\n');
   const v = Object.fromEntries(head!.split(',').map((k, i) => [k, Number(row!.split(',')[i])]));
-  // The server count covers warm-up and all windows (the CSV only the last three), so it is a rate check, not a count.
-  return { protocol, concurrency: c, tool: 'tsi-node perf', throughput: v['Inferences/Second']!, avgMs: v['Avg latency']! / 1000, p50Ms: v['p50 latency']! / 1000, p99Ms: v['p99 latency']! / 1000, serverRate };
+  // The server's own count over perf's reported windows: successes × (throughput / client-counted requests).
+  const num = (re: RegExp) => Number(re.exec(r.stdout)?.[1] ?? NaN);
+  const serverRate = num(/Successful request count: (\d+)/) * num(/Throughput: ([\d.]+) infer\/sec/) / num(/Request count: (\d+)/);
+  return {
+    protocol, concurrency: c, tool: 'tsi-node perf', throughput: v['Inferences/Second']!, avgMs: v['Avg latency']! / 1000,
+    p50Ms: v['p50 latency']! / 1000, p99Ms: v['p99 latency']! / 1000, serverRate, clientCpu: num(/Client CPU: (\d+)%/),
+  };
 }
 
 async function viaAutocannon(c: number, body: Uint8Array, headerLength: number): Promise<Row> {
@@ -209,9 +213,9 @@ try {
   const lines = [
     `model ${MODEL}, ${availableParallelism()} cores, ${PIN ? 'server pinned to core 0, load generators to core 1' : 'no pinning'}; load average ${load} before, ${loadavg()[0]!.toFixed(2)} after`,
     '',
-    '| protocol | concurrency | tool | infer/sec | avg ms | p50 ms | p99 ms | server-counted req/sec |',
-    '|---|---:|---|---:|---:|---:|---:|---:|',
-    ...rows.map((r) => `| ${r.protocol} | ${r.concurrency} | ${r.tool} | ${f(r.throughput, 1)} | ${f(r.avgMs, 3)} | ${f(r.p50Ms, 3)} | ${f(r.p99Ms, 3)} | ${f(r.serverRate, 1)} |`),
+    '| protocol | concurrency | tool | infer/sec | avg ms | p50 ms | p99 ms | server-counted req/sec | perf CPU |',
+    '|---|---:|---|---:|---:|---:|---:|---:|---:|',
+    ...rows.map((r) => `| ${r.protocol} | ${r.concurrency} | ${r.tool} | ${f(r.throughput, 1)} | ${f(r.avgMs, 3)} | ${f(r.p50Ms, 3)} | ${f(r.p99Ms, 3)} | ${f(r.serverRate, 1)} | ${r.clientCpu === undefined ? '' : `${r.clientCpu}%`} |`),
   ];
   process.stdout.write(lines.join('\n') + '\n');
 } finally {

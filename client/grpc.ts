@@ -347,6 +347,8 @@ export class InferStream implements AsyncIterable<StreamItem> {
         });
       },
       return: async () => {
+        // The consumer stopped: drop what is buffered and cancel the call so the server stops too.
+        this.items.length = 0;
         if (!this.ended) this.cancel();
         return { value: undefined, done: true };
       },

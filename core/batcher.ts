@@ -316,7 +316,7 @@ export class DynamicBatchScheduler implements Scheduler {
       if (!instance) return;
       const batch = this.queue.take(d.count);
       if (this.orderer) for (const r of batch) this.orderer.register(r);
-      void runExecution(this.ctx, this.pool, instance, batch, { deferResponses: true });
+      void runExecution(this.ctx, this.pool, instance, batch, { deferResponses: true, queuedBehind: !free });
     }
   }
 

@@ -42,7 +42,8 @@ export const STOPPING_MESSAGE = 'Server is stopping, scheduler for model has sto
 /** Free/busy bookkeeping of a model version's instances; `onFree` fires whenever one frees up. */
 export class InstancePool {
   private readonly free: BackendInstance[];
-  private readonly behind = new Set<BackendInstance>();
+  /** Instances with a batch queued behind the running one, and what to do when that batch starts. */
+  private readonly behind = new Map<BackendInstance, (() => void)[]>();
   private waiters: (() => void)[] = [];
   private busyCount = 0;
 
@@ -90,15 +91,25 @@ export class InstancePool {
       if (!best || inst.spec.index < best.spec.index) best = inst;
     }
     if (!best) return undefined;
-    this.behind.add(best);
+    this.behind.set(best, []);
     this.busyCount++;
     return best;
   }
 
+  /** Runs `fn` when the batch queued behind `inst` starts (its predecessor released the instance). */
+  whenQueuedBatchStarts(inst: BackendInstance, fn: () => void): void {
+    const fns = this.behind.get(inst);
+    if (fns) fns.push(fn);
+    else fn();
+  }
+
   release(inst: BackendInstance): void {
     // With a batch queued behind, the instance goes on running it: still busy, one batch fewer.
-    if (this.behind.delete(inst)) {
+    const started = this.behind.get(inst);
+    if (started) {
+      this.behind.delete(inst);
       this.busyCount--;
+      for (const f of started) f();
       this.onFree();
       return;
     }
@@ -137,6 +148,11 @@ export interface ExecutionOptions {
    * comes from them).
    */
   deferResponses?: boolean;
+  /**
+   * The batch was queued behind the instance's running one (InstancePool.acquireBehind): its requests
+   * stay pending (Triton: not yet started by a backend) until that predecessor finishes.
+   */
+  queuedBehind?: boolean;
 }
 
 /**
@@ -166,7 +182,8 @@ export async function runExecution(
   for (const r of batch) {
     if (uncounted?.has(r)) continue;
     rows += r.batchSize;
-    stats.pending--;
+    if (opts.queuedBehind) pool.whenQueuedBatchStarts(instance, () => stats.pending--);
+    else stats.pending--;
     const o = { failed: false };
     outcome.set(r, o);
     r.wrapSink((inner) => (resp: ResponsePayload | TsiError, final: boolean) => {

@@ -21,12 +21,12 @@ const loadName = (rep: PerfReport) => (rep.points[0]?.mode === 'request_rate' ||
 /** The end-of-session table: one row per load point, latencies in µs. */
 export function summaryTable(rep: PerfReport): string {
   const pcts = Object.keys(rep.points[0]?.percentiles ?? {}).map(Number);
-  const headers = [loadName(rep), 'Infer/sec', 'Avg lat', ...pcts.map((p) => `p${p}`), 'Client send', 'Net+server', 'Queue', 'Comp in', 'Comp infer', 'Comp out', 'Client recv', 'Stable'];
+  const headers = [loadName(rep), 'Infer/sec', 'Avg lat', ...pcts.map((p) => `p${p}`), 'Client send', 'Net+server', 'Queue', 'Comp in', 'Comp infer', 'Comp out', 'Client recv', 'Client CPU', 'Stable'];
   const rows = rep.points.map((p) => [
     String(p.load), p.throughput.toFixed(1), r(p.avgUs), ...pcts.map((k) => r(p.percentiles[k]!)),
     r(p.sendUs), r(p.networkUs),
     ...(p.server ? [p.server.queueUs, p.server.computeInputUs, p.server.computeInferUs, p.server.computeOutputUs].map(r) : ['-', '-', '-', '-']),
-    r(p.recvUs), p.stable ? 'yes' : 'no',
+    r(p.recvUs), `${Math.round(p.clientCpuPct)}%`, p.stable ? 'yes' : 'no',
   ]);
   const title = `${rep.model.name} over ${rep.options.protocol.toUpperCase()} at ${rep.options.url}, batch ${rep.options.batchSize} (latencies in usec)`;
   return `${title}\n${table(headers, rows)}${rep.serverStatsNote ? `\n(${rep.serverStatsNote})` : ''}`;

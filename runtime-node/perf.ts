@@ -91,6 +91,11 @@ export interface PerfPoint {
   /** perf_analyzer's "Network+Server Send/Recv": client wait minus server queue and compute, at least 0. */
   networkUs: number;
   delayed: number;
+  /**
+   * CPU the perf process itself used during the windows, as a percentage of one core. Near 100 the
+   * load generator, not the server, sets the pace (perf_analyzer warns on the same condition).
+   */
+  clientCpuPct: number;
   server?: ServerSplit;
 }
 
@@ -242,18 +247,21 @@ async function measurePoint(
   o: PerfOptions, runner: LoadRunner, stats: () => Promise<StatSum | undefined>, io: PerfIO,
   mode: PerfPoint['mode'], load: number,
 ): Promise<PerfPoint> {
-  const windows: { from: number; to: number; statsFrom?: StatSum; statsTo?: StatSum; throughput: number; latency: number }[] = [];
+  const windows: { from: number; to: number; cpuUs: number; statsFrom?: StatSum; statsTo?: StatSum; throughput: number; latency: number }[] = [];
   let statsAt = await stats();
   let from = nowNs();
+  let cpuAt = process.cpuUsage();
   for (let trial = 1; trial <= o.maxTrials; trial++) {
     if (o.measurementMode === 'time_windows') await sleep(o.measurementIntervalMs);
     else while (runner.completedSince(from) < o.measurementRequestCount && !runner.error) await sleep(5);
     if (runner.error) throw runner.error;
     const to = nowNs();
+    const cpu = process.cpuUsage(cpuAt);
+    cpuAt = process.cpuUsage();
     const statsTo = await stats();
     const c = clientSummary(runner.window(from, to), (to - from) / 1e9, o.batchSize, o.percentile);
     const latency = o.percentile ? c.percentiles[o.percentile]! : c.avgUs;
-    windows.push({ from, to, statsFrom: statsAt, statsTo, throughput: c.throughput, latency });
+    windows.push({ from, to, cpuUs: cpu.user + cpu.system, statsFrom: statsAt, statsTo, throughput: c.throughput, latency });
     io.progress(`  Pass [${trial}] throughput: ${c.throughput.toFixed(2)} infer/sec. ${o.percentile ? `p${o.percentile} latency: ${Math.round(latency)} usec` : `Avg latency: ${Math.round(c.avgUs)} usec (std ${Math.round(c.stdUs)} usec)`}`);
     statsAt = statsTo;
     from = to;
@@ -267,6 +275,10 @@ async function measurePoint(
   const recs = last.flatMap((w) => runner.window(w.from, w.to));
   const durationS = last.reduce((s, w) => s + (w.to - w.from), 0) / 1e9;
   const c = clientSummary(recs, durationS, o.batchSize, o.percentile);
+  const clientCpuPct = (last.reduce((sum, w) => sum + w.cpuUs, 0) / 1e6 / durationS) * 100;
+  if (clientCpuPct > 85) {
+    io.progress(`  Warning: tsi-node perf used ${Math.round(clientCpuPct)}% of a CPU core; the load generator may be the bottleneck, not the server`);
+  }
   const a = last[0]!.statsFrom;
   const b = last[last.length - 1]!.statsTo;
   const server = a && b ? serverSplit(a, b) : undefined;
@@ -276,6 +288,7 @@ async function measurePoint(
     stabilizingUs: o.percentile ? c.percentiles[o.percentile]! : c.avgUs,
     networkUs: Math.max(0, c.waitUs - serverUs),
     delayed: runner.delayed,
+    clientCpuPct,
     server,
   };
 }
@@ -292,6 +305,7 @@ export function describePoint(p: PerfPoint, o: PerfOptions): string {
   if (p.mode === 'request_rate') lines.push(`    Delayed Request Count: ${p.delayed}`);
   if (!o.percentile) lines.push(`    Avg latency: ${us(p.avgUs)} (standard deviation ${us(p.stdUs)})`);
   for (const [k, v] of Object.entries(p.percentiles)) lines.push(`    p${k} latency: ${us(v)}`);
+  lines.push(`    Client CPU: ${Math.round(p.clientCpuPct)}% of one core`);
   lines.push(`    Avg ${o.protocol === 'grpc' ? 'gRPC' : 'HTTP'} time: ${us(p.sendUs + p.waitUs + p.recvUs)} (send ${us(p.sendUs)} + response wait ${us(p.waitUs)} + receive ${us(p.recvUs)})`);
   if (p.server) {
     const s = p.server;

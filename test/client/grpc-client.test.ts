@@ -85,7 +85,8 @@ describe('grpc client: ModelStreamInfer', () => {
       if (++n === 2) break;
     }
     expect(n).toBe(2);
-    expect(() => stream.send('simple', inputs)).not.toThrow(InferenceServerError);
+    expect((await stream[Symbol.asyncIterator]().next()).done).toBe(true);
+    expect(() => stream.send('simple', inputs)).toThrow('the stream is closed');
   });
 });
 

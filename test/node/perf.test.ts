@@ -69,6 +69,7 @@ describe('tsi-node perf against the real server', () => {
     expect(r.stdout).toMatch(/Concurrency: 1, throughput: [\d.]+ infer\/sec, latency \d+ usec/);
     expect(r.stdout).toMatch(/Avg request latency: \d+ usec \(overhead \d+ usec \+ queue \d+ usec \+ compute input/);
     expect(r.stdout).toMatch(/\| Concurrency \| +Infer\/sec \|/);
+    expect(r.stdout).toMatch(/Client CPU: \d+% of one core/);
 
     const { header, rows } = readCsv(csv);
     expect(header).toBe(`Concurrency,${CSV_HEADER}`);
