@@ -229,6 +229,7 @@ export class DynamicBatchScheduler implements Scheduler {
   private drained?: () => void;
   private dispatching = false;
   private again = false;
+  private dispatchQueued = false;
   /**
    * Queueing a batch behind a busy instance takes it out of the policy queue early, so it is allowed
    * only where that cannot change what Triton would do: one priority level, no timeouts, no size cap.
@@ -265,7 +266,16 @@ export class DynamicBatchScheduler implements Scheduler {
     }
     this.ctx.stats.pending++;
     this.ctx.stats.inflight++;
-    this.dispatch();
+    // Dispatch after the current task's synchronous work: requests submitted together (an in-page
+    // Promise.all, a burst read from one socket) then form one batch instead of "first alone, rest
+    // together". Still no waiting: the microtask runs before any I/O or timer.
+    if (!this.dispatchQueued) {
+      this.dispatchQueued = true;
+      queueMicrotask(() => {
+        this.dispatchQueued = false;
+        this.dispatch();
+      });
+    }
   }
 
   queued(): number {

@@ -180,18 +180,30 @@ describe('DynamicBatchScheduler', () => {
   it('runs batches on two instances at once, each taking the first free one', async () => {
     const h = harness(mlp({}, 2), 2);
     h.backend.hold = true;
+    // Submitted in one task: dispatch waits for the task's end, so they batch (delay 0 still never waits).
     for (let i = 0; i < 6; i++) h.submit(request({ id: `${i}`, inputs: { INPUT0: [i, i] }, batch: 1 }));
     await flush();
-    // Each request found an idle instance on arrival: delay 0 sends whatever is queued.
-    expect(h.backend.batches.map((b) => [b.instance, b.ids])).toEqual([[0, ['0']], [1, ['1']]]);
+    expect(h.backend.batches.map((b) => [b.instance, b.ids])).toEqual([[0, ['0', '1']], [1, ['2', '3']]]);
     expect(h.backend.running).toBe(2);
     h.backend.release(1);
     await flush();
-    expect(h.backend.batches[2]).toMatchObject({ instance: 1, ids: ['2', '3'] });
+    expect(h.backend.batches[2]).toMatchObject({ instance: 1, ids: ['4', '5'] });
+    h.submit(request({ id: '6', inputs: { INPUT0: [6, 6] }, batch: 1 }));
     h.backend.release(0);
     await flush();
-    expect(h.backend.batches[3]).toMatchObject({ instance: 0, ids: ['4', '5'] });
+    expect(h.backend.batches[3]).toMatchObject({ instance: 0, ids: ['6'] });
     expect(h.backend.maxRunning).toBe(2);
+    h.backend.release();
+    h.backend.release();
+  });
+
+  it('sends a lone request at once when an instance is idle (delay 0)', async () => {
+    const h = harness(mlp({}, 8));
+    h.submit(request({ id: 'a', inputs: { INPUT0: [1, 1] }, batch: 1 }));
+    await flush();
+    h.submit(request({ id: 'b', inputs: { INPUT0: [2, 2] }, batch: 1 }));
+    await flush();
+    expect(h.backend.batches.map((b) => b.ids)).toEqual([['a'], ['b']]);
   });
 
   it('hands the instance its next batch before delivering the previous batch\'s responses', async () => {
