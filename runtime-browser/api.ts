@@ -137,6 +137,13 @@ export function fromInferResponse(resp: InferResponse): Record<string, OutputTen
   return out;
 }
 
+/** Output data alone by name, BYTES decoded to strings (`infer`'s answer, without per-output wrappers). */
+export function outputData(resp: InferResponse): Record<string, OutputData> {
+  const out: Record<string, OutputData> = {};
+  for (const t of resp.outputs) out[t.name] = t.datatype === 'BYTES' ? (t.data as Uint8Array[]).map(decodeString) : (t.data as NumericArray);
+  return out;
+}
+
 /** Strings as BYTES elements, for callers building core tensors themselves. */
 export const bytesElements = (strings: readonly string[]): Uint8Array[] => strings.map(encodeString);
 

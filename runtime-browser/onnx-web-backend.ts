@@ -253,16 +253,22 @@ export class OnnxWebInstance implements BackendInstance {
     private readonly config: ModelConfig,
   ) {
     if (fallbackReason) fallbacks.set(spec, fallbackReason);
+    // Looked up once here rather than with find() over the config on every run.
+    for (const i of config.input ?? []) if (i.name) this.inputCfg.set(i.name, i);
+    for (const o of config.output ?? []) if (o.name) this.outputCfg.set(o.name, o);
   }
+
+  private readonly inputCfg = new Map<string, NonNullable<ModelConfig['input']>[number]>();
+  private readonly outputCfg = new Map<string, NonNullable<ModelConfig['output']>[number]>();
 
   async execute(requests: BackendRequest[]): Promise<ExecutionTimes> {
     const t0 = performance.now();
     const batching = (this.config.max_batch_size ?? 0) > 0;
-    const rows = requests.map((r) => r.batchSize);
     const feeds: Record<string, Ort.Tensor> = {};
     for (const [name] of requests[0]!.inputs) {
-      const t = concatBatch(requests.map((r) => r.inputs.get(name)!));
-      const cfg = this.config.input?.find((i) => i.name === name);
+      // A lone request's tensor goes to ORT as it is (concatBatch would return it anyway).
+      const t = requests.length === 1 ? requests[0]!.inputs.get(name)! : concatBatch(requests.map((r) => r.inputs.get(name)!));
+      const cfg = this.inputCfg.get(name);
       let dims = t.shape;
       if (cfg?.reshape) dims = batching ? [t.shape[0]!, ...(cfg.reshape.shape ?? [])] : [...(cfg.reshape.shape ?? [])];
       feeds[name] = this.toOrt(t, dims);
@@ -282,16 +288,17 @@ export class OnnxWebInstance implements BackendInstance {
       throw new TsiError('INTERNAL', `onnxruntime failed to run model '${this.config.name}': ${(err as Error).message}`);
     }
     const t2 = performance.now();
-    const total = rows.reduce((a, b) => a + b, 0);
+    const rows = requests.length === 1 ? undefined : requests.map((r) => r.batchSize);
+    const total = rows ? rows.reduce((a, b) => a + b, 0) : requests[0]!.batchSize;
     const outputs = new Map<string, Tensor[]>();
     for (const [name, ot] of Object.entries(results)) {
-      const cfg = this.config.output?.find((o) => o.name === name);
+      const cfg = this.outputCfg.get(name);
       const datatype = FROM_ORT[ot.type] ?? (cfg?.data_type ? configTypeToDatatype(cfg.data_type) : undefined);
       if (!datatype) throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has unsupported type '${ot.type}'`);
       let shape = [...ot.dims];
       if (cfg?.reshape) shape = batching ? [shape[0]!, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])];
       const t: Tensor = { name, datatype, shape, data: fromOrtData(datatype, ot.data) };
-      if (batching && requests.length > 1) {
+      if (batching && rows) {
         if (shape[0] !== total) {
           throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has ${shape[0]} rows for a batch of ${total}`);
         }
