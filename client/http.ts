@@ -9,7 +9,7 @@
 import { clientError, InferenceServerError } from './errors.js';
 import { base64, dropNulls, indexEntry, modelMetadata, modelStatistics, shmRegion } from './normalize.js';
 import { InferResult, normalizeInput, nowNs, outputFromBytes, outputFromJson, requestParameters, tensorBytes, type WireInput } from './tensor.js';
-import { decodeString } from '../core/tensor.js';
+import { concatBytes, decodeString } from '../core/tensor.js';
 import type { DataType, OutputTensor, Parameters, TensorData } from '../core/types.js';
 import type {
   CallOptions, InferenceClient, InferInputSpec, InferOptions, LoadModelOptions, LogSettings, ModelConfig, ModelMetadata,
@@ -336,16 +336,7 @@ export function encodeInferRequest(
   if (Object.keys(parameters).length) header.parameters = parameters;
   const json = new TextEncoder().encode(stringifyJson(header));
   if (chunks.length === 0) return { body: json };
-  let total = json.byteLength;
-  for (const c of chunks) total += c.byteLength;
-  const body = new Uint8Array(total);
-  body.set(json, 0);
-  let off = json.byteLength;
-  for (const c of chunks) {
-    body.set(c, off);
-    off += c.byteLength;
-  }
-  return { body, headerLength: json.byteLength };
+  return { body: concatBytes([json, ...chunks]), headerLength: json.byteLength };
 }
 
 interface DecodedResponse {

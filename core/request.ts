@@ -118,14 +118,27 @@ export interface ValidateOptions {
   sink: ResponseSink;
 }
 
+/** Per-config name lookups, built once per loaded config rather than on every request. */
+const LOOKUPS = new WeakMap<ModelConfig, { inputs: Map<string, ModelInput>; outputNames: Set<string> }>();
+function lookups(config: ModelConfig) {
+  let l = LOOKUPS.get(config);
+  if (!l) {
+    l = {
+      inputs: new Map((config.input ?? []).map((i) => [i.name!, i])),
+      outputNames: new Set((config.output ?? []).map((o) => o.name!)),
+    };
+    LOOKUPS.set(config, l);
+  }
+  return l;
+}
+
 /** Checks a request against a model's normalised config and builds the PendingRequest. */
 export function validateRequest(req: InferRequest, opts: ValidateOptions): PendingRequest {
   const { config, modelName } = opts;
   const prefix = requestPrefix(req.id);
   const fail = (msg: string) => new TsiError('INVALID_ARG', prefix + msg);
   const maxBatch = config.max_batch_size ?? 0;
-  const configInputs = new Map<string, ModelInput>();
-  for (const i of config.input ?? []) configInputs.set(i.name!, i);
+  const { inputs: configInputs, outputNames } = lookups(config);
 
   // Reserved parameters.
   const parameters: Parameters = {};
@@ -219,7 +232,6 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
   }
 
   // Requested outputs.
-  const outputNames = new Set((config.output ?? []).map((o) => o.name!));
   let requestedOutputs: string[];
   if (req.outputs && req.outputs.length > 0) {
     requestedOutputs = [];

@@ -83,6 +83,20 @@ export function encodeBytesElements(elements: readonly Uint8Array[]): Uint8Array
   return out;
 }
 
+/** One buffer holding `parts` back to back: a JSON header followed by binary tensor data. */
+export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
+  if (parts.length === 1) return parts[0]!;
+  let total = 0;
+  for (const p of parts) total += p.byteLength;
+  const out = new Uint8Array(total);
+  let off = 0;
+  for (const p of parts) {
+    out.set(p, off);
+    off += p.byteLength;
+  }
+  return out;
+}
+
 export function decodeBytesElements(bytes: Uint8Array, expected?: number): Uint8Array[] {
   const out: Uint8Array[] = [];
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);

@@ -8,7 +8,7 @@
 import { TsiError, invalidArg } from './errors.js';
 import type { ModelConfig } from './model-config.js';
 import { configTypeToDatatype } from './config.js';
-import { byteSize, elementCount, elementSize, fromBytes, fromJsonValues, toBytes, toJsonValues } from './tensor.js';
+import { byteSize, concatBytes, elementCount, elementSize, fromBytes, fromJsonValues, toBytes, toJsonValues } from './tensor.js';
 import { DATATYPES, type DataType, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput } from './types.js';
 
 export const HEADER_LENGTH = 'Inference-Header-Content-Length';
@@ -241,16 +241,7 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
   head.outputs = outputs;
   const json = new TextEncoder().encode(JSON.stringify(head));
   if (binaries.length === 0) return { body: json, contentType: 'application/json' };
-  let total = json.byteLength;
-  for (const b of binaries) total += b.byteLength;
-  const body = new Uint8Array(total);
-  body.set(json, 0);
-  let off = json.byteLength;
-  for (const b of binaries) {
-    body.set(b, off);
-    off += b.byteLength;
-  }
-  return { body, headerLength: json.byteLength, contentType: 'application/octet-stream' };
+  return { body: concatBytes([json, ...binaries]), headerLength: json.byteLength, contentType: 'application/octet-stream' };
 }
 
 function jsonSafe(p: Parameters): Record<string, string | number | boolean> {

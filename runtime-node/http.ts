@@ -17,17 +17,21 @@ export interface Listener {
   close(): Promise<void>;
 }
 
-export async function listen(fetch: (req: Request) => Response | Promise<Response>, port: number, address: string): Promise<Listener> {
-  const server = createAdaptorServer({ fetch, port, hostname: address }) as Server;
-  server.keepAliveTimeout = 65_000;
-  await new Promise<void>((resolve, reject) => {
+/** Binds a Node server, rejecting with the bind error (port in use, bad address) instead of crashing. */
+export function listenOn(server: Server, port: number, address: string): Promise<AddressInfo> {
+  return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, address, () => {
       server.off('error', reject);
-      resolve();
+      resolve(server.address() as AddressInfo);
     });
   });
-  const info = server.address() as AddressInfo;
+}
+
+export async function listen(fetch: (req: Request) => Response | Promise<Response>, port: number, address: string): Promise<Listener> {
+  const server = createAdaptorServer({ fetch, port, hostname: address }) as Server;
+  server.keepAliveTimeout = 65_000;
+  const info = await listenOn(server, port, address);
   let closed: Promise<void> | undefined;
   const stopAccepting = () => {
     closed ??= new Promise<void>((resolve) => server.close(() => resolve()));

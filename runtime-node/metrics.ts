@@ -10,7 +10,7 @@
 
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { listenOn } from './http.js';
 import { cpus, freemem, totalmem } from 'node:os';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { FailureReason, InferenceServer, ModelStats, ModelVersion } from '../core/index.js';
@@ -170,14 +170,7 @@ export async function listenMetrics(registry: Registry, port: number, address: s
       (err) => res.writeHead(500, { 'Content-Type': 'application/json' }).end(JSON.stringify({ error: String(err) })),
     );
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, address, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const info = server.address() as AddressInfo;
+  const info = await listenOn(server, port, address);
   return {
     port: info.port,
     address: info.address,

@@ -12,7 +12,7 @@ import type { Worker } from 'node:worker_threads';
 import {
   TsiError, canTransfer, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
-  type InstanceSpec, type Logger, type ModelConfig, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
+  type InstanceSpec, type Logger, type ModelConfig, type ModelInput, type ModelOutput, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
 } from '../core/index.js';
 import { candidateProviders } from './eps.js';
 import { readOnnxIo } from './onnx-info.js';
@@ -140,11 +140,16 @@ class OnnxInstance implements BackendInstance {
   private nextId = 1;
   private pending = new Map<number, { resolve: (r: WorkerReply) => void; reject: (e: Error) => void }>();
   private dead?: Error;
+  /** Config tensors by name, looked up on every batch. */
+  private readonly inputs: Map<string, ModelInput>;
+  private readonly outputs: Map<string, ModelOutput>;
 
   constructor(
     readonly spec: InstanceSpec, readonly device: string, private readonly worker: Worker,
     private readonly config: ModelConfig, private readonly log: Logger,
   ) {
+    this.inputs = new Map((config.input ?? []).map((i) => [i.name!, i]));
+    this.outputs = new Map((config.output ?? []).map((o) => [o.name!, o]));
     worker.on('message', (m: WorkerReply) => {
       if (m.kind !== 'result' && m.kind !== 'error') return;
       const p = this.pending.get(m.id);
@@ -171,7 +176,7 @@ class OnnxInstance implements BackendInstance {
     for (const [name] of first.inputs) {
       const parts = requests.map((r) => r.inputs.get(name)!);
       const t = concatBatch(parts);
-      const cfg = this.config.input?.find((i) => i.name === name);
+      const cfg = this.inputs.get(name);
       let dims = t.shape;
       if (cfg?.reshape) dims = batching ? [t.shape[0]!, ...(cfg.reshape.shape ?? [])] : [...(cfg.reshape.shape ?? [])];
       const w = toWire(t, dims);
@@ -197,10 +202,9 @@ class OnnxInstance implements BackendInstance {
     if (reply.kind !== 'result') throw new TsiError('INTERNAL', 'unexpected reply from the onnxruntime worker');
     const outputs = new Map<string, Tensor[]>();
     for (const [name, w] of Object.entries(reply.outputs)) {
-      const datatype = FROM_ORT[w.type] ?? (this.config.output?.find((o) => o.name === name)?.data_type
-        ? configTypeToDatatype(this.config.output.find((o) => o.name === name)!.data_type!) : undefined);
+      const cfg = this.outputs.get(name);
+      const datatype = FROM_ORT[w.type] ?? (cfg?.data_type ? configTypeToDatatype(cfg.data_type) : undefined);
       if (!datatype) throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has unsupported type '${w.type}'`);
-      const cfg = this.config.output?.find((o) => o.name === name);
       let shape = w.dims;
       if (cfg?.reshape) shape = batching ? [w.dims[0]!, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])];
       const data = datatype === 'BYTES' ? (w.data as string[]).map(encodeString) : (w.data as Tensor['data']);

@@ -9,16 +9,10 @@ import { readFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import { dirname, join, relative, resolve } from 'node:path';
 import { ROOT } from '../helpers/server.js';
+import { importsOf as imports } from '../helpers/imports.js';
 
 const builtins = new Set(builtinModules);
 
-function imports(src: string): string[] {
-  const out: string[] = [];
-  for (const m of src.matchAll(/(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|^import\s+['"]([^'"]+)['"]/gm)) {
-    out.push((m[1] ?? m[2] ?? m[3])!);
-  }
-  return out;
-}
 
 /** Files reachable from `entry` through relative imports (`.js` specifiers name `.ts` sources). */
 function graph(entry: string): Map<string, string[]> {

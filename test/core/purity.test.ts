@@ -9,18 +9,12 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import { join } from 'node:path';
 import { ROOT } from '../helpers/server.js';
+import { importsOf as imports } from '../helpers/imports.js';
 
 const CORE = join(ROOT, 'core');
 const files = readdirSync(CORE).filter((f) => f.endsWith('.ts'));
 const builtins = new Set(builtinModules);
 
-function imports(src: string): string[] {
-  const out: string[] = [];
-  for (const m of src.matchAll(/(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|^import\s+['"]([^'"]+)['"]/gm)) {
-    out.push((m[1] ?? m[2] ?? m[3])!);
-  }
-  return out;
-}
 
 describe('core purity', () => {
   it('has files to check', () => {
