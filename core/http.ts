@@ -15,6 +15,7 @@ import { mountExtensionRoutes, restrictedApiMiddleware } from './http-admin.js';
 import { generate } from './generate.js';
 import type { InferenceServer } from './server.js';
 import { attachTrace } from './trace.js';
+import { concatBytes } from './tensor.js';
 import { HEADER_LENGTH, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
 
 export interface HttpOptions {
@@ -170,13 +171,7 @@ async function decompress(data: Uint8Array, format: 'gzip' | 'deflate', max: num
     if (err instanceof TsiError) throw err;
     throw invalidArg(`failed to decompress the ${format} request body: ${(err as Error).message}`);
   }
-  const out = new Uint8Array(total);
-  let off = 0;
-  for (const ch of chunks) {
-    out.set(ch, off);
-    off += ch.byteLength;
-  }
-  return out;
+  return chunks.length === 0 ? new Uint8Array(0) : concatBytes(chunks);
 }
 
 async function readJsonBody(c: Context, maxInput: number): Promise<Record<string, unknown> | undefined> {
