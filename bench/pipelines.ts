@@ -4,9 +4,7 @@
  *   direct    — `simple` (ONNX, INT32 [16] add/sub) through /v2/models/simple/infer;
  *   js_empty  — a JavaScript model with the same inputs and outputs that returns its inputs;
  *   ensemble  — a one-step ensemble whose step is `simple`.
- * One tsi server (a child process: the compiled build in dist/ when it is there and current, as
- * `tsi-node serve` runs; else bench/tsi-server.ts from the sources under tsx, whose helper code
- * makes every function call a little dearer) serves all three; the load comes from
+ * One tsi server (a child process, compiled or from sources: see bench/servers.ts) serves all three; the load comes from
  * bench/load.ts (closed loop, keep-alive, identical v2 binary requests). Many short rounds alternate
  * the targets, and each comparison is paired: a target's p50/p99 against the direct call's in the same
  * round, so drift on a shared machine cancels out; the table shows medians over rounds.
@@ -17,13 +15,13 @@
  *       Needs the generated models (`npm run models`) and, for the compiled server, `npm run build`.
  */
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { buildRequest, runLoad, type LoadResult } from './load.js';
+import { spawnServer, stopServer, tsiServer, type Child } from './servers.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const log = (s: string) => process.stderr.write(`${s}\n`);
@@ -93,33 +91,10 @@ function requestFor(model: string): Buffer {
   }, body);
 }
 
-// The compiled server, when dist/ has this code (npm run build); `--server tsx|dist` forces one,
-// `--dist <folder>` points at another build output.
-const distDir = args.dist ? resolve(args.dist) : join(ROOT, 'dist');
-const DIST = join(distDir, 'runtime-node', 'index.js');
-const useDist = args.server ? args.server === 'dist' : existsSync(join(distDir, 'runtime-node', 'js-backend.js'));
-const DIST_SERVER = `
-import { startServer } from ${JSON.stringify(pathToFileURL(DIST).href)};
-const s = await startServer({ modelRepositories: [process.argv[2]], httpPort: 0, httpAddress: '127.0.0.1', logVerbose: 0 });
-process.stdout.write('PORT ' + s.http.port + '\\n');
-process.on('SIGTERM', () => void s.stop(5000).then(() => process.exit(0)));`;
-
-async function startServer(): Promise<{ child: ChildProcess; port: number }> {
-  // A file, not `-e`: worker threads inherit the process's exec flags.
-  if (useDist) writeFileSync(join(work, 'server.mjs'), DIST_SERVER);
-  const argv = useDist ? [join(work, 'server.mjs'), repo] : ['--import', 'tsx', join(HERE, 'tsi-server.ts'), repo];
-  log(`server: ${useDist ? 'compiled (dist/)' : 'sources under tsx'}`);
-  const child = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'], cwd: ROOT });
-  const port = await new Promise<number>((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /PORT (\d+)/.exec(out);
-      if (m) resolve(Number(m[1]));
-    });
-    child.once('exit', (code) => reject(new Error(`tsi-server.ts exited with code ${code}`)));
-  });
-  return { child, port };
+async function startServer(): Promise<Child> {
+  const { argv, build } = tsiServer(repo, work, { server: args.server, dist: args.dist });
+  log(`server: ${build}`);
+  return spawnServer(argv, 'the tsi server');
 }
 
 const TARGETS = { direct: 'simple', js_empty: 'js_empty', ensemble: 'simple_ensemble' } as const;
@@ -152,9 +127,7 @@ try {
     }
   }
 } finally {
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await exited;
+  await stopServer(child);
   rmSync(work, { recursive: true, force: true });
 }
 

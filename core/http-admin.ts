@@ -51,6 +51,8 @@ async function bodyObject(c: Context, maxInput: number, required: boolean): Prom
   return v;
 }
 
+export const restrictedMessage = (key: string) => `This API is restricted, expecting header '${key}'`;
+
 /** Rejects requests to a restricted category that lack the configured header (403, Triton's text). */
 export function restrictedApiMiddleware(restrictions: Restrictions) {
   return async (c: Context, next: () => Promise<void>): Promise<Response | void> => {
@@ -59,7 +61,7 @@ export function restrictedApiMiddleware(restrictions: Restrictions) {
     const cat = httpCategory(c.req.path);
     const r = cat ? restrictions.get(cat) : undefined;
     if (r && c.req.header(r.key) !== r.value) {
-      return json({ error: `This API is restricted, expecting header '${r.key}'` }, 403);
+      return json({ error: restrictedMessage(r.key) }, 403);
     }
     await next();
   };

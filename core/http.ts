@@ -11,7 +11,7 @@ import { Hono, type Context } from 'hono';
 import { cors } from 'hono/cors';
 import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
 import { ServerExtensions, type Restrictions } from './extensions.js';
-import { mountExtensionRoutes, restrictedApiMiddleware } from './http-admin.js';
+import { mountExtensionRoutes, restrictedApiMiddleware, restrictedMessage } from './http-admin.js';
 import { generate } from './generate.js';
 import type { InferenceServer } from './server.js';
 import { attachTrace } from './trace.js';
@@ -46,11 +46,25 @@ export function json(body: unknown, status = 200, headers?: Record<string, strin
 }
 
 export function errorResponse(err: unknown): Response {
+  return toResponse(errorReply(err));
+}
+
+/** A response as plain data, for transports that write it themselves (the Node server's infer path). */
+export interface HttpReply {
+  status: number;
+  headers: Record<string, string>;
+  body: Uint8Array | string;
+}
+
+/** `{"error": ...}` with the status Triton gives the error's code. */
+export function errorReply(err: unknown): HttpReply {
   const e = asTsiError(err);
   const headers: Record<string, string> = { 'Content-Type': 'application/json' };
   if (e.message === 'Unsupported compression type') headers['Accept-Encoding'] = 'gzip, deflate';
-  return new Response(errorBody(e), { status: HTTP_STATUS[e.code] ?? 400, headers });
+  return { status: HTTP_STATUS[e.code] ?? 400, headers, body: errorBody(e) };
 }
+
+const toResponse = (r: HttpReply) => new Response(r.body as BodyInit, { status: r.status, headers: r.headers });
 
 const empty = (status: number) => new Response(null, { status });
 
@@ -68,6 +82,7 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   }
   if (options.restrictedApi && options.restrictedApi.size > 0) app.use('*', restrictedApiMiddleware(options.restrictedApi));
   const ext = options.extensions ?? new ServerExtensions(server);
+  const inferHttp = inferEndpoint(server, { ...options, extensions: ext });
 
   /** One path, several methods; any other method is Triton's 405. */
   const route = (path: string, methods: Partial<Record<'GET' | 'POST', Handler>>) => {
@@ -101,7 +116,12 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     });
     route(`${base}/config`, { GET: (c) => json(server.modelConfig(c.req.param('model')!, version(c))) });
     route(`${base}/stats`, { GET: (c) => json(server.statistics(c.req.param('model')!, version(c))) });
-    route(`${base}/infer`, { POST: (c) => infer(server, c, maxInput, ext) });
+    route(`${base}/infer`, {
+      POST: async (c) => toResponse(await inferHttp({
+        model: c.req.param('model')!, version: version(c), header: (n) => c.req.header(n),
+        body: async () => new Uint8Array(await c.req.arrayBuffer()),
+      })),
+    });
     route(`${base}/generate`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), false, maxInput) });
     route(`${base}/generate_stream`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), true, maxInput) });
   }
@@ -134,20 +154,30 @@ function repoNameUnsupported(): Response {
 }
 
 /** Reads and (if Content-Encoding says so) decompresses a body, enforcing the size limit both ways. */
-export async function readBody(c: Context, maxInput: number): Promise<Uint8Array> {
-  const enc = (c.req.header('Content-Encoding') ?? 'identity').trim().toLowerCase();
+export function readBody(c: Context, maxInput: number): Promise<Uint8Array> {
+  return readRequestBody((n) => c.req.header(n), async () => new Uint8Array(await c.req.arrayBuffer()), maxInput);
+}
+
+/**
+ * readBody over any transport: `header` reads a request header, `read(limit)` the raw body (it may
+ * throw `tooLarge` as soon as more than `limit` bytes arrive rather than buffer them all).
+ */
+export async function readRequestBody(
+  header: (name: string) => string | undefined, read: (limit: number) => Promise<Uint8Array>, maxInput: number,
+): Promise<Uint8Array> {
+  const enc = (header('Content-Encoding') ?? 'identity').trim().toLowerCase();
   if (enc !== 'identity' && enc !== 'gzip' && enc !== 'deflate' && enc !== '') {
     throw new TsiError('UNSUPPORTED', 'Unsupported compression type');
   }
-  const declared = Number(c.req.header('Content-Length') ?? NaN);
+  const declared = Number(header('Content-Length') ?? NaN);
   if (declared > maxInput) throw tooLarge(declared, maxInput);
-  const raw = new Uint8Array(await c.req.arrayBuffer());
+  const raw = await read(maxInput);
   if (raw.byteLength > maxInput) throw tooLarge(raw.byteLength, maxInput);
   if (enc === 'gzip' || enc === 'deflate') return decompress(raw, enc, maxInput);
   return raw;
 }
 
-function tooLarge(size: number, max: number): TsiError {
+export function tooLarge(size: number, max: number): TsiError {
   return invalidArg(`Request JSON size of ${size} bytes exceeds the maximum allowed value of ${max} bytes. Use --http-max-input-size to increase the limit.`);
 }
 
@@ -215,14 +245,46 @@ async function compress(data: Uint8Array, format: 'gzip' | 'deflate'): Promise<U
   return new Uint8Array(await new Response(stream).arrayBuffer());
 }
 
-async function infer(server: InferenceServer, c: Context, maxInput: number, ext: ServerExtensions): Promise<Response> {
-  const modelName = c.req.param('model')!;
-  const ver = c.req.param('version');
+/** The parts of an infer request the protocol reads: from hono's Context, or straight off a Node socket. */
+export interface InferHttpRequest {
+  model: string;
+  version: string | undefined;
+  header(name: string): string | undefined;
+  /** The body as sent (still compressed if it was); may throw `tooLarge` once more than `limit` bytes arrive. */
+  body(limit: number): Promise<Uint8Array>;
+}
+
+/**
+ * POST /v2/models/{model}[/versions/{v}]/infer as a function from request to reply, the
+ * --http-restricted-api check included. createHttpApp routes to it; the Node server also calls it from
+ * its socket handler, which spares the hottest route the Web Request/Response round trip.
+ */
+export function inferEndpoint(
+  server: InferenceServer, options: HttpOptions & { extensions: ServerExtensions },
+): (req: InferHttpRequest) => Promise<HttpReply> {
+  const maxInput = options.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE;
+  const ext = options.extensions;
+  const restricted = options.restrictedApi?.get('inference');
+  return async (req) => {
+    if (restricted && req.header(restricted.key) !== restricted.value) {
+      return { status: 403, headers: { 'Content-Type': 'application/json' }, body: errorBody(restrictedMessage(restricted.key)) };
+    }
+    try {
+      return await infer(server, req, maxInput, ext);
+    } catch (err) {
+      return errorReply(err);
+    }
+  };
+}
+
+async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: number, ext: ServerExtensions): Promise<HttpReply> {
+  const modelName = req.model;
+  const ver = req.version;
   const trace = ext.traces.sample(modelName, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() });
   try {
-    const body = await readBody(c, maxInput);
+    const body = await readRequestBody(req.header, req.body, maxInput);
     trace?.mark('HTTP_RECV_END');
-    const decoded = decodeInferRequest(body, c.req.header(HEADER_LENGTH), modelName, ver, () => server.model(modelName, ver).config);
+    const decoded = decodeInferRequest(body, req.header(HEADER_LENGTH), modelName, ver, () => server.model(modelName, ver).config);
     const shm = ext.sharedMemory;
     if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);
     if (decoded.shmOutputs.size > 0) shm.checkOutputs(decoded.shmOutputs);
@@ -243,13 +305,13 @@ async function infer(server: InferenceServer, c: Context, maxInput: number, ext:
     const headers: Record<string, string> = { 'Content-Type': enc.contentType };
     if (enc.headerLength !== undefined) headers[HEADER_LENGTH] = String(enc.headerLength);
     let out = enc.body;
-    const ce = chooseEncoding(c.req.header('Accept-Encoding'));
+    const ce = chooseEncoding(req.header('Accept-Encoding'));
     if (ce) {
       out = await compress(out, ce);
       headers['Content-Encoding'] = ce;
     }
     trace?.mark('HTTP_SEND_END');
-    return new Response(out as BodyInit, { status: 200, headers });
+    return { status: 200, headers, body: out };
   } finally {
     trace?.finish();
   }

@@ -15,7 +15,10 @@ export { ModelRepository, type RepositorySource, type IndexEntry, type LoadOverr
 export { ModelVersion, type ModelState } from './model.js';
 export { ModelStats, type FailureReason } from './stats.js';
 export { PendingRequest, validateRequest, requestPrefix, type SequenceFlags } from './request.js';
-export { createHttpApp, chooseEncoding, errorResponse, json, readBody, DEFAULT_MAX_INPUT_SIZE, type HttpOptions } from './http.js';
+export {
+  createHttpApp, inferEndpoint, chooseEncoding, errorResponse, errorReply, json, readBody, tooLarge, DEFAULT_MAX_INPUT_SIZE,
+  type HttpOptions, type HttpReply, type InferHttpRequest,
+} from './http.js';
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './v2-codec.js';
 export { DefaultScheduler, InstancePool, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
 export { createScheduler } from './schedulers.js';

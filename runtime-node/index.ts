@@ -6,7 +6,7 @@
 
 import { availableParallelism } from 'node:os';
 import {
-  BackendRegistry, DEFAULT_MAX_INPUT_SIZE, InferenceServer, RepositoryPoller, ResponseCache, ServerExtensions, controllableLogger, createHttpApp,
+  BackendRegistry, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, controllableLogger, createHttpApp,
   createLogger, parseRestrictions, type Backend, type Logger, type ModelControlMode, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
@@ -14,7 +14,7 @@ import { listenGrpc, type GrpcListener } from './grpc.js';
 import { createMetricsRegistry, listenMetrics, type MetricsListener } from './metrics.js';
 import { nodeShmProvider } from './shm.js';
 import { FolderSource } from './fs-source.js';
-import { listen, type Listener } from './http.js';
+import { inferRoute, listen, type Listener } from './http.js';
 import { createOnnxBackend } from './onnx-backend.js';
 import { createJsBackend } from './js-backend.js';
 import { browserRoutes } from './browser-assets.js';
@@ -123,10 +123,16 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
   let metrics: MetricsListener | undefined;
   try {
     if (opts.allowHttp !== false) {
-      const app = createHttpApp(server, { maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE, corsOrigin: opts.corsOrigin,
-        extend: opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined, extensions, restrictedApi: httpRestrictions });
+      const httpOptions = {
+        maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE, corsOrigin: opts.corsOrigin,
+        extend: opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined, extensions, restrictedApi: httpRestrictions,
+      };
+      const app = createHttpApp(server, httpOptions);
+      const fastInfer = inferRoute(inferEndpoint(server, httpOptions), {
+        cors: opts.corsOrigin !== undefined, onError: (err) => log.error(`HTTP infer: ${err.message}`),
+      });
       // Listen before loading models, as Triton does: liveness answers while models load; readiness waits.
-      http = await listen(app.fetch, opts.httpPort ?? 8000, opts.httpAddress ?? '0.0.0.0');
+      http = await listen(app.fetch, opts.httpPort ?? 8000, opts.httpAddress ?? '0.0.0.0', fastInfer);
     }
     if (opts.grpcPort !== undefined) {
       grpc = await listenGrpc(server, {

@@ -104,6 +104,30 @@ describe('bad requests', () => {
     expect((await z.json()).error).toMatch(/exceeds the maximum allowed value/);
   });
 
+  it('refuses an oversized chunked body (no Content-Length) and survives clients that hang up mid-body', async () => {
+    const { request } = await import('node:http');
+    const { connect } = await import('node:net');
+    const url = new URL(`${s.url}/v2/models/simple/infer`);
+    const chunked = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST' }, (res) => {
+        let body = '';
+        res.on('data', (c) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode!, body }));
+      });
+      req.on('error', reject);
+      for (let i = 0; i < 20; i++) req.write(' '.repeat(8192));
+      req.end();
+    });
+    expect(chunked.status).toBe(400);
+    expect(JSON.parse(chunked.body).error).toMatch(/Request JSON size of 163840 bytes exceeds the maximum allowed value of 65536 bytes/);
+    for (let i = 0; i < 20; i++) {
+      const sock = connect(Number(url.port), url.hostname);
+      await new Promise((r) => sock.once('connect', r));
+      sock.write(`POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{"inputs": [`);
+      sock.destroy();
+    }
+  });
+
   it('keeps serving correct answers after all of that', async () => {
     const r = await infer(good);
     expect(r.status).toBe(200);

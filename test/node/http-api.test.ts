@@ -265,4 +265,81 @@ describe('inference', () => {
     const r = await fetch(s.url + '/v2/health/live', { headers: { Origin: 'http://app.example' } });
     expect(r.headers.get('access-control-allow-origin')).toBe('http://app.example');
   });
+
+  it('sends CORS headers on inference from the configured origin', async () => {
+    const r = await postJson(s.url + '/v2/models/simple/infer', {
+      inputs: [
+        { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: seq(16, (i) => i) },
+        { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: seq(16, () => 1) },
+      ],
+    }, { Origin: 'http://app.example' });
+    expect(r.status).toBe(200);
+    expect(r.headers.get('access-control-allow-origin')).toBe('http://app.example');
+    expect(r.headers.get('access-control-expose-headers')).toMatch(/Inference-Header-Content-Length/i);
+    expect(r.body.outputs[0].data).toEqual(seq(16, (i) => i + 1));
+  });
+});
+
+// The Node server answers POST .../infer from its own socket handler and every other route through
+// hono; a percent-encoded model name takes the hono route, so the two can be compared byte for byte.
+describe('the direct infer route and the hono route', () => {
+  const raw = (path: string, body: Uint8Array | string, headers: Record<string, string>) =>
+    new Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }>((resolve, reject) => {
+      const url = new URL(s.url + path);
+      const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+  const same = async (body: Uint8Array | string, headers: Record<string, string>, model = 'simple') => {
+    const direct = await raw(`/v2/models/${model}/infer`, body, headers);
+    const viaHono = await raw(`/v2/models/${model.replace('s', '%73')}/infer`, body, headers);
+    expect(direct.status).toBe(viaHono.status);
+    for (const h of ['content-type', 'content-length', 'inference-header-content-length', 'content-encoding', 'accept-encoding']) {
+      expect([h, direct.headers[h]]).toEqual([h, viaHono.headers[h]]);
+    }
+    expect(direct.body.equals(viaHono.body)).toBe(true);
+    return direct;
+  };
+
+  it('answer binary, JSON, compressed and failed requests identically', async () => {
+    const in0 = Int32Array.from(seq(16, (i) => i * 3));
+    const in1 = Int32Array.from(seq(16, () => 2));
+    const header = {
+      id: 'cmp-1',
+      inputs: [
+        { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } },
+        { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } },
+      ],
+      outputs: [{ name: 'OUTPUT0', parameters: { binary_data: true } }, { name: 'OUTPUT1' }],
+    };
+    const json = new TextEncoder().encode(JSON.stringify(header));
+    const body = new Uint8Array(json.byteLength + 128);
+    body.set(json);
+    body.set(bytesOf(in0), json.byteLength);
+    body.set(bytesOf(in1), json.byteLength + 64);
+    const bin = await same(body, { 'Inference-Header-Content-Length': String(json.byteLength) });
+    expect(bin.status).toBe(200);
+    const hl = Number(bin.headers['inference-header-content-length']);
+    expect(JSON.parse(bin.body.subarray(0, hl).toString()).outputs[1].data).toEqual([...in0].map((v) => v - 2));
+    expect([...new Int32Array(bin.body.buffer.slice(bin.body.byteOffset + hl, bin.body.byteOffset + hl + 64))]).toEqual([...in0].map((v) => v + 2));
+
+    const plain = JSON.stringify({ inputs: [
+      { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: [...in0] },
+      { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: [...in1] },
+    ] });
+    expect((await same(plain, { 'Content-Type': 'application/json' })).status).toBe(200);
+    const zipped = await same(gzipSync(Buffer.from(plain)), { 'Content-Encoding': 'gzip', 'Accept-Encoding': 'deflate' });
+    expect(zipped.headers['content-encoding']).toBe('deflate');
+    expect(JSON.parse(inflateSync(zipped.body).toString()).outputs[0].data).toEqual([...in0].map((v) => v + 2));
+
+    expect((await same(plain.replace('INT32', 'FP32'), {})).status).toBe(400);
+    expect((await same('{"inputs": [', {})).status).toBe(400);
+    expect((await same(plain, { 'Content-Encoding': 'br' })).status).toBe(501);
+    expect((await same(plain, {}, 'simple_sequence')).status).toBe(400);
+    expect((await same(body, { 'Inference-Header-Content-Length': '9999' })).status).toBe(400);
+  });
 });
