@@ -27,13 +27,18 @@ export interface DecodedRequest {
   shmOutputs: Map<string, { region: string; offset: number; byteSize: number }>;
 }
 
+const utf8 = new TextDecoder();
+const utf8Encoder = new TextEncoder();
+const DATATYPE_SET: ReadonlySet<string> = new Set(DATATYPES);
+
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function jsonParams(v: unknown, where: string): Parameters | undefined {
   if (v === undefined) return undefined;
   if (!isObj(v)) throw invalidArg(`${where}: 'parameters' must be a JSON object`);
   const out: Parameters = {};
-  for (const [k, x] of Object.entries(v)) {
+  for (const k in v) {
+    const x = v[k];
     if (typeof x === 'string' || typeof x === 'number' || typeof x === 'boolean') out[k] = x as ParamValue;
     else throw invalidArg(`${where}: parameter '${k}' must be a string, number or boolean`);
   }
@@ -60,7 +65,7 @@ export function decodeInferRequest(
   }
   let header: unknown;
   try {
-    header = JSON.parse(new TextDecoder().decode(body.subarray(0, jsonEnd)));
+    header = JSON.parse(utf8.decode(body.subarray(0, jsonEnd)));
   } catch (err) {
     throw invalidArg(`failed to parse the request JSON buffer: ${(err as Error).message}`);
   }
@@ -68,7 +73,7 @@ export function decodeInferRequest(
   const id = header.id;
   if (id !== undefined && typeof id !== 'string') throw invalidArg(`'id' must be a string, got ${JSON.stringify(id)}`);
   const parameters = jsonParams(header.parameters, 'request') ?? {};
-  for (const k of Object.keys(parameters)) {
+  for (const k in parameters) {
     if (k.startsWith('triton_')) {
       throw invalidArg(`parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.`);
     }
@@ -77,12 +82,14 @@ export function decodeInferRequest(
   let offset = jsonEnd;
   const inputs: InferInput[] = [];
   const shmInputs: DecodedRequest['shmInputs'] = [];
-  header.inputs.forEach((raw: unknown, index: number) => {
+  const rawInputs: unknown[] = header.inputs;
+  for (let index = 0; index < rawInputs.length; index++) {
+    const raw = rawInputs[index];
     if (!isObj(raw)) throw invalidArg(`input ${index} must be a JSON object`);
     const name = raw.name;
     if (typeof name !== 'string' || name === '') throw invalidArg(`input ${index} must have a string 'name'`);
     const datatype = raw.datatype;
-    if (typeof datatype !== 'string' || !(DATATYPES as readonly string[]).includes(datatype)) {
+    if (typeof datatype !== 'string' || !DATATYPE_SET.has(datatype)) {
       throw invalidArg(`input '${name}': invalid datatype ${JSON.stringify(datatype)}, expected one of ${DATATYPES.join(', ')}`);
     }
     const dt = datatype as DataType;
@@ -103,13 +110,12 @@ export function decodeInferRequest(
       );
     }
     const count = elementCount(shape as number[]);
-    const base = { name, datatype: dt, shape: shape as number[] };
     const rest: Parameters = {};
-    for (const [k, v] of Object.entries(params)) {
-      if (k !== 'binary_data_size' && k !== 'shared_memory_region' && k !== 'shared_memory_offset' && k !== 'shared_memory_byte_size') rest[k] = v;
+    for (const k in params) {
+      if (k !== 'binary_data_size' && k !== 'shared_memory_region' && k !== 'shared_memory_offset' && k !== 'shared_memory_byte_size') rest[k] = params[k]!;
     }
     if (raw.data !== undefined) {
-      inputs.push({ ...base, data: fromJsonValues(dt, raw.data, `input '${name}'`), parameters: rest });
+      inputs.push({ name, datatype: dt, shape: shape as number[], data: fromJsonValues(dt, raw.data, `input '${name}'`), parameters: rest });
     } else if (binSize !== undefined) {
       if (typeof binSize !== 'number' || !Number.isSafeInteger(binSize) || binSize < 0) {
         throw invalidArg(`input '${name}': 'binary_data_size' must be a non-negative integer`);
@@ -126,7 +132,7 @@ export function decodeInferRequest(
           `input byte size mismatch for input '${name}' for model '${modelName}'. Expected ${count * elementSize(dt)}, got ${binSize}`,
         );
       }
-      inputs.push({ ...base, data: fromBytes(dt, bytes), parameters: rest });
+      inputs.push({ name, datatype: dt, shape: shape as number[], data: fromBytes(dt, bytes), parameters: rest });
     } else {
       if (typeof shm !== 'string') throw invalidArg(`input '${name}': 'shared_memory_region' must be a string`);
       const off = params.shared_memory_offset ?? 0;
@@ -135,9 +141,9 @@ export function decodeInferRequest(
         throw invalidArg(`input '${name}': 'shared_memory_byte_size' (and optional 'shared_memory_offset') must be integers`);
       }
       shmInputs.push({ index: inputs.length, region: shm, offset: off, byteSize: size });
-      inputs.push({ ...base, data: new Uint8Array(0), parameters: rest });
+      inputs.push({ name, datatype: dt, shape: shape as number[], data: new Uint8Array(0), parameters: rest });
     }
-  });
+  }
   if (offset !== body.byteLength) {
     throw invalidArg(`unexpected additional input data for model '${modelName}': ${body.byteLength - offset} byte(s) of binary data were not claimed by any input's 'binary_data_size'`);
   }
@@ -239,7 +245,7 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
   head.model_version = resp.model_version;
   if (resp.parameters) head.parameters = jsonSafe(resp.parameters);
   head.outputs = outputs;
-  const json = new TextEncoder().encode(JSON.stringify(head));
+  const json = utf8Encoder.encode(JSON.stringify(head));
   if (binaries.length === 0) return { body: json, contentType: 'application/json' };
   return { body: concatBytes([json, ...binaries]), headerLength: json.byteLength, contentType: 'application/octet-stream' };
 }
