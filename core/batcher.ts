@@ -230,6 +230,10 @@ export class DynamicBatchScheduler implements Scheduler {
   private dispatching = false;
   private again = false;
   private dispatchQueued = false;
+  private readonly queuedDispatch = () => {
+    this.dispatchQueued = false;
+    this.dispatch();
+  };
   /**
    * Queueing a batch behind a busy instance takes it out of the policy queue early, so it is allowed
    * only where that cannot change what Triton would do: one priority level, no timeouts, no size cap.
@@ -251,8 +255,8 @@ export class DynamicBatchScheduler implements Scheduler {
     );
   }
 
-  enqueue(request: PendingRequest): void {
-    const now = this.ctx.clock.nowNs();
+  enqueue(request: PendingRequest, nowNs?: number): void {
+    const now = nowNs ?? this.ctx.clock.nowNs();
     if (this.stopping) {
       request.send(new TsiError('UNAVAILABLE', STOPPING_MESSAGE), true);
       return;
@@ -271,10 +275,7 @@ export class DynamicBatchScheduler implements Scheduler {
     // together". Still no waiting: the microtask runs before any I/O or timer.
     if (!this.dispatchQueued) {
       this.dispatchQueued = true;
-      queueMicrotask(() => {
-        this.dispatchQueued = false;
-        this.dispatch();
-      });
+      queueMicrotask(this.queuedDispatch);
     }
   }
 
@@ -303,6 +304,8 @@ export class DynamicBatchScheduler implements Scheduler {
   private step(): void {
     const { clock, stats } = this.ctx;
     for (;;) {
+      // Nothing queued: nothing can expire or run, and no clock reading is needed.
+      if (this.queue.size === 0) return;
       const now = clock.nowNs();
       for (const r of this.queue.expire(now)) {
         stats.pending--;
@@ -314,7 +317,8 @@ export class DynamicBatchScheduler implements Scheduler {
       // Expiry needs a wake-up even while every instance is busy, so rejections are not late.
       this.timer.at(this.queue.nextDeadlineNs());
       const free = this.pool.hasFree();
-      const d = decideBatch(this.queue, now, this.policy, this.stopping);
+      // decideBatch reads at most max_batch_size + 1 requests (each counts at least one row).
+      const d = decideBatch(this.queue.head(this.policy.maxBatchSize + 1), now, this.policy, this.stopping);
       if (d.kind !== 'execute') {
         if (d.kind === 'wait' && free) this.timer.at(d.untilNs);
         return;
@@ -326,7 +330,7 @@ export class DynamicBatchScheduler implements Scheduler {
       if (!instance) return;
       const batch = this.queue.take(d.count);
       if (this.orderer) for (const r of batch) this.orderer.register(r);
-      void runExecution(this.ctx, this.pool, instance, batch, { deferResponses: true, queuedBehind: !free });
+      void runExecution(this.ctx, this.pool, instance, batch, { deferResponses: true, queuedBehind: !free, startNs: now });
     }
   }
 

@@ -37,6 +37,7 @@ export interface LoadOptions {
 export class ModelVersion {
   readonly name: string;
   readonly version: number;
+  private readonly versionString: string;
   readonly config: ModelConfig;
   readonly stats = new ModelStats();
   readonly labels = new Map<string, string[]>();
@@ -56,6 +57,7 @@ export class ModelVersion {
   private constructor(opts: LoadOptions) {
     this.name = opts.name;
     this.version = opts.version;
+    this.versionString = String(opts.version);
     this.config = opts.config;
     this.clock = opts.clock;
     this.log = opts.log;
@@ -123,10 +125,15 @@ export class ModelVersion {
     if (this.state !== 'READY' || !this.scheduler) {
       throw new TsiError('UNAVAILABLE', `Request for unknown model: '${this.name}' version ${this.version} is not at ready state`);
     }
-    const classification = new Map<string, number>();
-    for (const o of req.outputs ?? []) {
-      const c = o.parameters?.classification;
-      if (typeof c === 'number') classification.set(o.name, c);
+    // Classification is rare: the map exists only for requests that ask for it.
+    let classification: Map<string, number> | undefined;
+    const outs = req.outputs;
+    if (outs !== undefined) {
+      for (let i = 0; i < outs.length; i++) {
+        const o = outs[i]!;
+        const c = o.parameters?.classification;
+        if (typeof c === 'number') (classification ??= new Map()).set(o.name, c);
+      }
     }
     const pending = validateRequest(req, {
       modelName: this.name,
@@ -143,30 +150,43 @@ export class ModelVersion {
         }
       },
     });
-    pending.receivedNs = this.clock.nowNs();
+    const now = this.clock.nowNs();
+    pending.receivedNs = now;
     linkTrace(req, pending);
-    if (this.cache?.serve(this.name, this.version, pending, this.stats, this.clock)) return pending;
-    this.scheduler.enqueue(pending);
+    if (this.cache) {
+      if (this.cache.serve(this.name, this.version, pending, this.stats, this.clock)) return pending;
+      // The lookup took time (it hashes the inputs): the queue start is a reading of its own.
+      this.scheduler.enqueue(pending);
+    } else {
+      // Validated just now: receipt and queue start are the same instant.
+      this.scheduler.enqueue(pending, now);
+    }
     return pending;
   }
 
-  private shapeResponse(req: InferRequest, pending: PendingRequest, resp: ResponsePayload, classification: Map<string, number>): InferResponse {
-    const byName = new Map<string, Tensor>();
-    for (const t of resp.outputs) byName.set(t.name, t);
+  private shapeResponse(req: InferRequest, pending: PendingRequest, resp: ResponsePayload, classification: Map<string, number> | undefined): InferResponse {
+    const produced = resp.outputs;
+    const names = pending.requestedOutputs;
+    // Few outputs (the common case): a backwards scan finds the same tensor a name map would (the
+    // last one of that name) without building the map.
+    const byName = produced.length > 8 ? new Map(produced.map((t) => [t.name, t] as const)) : undefined;
     const outputs: OutputTensor[] = [];
-    for (const name of pending.requestedOutputs) {
-      const t = byName.get(name);
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i]!;
+      let t: Tensor | undefined;
+      if (byName) t = byName.get(name);
+      else for (let j = produced.length - 1; j >= 0; j--) if (produced[j]!.name === name) { t = produced[j]; break; }
       if (!t) {
         // Decoupled models may legitimately send partial responses; others must produce every output.
         if (this.decoupled) continue;
         throw new TsiError('INTERNAL', `model '${this.name}' did not produce requested output '${name}'`);
       }
-      const k = classification.get(name);
+      const k = classification?.get(name);
       outputs.push(k === undefined ? { name, datatype: t.datatype, shape: t.shape, data: t.data } : this.classify(t, k));
     }
-    const out: InferResponse = { model_name: this.name, model_version: String(this.version), outputs };
+    const out: InferResponse = { model_name: this.name, model_version: this.versionString, outputs };
     if (req.id) out.id = req.id;
-    if (resp.parameters && Object.keys(resp.parameters).length > 0) out.parameters = resp.parameters;
+    if (resp.parameters && hasKeys(resp.parameters)) out.parameters = resp.parameters;
     return out;
   }
 
@@ -244,4 +264,10 @@ export class ModelVersion {
     }
     this.backendModel = undefined;
   }
+}
+
+/** `Object.keys(o).length > 0` without building the array. */
+function hasKeys(o: object): boolean {
+  for (const k in o) if (Object.hasOwn(o, k)) return true;
+  return false;
 }

@@ -180,6 +180,20 @@ export class RequestQueue {
     }
   }
 
+  /**
+   * The first `n` requests in service order, left in the queue: what the batcher reads (it needs at
+   * most max_batch_size + 1), without the cost of iterating generators.
+   */
+  head(n: number): PendingRequest[] {
+    const out: PendingRequest[] = [];
+    for (const l of this.levels) {
+      for (let i = 0; i < l.live.length && out.length < n; i++) out.push(l.live.at(i));
+      for (let i = 0; i < l.delayed.length && out.length < n; i++) out.push(l.delayed.at(i));
+      if (out.length === n) break;
+    }
+    return out;
+  }
+
   /** Removes and returns the first `n` requests in service order. */
   take(n: number): PendingRequest[] {
     const out: PendingRequest[] = [];

@@ -8,7 +8,7 @@
 import type { BackendRequest, ResponsePayload } from './backend.js';
 import { TsiError, invalidArg } from './errors.js';
 import type { ModelConfig, ModelInput } from './model-config.js';
-import { dataLength, elementCount, shapeToString } from './tensor.js';
+import { dataLength, shapeToString } from './tensor.js';
 import type { DataType, InferRequest, Parameters, ParamValue, Tensor } from './types.js';
 import { configTypeToDatatype } from './config.js';
 
@@ -31,6 +31,11 @@ export function requestPrefix(id: string | undefined): string {
 }
 
 let nextInternalId = 1;
+
+/** Sees the responses of the requests of one execution before their sinks do (see `joinExecution`). */
+export interface ExecutionObserver {
+  response(request: PendingRequest, index: number, response: ResponsePayload | TsiError, final: boolean): void;
+}
 
 /**
  * A validated request waiting in, or passing through, a scheduler. It is the BackendRequest a backend
@@ -55,6 +60,9 @@ export class PendingRequest implements BackendRequest {
   deadlineNs = 0;
   private done = false;
   private sink: ResponseSink;
+  /** The execution this request is part of (see `joinExecution`), and its position in that batch. */
+  private execution?: ExecutionObserver;
+  private executionIndex = 0;
 
   constructor(init: {
     id: string; inputs: Map<string, Tensor>; requestedOutputs: string[]; parameters: Parameters;
@@ -78,6 +86,23 @@ export class PendingRequest implements BackendRequest {
   send(response: ResponsePayload | TsiError, final: boolean): void {
     if (this.done) return;
     if (final) this.done = true;
+    if (this.execution !== undefined) this.execution.response(this, this.executionIndex, response, final);
+    else this.sink(response, final);
+  }
+
+  /**
+   * Puts `observer` in front of the sink, as the outermost wrapper: from now on every response goes
+   * to `observer.response`, which passes it on with `deliver` (at once or later). runExecution's
+   * cheaper equivalent of a `wrapSink` per request: no closures, and `index` says which request of
+   * the batch answered. Sinks wrapped afterwards go inside the observer.
+   */
+  joinExecution(observer: ExecutionObserver, index: number): void {
+    this.execution = observer;
+    this.executionIndex = index;
+  }
+
+  /** Passes a response on to the sink, behind the execution observer. */
+  deliver(response: ResponsePayload | TsiError, final: boolean): void {
     this.sink(response, final);
   }
 
@@ -118,27 +143,54 @@ export interface ValidateOptions {
   sink: ResponseSink;
 }
 
-/** Per-config name lookups, built once per loaded config rather than on every request. */
-const LOOKUPS = new WeakMap<ModelConfig, { inputs: Map<string, ModelInput>; outputNames: Set<string> }>();
-function lookups(config: ModelConfig) {
+/** What validation needs of one config input, derived once per loaded config. */
+interface InputRule {
+  cfg: ModelInput;
+  datatype: DataType;
+  /** The config dims, and the full expected shape (with the -1 batch dimension when batching). */
+  dims: number[];
+  full: number[];
+}
+
+/** Per-config lookups, built once per loaded config rather than on every request. */
+interface Lookups {
+  inputs: Map<string, ModelInput>;
+  rules: Map<string, InputRule>;
+  requiredCount: number;
+  outputNames: Set<string>;
+  /** Every output name, shared by the requests that ask for no outputs in particular (never mutated). */
+  allOutputs: string[];
+}
+const LOOKUPS = new WeakMap<ModelConfig, Lookups>();
+function lookups(config: ModelConfig): Lookups {
   let l = LOOKUPS.get(config);
   if (!l) {
-    l = {
-      inputs: new Map((config.input ?? []).map((i) => [i.name!, i])),
-      outputNames: new Set((config.output ?? []).map((o) => o.name!)),
-    };
+    const batching = (config.max_batch_size ?? 0) > 0;
+    const rules = new Map<string, InputRule>();
+    let requiredCount = 0;
+    for (const i of config.input ?? []) {
+      const dims = i.dims ?? [];
+      rules.set(i.name!, { cfg: i, datatype: configTypeToDatatype(i.data_type!), dims, full: batching ? [-1, ...dims] : dims });
+    }
+    const inputs = new Map((config.input ?? []).map((i) => [i.name!, i]));
+    for (const c of inputs.values()) if (!c.optional) requiredCount++;
+    const outputNames = new Set((config.output ?? []).map((o) => o.name!));
+    l = { inputs, rules, requiredCount, outputNames, allOutputs: Object.freeze([...outputNames]) as string[] };
     LOOKUPS.set(config, l);
   }
   return l;
 }
 
+/** An INVALID_ARG with Triton's request-id prefix; the prefix is only built on this (rare) path. */
+function fail(req: InferRequest, msg: string): TsiError {
+  return new TsiError('INVALID_ARG', requestPrefix(req.id) + msg);
+}
+
 /** Checks a request against a model's normalised config and builds the PendingRequest. */
 export function validateRequest(req: InferRequest, opts: ValidateOptions): PendingRequest {
   const { config, modelName } = opts;
-  const prefix = requestPrefix(req.id);
-  const fail = (msg: string) => new TsiError('INVALID_ARG', prefix + msg);
   const maxBatch = config.max_batch_size ?? 0;
-  const { inputs: configInputs, outputNames } = lookups(config);
+  const { inputs: configInputs, rules, requiredCount, outputNames, allOutputs } = lookups(config);
 
   // Reserved parameters.
   const parameters: Parameters = {};
@@ -147,86 +199,101 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
   let seqId: SequenceId | undefined;
   let seqStart = false;
   let seqEnd = false;
-  for (const [k, v] of Object.entries(req.parameters ?? {})) {
-    if (k.startsWith('triton_')) continue; // transport-level flags (checked by the transports)
-    if (!RESERVED.has(k)) {
-      parameters[k] = v;
-      continue;
-    }
-    switch (k) {
-      case 'priority': priority = paramInt(k, v, prefix); break;
-      case 'timeout': timeoutUs = paramInt(k, v, prefix); break;
-      case 'sequence_start': seqStart = paramBool(k, v, prefix); break;
-      case 'sequence_end': seqEnd = paramBool(k, v, prefix); break;
-      case 'sequence_id':
-        if (typeof v === 'string') seqId = v;
-        else if (typeof v === 'bigint' && v >= 0n) seqId = v;
-        else if (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) seqId = BigInt(v);
-        else throw fail(`parameter 'sequence_id' must be an unsigned integer or a string, got ${JSON.stringify(String(v))}`);
-        break;
-      default: break;
+  const reqParams = req.parameters;
+  if (reqParams !== undefined && reqParams !== null) {
+    const keys = Object.keys(reqParams);
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i]!;
+      const v = reqParams[k]!;
+      if (k.startsWith('triton_')) continue; // transport-level flags (checked by the transports)
+      if (!RESERVED.has(k)) {
+        parameters[k] = v;
+        continue;
+      }
+      const prefix = requestPrefix(req.id);
+      switch (k) {
+        case 'priority': priority = paramInt(k, v, prefix); break;
+        case 'timeout': timeoutUs = paramInt(k, v, prefix); break;
+        case 'sequence_start': seqStart = paramBool(k, v, prefix); break;
+        case 'sequence_end': seqEnd = paramBool(k, v, prefix); break;
+        case 'sequence_id':
+          if (typeof v === 'string') seqId = v;
+          else if (typeof v === 'bigint' && v >= 0n) seqId = v;
+          else if (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) seqId = BigInt(v);
+          else throw fail(req, `parameter 'sequence_id' must be an unsigned integer or a string, got ${JSON.stringify(String(v))}`);
+          break;
+        default: break;
+      }
     }
   }
 
   // Inputs: known names, no duplicates, datatypes, shapes, byte counts, one batch size.
   const inputs = new Map<string, Tensor>();
   let batchSize = -1;
-  for (const t of req.inputs) {
-    const cfg = configInputs.get(t.name);
-    if (!cfg) {
+  let required = 0;
+  const reqInputs = req.inputs;
+  for (let i = 0; i < reqInputs.length; i++) {
+    const t = reqInputs[i]!;
+    const rule = rules.get(t.name);
+    if (!rule) {
       if (opts.internalInputs?.has(t.name)) {
-        throw fail(`input '${t.name}' for model '${modelName}' is supplied by the server (sequence control or state) and must not be sent`);
+        throw fail(req, `input '${t.name}' for model '${modelName}' is supplied by the server (sequence control or state) and must not be sent`);
       }
-      throw fail(`unexpected inference input '${t.name}' for model '${modelName}'`);
+      throw fail(req, `unexpected inference input '${t.name}' for model '${modelName}'`);
     }
-    if (inputs.has(t.name)) throw fail(`input '${t.name}' is specified more than once for model '${modelName}'`);
-    const expected: DataType = configTypeToDatatype(cfg.data_type!);
+    if (inputs.has(t.name)) throw fail(req, `input '${t.name}' is specified more than once for model '${modelName}'`);
+    const expected = rule.datatype;
     if (t.datatype !== expected) {
-      throw fail(`inference input '${t.name}' data-type is '${t.datatype}', but model '${modelName}' expects '${expected}'`);
+      throw fail(req, `inference input '${t.name}' data-type is '${t.datatype}', but model '${modelName}' expects '${expected}'`);
     }
-    const dims = cfg.dims ?? [];
-    const full = maxBatch > 0 ? [-1, ...dims] : dims;
+    const full = rule.full;
     const shape = t.shape;
-    let shapeOk = shape.length === full.length && shape.every((d, i) => Number.isInteger(d) && d >= 0 && (full[i] === -1 || full[i] === d));
-    // Triton also accepts a batch-less shape for a [1] "reshape: []" style input? No: shapes must match exactly.
+    let shapeOk = shape.length === full.length;
+    let count = 1;
+    for (let d = 0; shapeOk && d < shape.length; d++) {
+      const n = shape[d]!;
+      if (!(Number.isInteger(n) && n >= 0 && (full[d] === -1 || full[d] === n))) shapeOk = false;
+      count *= n;
+    }
     if (!shapeOk) {
       let msg = `unexpected shape for input '${t.name}' for model '${modelName}'. Expected ${shapeToString(full)}, got ${shapeToString(shape)}.`;
-      if (maxBatch > 0 && shape.length === dims.length) {
+      if (maxBatch > 0 && shape.length === rule.dims.length) {
         msg += ' NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape.'
           + ' If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero.'
           + ' See the model configuration docs for more info on max_batch_size.';
       }
-      throw fail(msg);
+      throw fail(req, msg);
     }
-    const count = elementCount(shape);
     const got = dataLength(t.data);
     if (got !== count) {
       if (t.datatype === 'BYTES') {
-        throw fail(`input '${t.name}' for model '${modelName}' has ${got} BYTES elements, but shape ${shapeToString(shape)} needs ${count}`);
+        throw fail(req, `input '${t.name}' for model '${modelName}' has ${got} BYTES elements, but shape ${shapeToString(shape)} needs ${count}`);
       }
       const es = bytesPer(t.datatype);
-      throw fail(`input byte size mismatch for input '${t.name}' for model '${modelName}'. Expected ${count * es}, got ${got * es}`);
+      throw fail(req, `input byte size mismatch for input '${t.name}' for model '${modelName}'. Expected ${count * es}, got ${got * es}`);
     }
     if (maxBatch > 0) {
       const b = shape[0]!;
       if (batchSize === -1) batchSize = b;
       else if (b !== batchSize) {
-        throw fail(`input '${t.name}' batch size ${b} does not match the batch size ${batchSize} of the other inputs for model '${modelName}'`);
+        throw fail(req, `input '${t.name}' batch size ${b} does not match the batch size ${batchSize} of the other inputs for model '${modelName}'`);
       }
     }
+    if (!rule.cfg.optional) required++;
     inputs.set(t.name, { name: t.name, datatype: t.datatype, shape: t.shape, data: t.data });
   }
-  const missing = [...configInputs.values()].filter((c) => !c.optional && !inputs.has(c.name!)).map((c) => c.name!);
-  if (missing.length > 0) {
+  if (required !== requiredCount) {
+    const missing = [...configInputs.values()].filter((c) => !c.optional && !inputs.has(c.name!)).map((c) => c.name!);
     const got = [...inputs.keys()].map((n) => `'${n}'`).join(', ');
     throw fail(
+      req,
       `expected ${configInputs.size} inputs but got ${inputs.size} inputs for model '${modelName}'. Got input(s) [${got}], but missing required input(s) [${missing.map((n) => `'${n}'`).join(', ')}]. Please provide all required input(s).`,
     );
   }
   if (maxBatch > 0) {
     if (batchSize === -1) batchSize = 1;
-    if (batchSize > maxBatch) throw fail(`inference request batch-size must be <= ${maxBatch} for '${modelName}'`);
-    if (batchSize === 0) throw fail(`inference request batch-size must be >= 1 for '${modelName}'`);
+    if (batchSize > maxBatch) throw fail(req, `inference request batch-size must be <= ${maxBatch} for '${modelName}'`);
+    if (batchSize === 0) throw fail(req, `inference request batch-size must be >= 1 for '${modelName}'`);
   } else {
     batchSize = 1;
   }
@@ -236,16 +303,16 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
   if (req.outputs && req.outputs.length > 0) {
     requestedOutputs = [];
     for (const o of req.outputs) {
-      if (!outputNames.has(o.name)) throw fail(`unexpected inference output '${o.name}' for model '${modelName}'`);
-      if (requestedOutputs.includes(o.name)) throw fail(`output '${o.name}' is requested more than once for model '${modelName}'`);
+      if (!outputNames.has(o.name)) throw fail(req, `unexpected inference output '${o.name}' for model '${modelName}'`);
+      if (requestedOutputs.includes(o.name)) throw fail(req, `output '${o.name}' is requested more than once for model '${modelName}'`);
       const cls = o.parameters?.classification;
       if (cls !== undefined && !(typeof cls === 'number' && Number.isInteger(cls) && cls > 0)) {
-        throw fail(`output '${o.name}': 'classification' must be a positive integer, got ${JSON.stringify(String(cls))}`);
+        throw fail(req, `output '${o.name}': 'classification' must be a positive integer, got ${JSON.stringify(String(cls))}`);
       }
       requestedOutputs.push(o.name);
     }
   } else {
-    requestedOutputs = [...outputNames];
+    requestedOutputs = allOutputs;
   }
 
   let sequence: SequenceFlags | undefined;

@@ -10,16 +10,17 @@
 import type { BackendInstance, ExecutionTimes, ResponsePayload } from './backend.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelConfig } from './model-config.js';
-import type { PendingRequest } from './request.js';
+import type { ExecutionObserver, PendingRequest } from './request.js';
 import type { ModelStats } from './stats.js';
 import type { Clock, Logger } from './types.js';
 
 export interface Scheduler {
   /**
    * Takes ownership of a validated request. Rejections (queue full, stopping) are answered through
-   * `request.send` with the error, never thrown, so every transport handles them one way.
+   * `request.send` with the error, never thrown, so every transport handles them one way. `nowNs`:
+   * the caller's clock reading taken just before (it saves a read per request), else the clock's.
    */
-  enqueue(request: PendingRequest): void;
+  enqueue(request: PendingRequest, nowNs?: number): void;
   /** Requests accepted and not yet handed to a backend. */
   queued(): number;
   /** Stops accepting, lets queued and executing work finish, then resolves. */
@@ -54,9 +55,13 @@ export class InstancePool {
   /** The first free instance in configuration order, or undefined. */
   acquire(): BackendInstance | undefined {
     if (this.free.length === 0) return undefined;
+    const free = this.free;
     let best = 0;
-    for (let i = 1; i < this.free.length; i++) if (this.free[i]!.spec.index < this.free[best]!.spec.index) best = i;
-    const inst = this.free.splice(best, 1)[0]!;
+    for (let i = 1; i < free.length; i++) if (free[i]!.spec.index < free[best]!.spec.index) best = i;
+    const inst = free[best]!;
+    // The order of the free list does not matter (every lookup searches it), so no splice.
+    free[best] = free[free.length - 1]!;
+    free.pop();
     this.busyCount++;
     return inst;
   }
@@ -153,6 +158,54 @@ export interface ExecutionOptions {
    * stay pending (Triton: not yet started by a backend) until that predecessor finishes.
    */
   queuedBehind?: boolean;
+  /** The caller's clock reading taken as it formed the batch (saves a read), else the clock's. */
+  startNs?: number;
+}
+
+/**
+ * One batch's bookkeeping while it executes: it observes every counted request's responses (which
+ * marks failures, holds responses back while `deferResponses` asks it to, and settles the statistics
+ * of responses that come after `execute` resolved).
+ */
+class Execution implements ExecutionObserver {
+  times = ZERO_TIMES;
+  waitNs = 0;
+  executed = false;
+  /** Whether request i of the batch has sent an error (made on the first error). */
+  private failures?: boolean[];
+  /** Responses held until the instance is handed on: request, response, final, flat. */
+  readonly held: unknown[] | undefined;
+
+  constructor(private readonly ctx: SchedulerContext, readonly startNs: number, hold: boolean) {
+    this.held = hold ? [] : undefined;
+  }
+
+  failed(i: number): boolean {
+    return this.failures?.[i] === true;
+  }
+
+  response(r: PendingRequest, i: number, resp: ResponsePayload | TsiError, final: boolean): void {
+    if (resp instanceof TsiError) (this.failures ??= [])[i] = true;
+    if (this.held !== undefined && !this.executed) this.held.push(r, resp, final);
+    else r.deliver(resp, final);
+    // Responses that arrive after execute() resolved (decoupled models) settle here.
+    if (final && this.executed) this.settle(r, this.failed(i), this.ctx.clock.nowNs(), this.ctx.clock.epochMs());
+  }
+
+  settle(r: PendingRequest, failed: boolean, endNs: number, epochMs: number): void {
+    const { stats } = this.ctx;
+    const total = endNs - r.receivedNs;
+    if (failed) stats.recordFailure(total, 'BACKEND', epochMs);
+    else stats.recordSuccess(total, this.startNs - r.enqueuedNs + this.waitNs, this.times, epochMs);
+    stats.inflight--;
+  }
+
+  deliverHeld(): void {
+    const h = this.held!;
+    for (let k = 0; k < h.length; k += 3) {
+      (h[k] as PendingRequest).deliver(h[k + 1] as ResponsePayload | TsiError, h[k + 2] as boolean);
+    }
+  }
 }
 
 /**
@@ -165,59 +218,47 @@ export async function runExecution(
 ): Promise<void> {
   const { stats, clock } = ctx;
   const { uncounted } = opts;
-  const startNs = clock.nowNs();
+  const ex = new Execution(ctx, opts.startNs ?? clock.nowNs(), opts.deferResponses === true && !ctx.decoupled);
   let rows = 0;
-  const outcome = new Map<PendingRequest, { failed: boolean }>();
-  let times = ZERO_TIMES;
-  let waitNs = 0;
-  let executed = false;
-  const held: (() => void)[] | undefined = opts.deferResponses && !ctx.decoupled ? [] : undefined;
-  const settle = (r: PendingRequest, failed: boolean, endNs: number) => {
-    const total = endNs - r.receivedNs;
-    const queue = startNs - r.enqueuedNs + waitNs;
-    if (failed) stats.recordFailure(total, 'BACKEND', clock.epochMs());
-    else stats.recordSuccess(total, queue, times, clock.epochMs());
-    stats.inflight--;
-  };
-  for (const r of batch) {
+  let counted = 0;
+  for (let i = 0; i < batch.length; i++) {
+    const r = batch[i]!;
     if (uncounted?.has(r)) continue;
     rows += r.batchSize;
-    if (opts.queuedBehind) pool.whenQueuedBatchStarts(instance, () => stats.pending--);
-    else stats.pending--;
-    const o = { failed: false };
-    outcome.set(r, o);
-    r.wrapSink((inner) => (resp: ResponsePayload | TsiError, final: boolean) => {
-      if (resp instanceof TsiError) o.failed = true;
-      if (held && !executed) held.push(() => inner(resp, final));
-      else inner(resp, final);
-      // Responses that arrive after execute() resolved (decoupled models) settle here.
-      if (final && executed) settle(r, o.failed, clock.nowNs());
-    });
+    counted++;
+    r.joinExecution(ex, i);
   }
+  if (opts.queuedBehind) {
+    if (counted > 0) pool.whenQueuedBatchStarts(instance, () => (stats.pending -= counted));
+  } else stats.pending -= counted;
+  // One reading when execute resolves serves as the compute end and every request's end.
+  let end: number | undefined;
   try {
     const t = (await instance.execute(batch)) as ExecutionTimes | undefined;
-    const wall = clock.nowNs() - startNs;
-    times = t
+    end = clock.nowNs();
+    ex.times = t
       ? { input: t.computeInputNs, infer: t.computeInferNs, output: t.computeOutputNs }
-      : { input: 0, infer: wall, output: 0 };
-    waitNs = t?.waitNs ?? 0;
+      : { input: 0, infer: end - ex.startNs, output: 0 };
+    ex.waitNs = t?.waitNs ?? 0;
   } catch (err) {
     const e = asTsiError(err);
     ctx.log.verbose(1, `model '${ctx.modelName}' version ${ctx.version} failed to execute a batch of ${batch.length}: ${e.message}`);
     for (const r of batch) if (!r.completed) r.send(e, true);
   } finally {
-    executed = true;
-    stats.recordExecution(rows, times);
-    const end = clock.nowNs();
-    for (const r of batch) {
+    ex.executed = true;
+    stats.recordExecution(rows, ex.times);
+    end ??= clock.nowNs();
+    const epochMs = clock.epochMs();
+    for (let i = 0; i < batch.length; i++) {
+      const r = batch[i]!;
       if (uncounted?.has(r)) continue;
-      if (r.completed) settle(r, outcome.get(r)!.failed, end);
+      if (r.completed) ex.settle(r, ex.failed(i), end, epochMs);
       else if (!ctx.decoupled) {
         r.send(new TsiError('INTERNAL', `model '${ctx.modelName}' returned no response for request '${r.id}'`), true);
       }
     }
     pool.release(instance);
-    if (held) for (const deliver of held) deliver();
+    if (ex.held !== undefined) ex.deliverHeld();
   }
 }
 
@@ -236,12 +277,12 @@ export class DefaultScheduler implements Scheduler {
     this.pool = new InstancePool(ctx.instances, () => this.dispatch());
   }
 
-  enqueue(request: PendingRequest): void {
+  enqueue(request: PendingRequest, nowNs?: number): void {
     if (this.stopping) {
       request.send(new TsiError('UNAVAILABLE', STOPPING_MESSAGE), true);
       return;
     }
-    request.enqueuedNs = this.ctx.clock.nowNs();
+    request.enqueuedNs = nowNs ?? this.ctx.clock.nowNs();
     this.ctx.stats.pending++;
     this.ctx.stats.inflight++;
     this.queue.push(request);

@@ -54,7 +54,9 @@ export class InferenceServer implements InProcessServer {
   readonly options: Required<Pick<ServerOptions, 'id' | 'version' | 'strictReadiness' | 'modelControlMode'>>;
   private live = false;
   private stopping = false;
-  private readonly inflight = new Set<Promise<unknown>>();
+  /** Admitted requests not yet answered with their final response, and who waits for none. */
+  private inflight = 0;
+  private idleWaiters: (() => void)[] = [];
   private readonly extensions: string[];
 
   constructor(private readonly opts: ServerOptions) {
@@ -149,14 +151,27 @@ export class InferenceServer implements InProcessServer {
         opts?.decoupledMessage ?? `ModelInfer RPC doesn't support models with decoupled transaction policy`,
       ));
     }
-    const p = new Promise<InferResponse>((resolve, reject) => {
-      mv.submit(request, (resp, final) => {
-        if (!final) return;
-        if (resp instanceof TsiError) reject(resp);
-        else resolve(resp);
-      });
+    this.inflight++;
+    return new Promise<InferResponse>((resolve, reject) => {
+      let open = true;
+      try {
+        mv.submit(request, (resp, final) => {
+          if (!final) return;
+          if (open) {
+            open = false;
+            this.settled();
+          }
+          if (resp instanceof TsiError) reject(resp);
+          else resolve(resp);
+        });
+      } catch (err) {
+        if (open) {
+          open = false;
+          this.settled();
+        }
+        throw err;
+      }
     });
-    return this.track(p);
   }
 
   /**
@@ -170,13 +185,28 @@ export class InferenceServer implements InProcessServer {
     } catch (err) {
       return Promise.reject(err);
     }
-    const p = new Promise<void>((resolve) => {
-      mv.submit(request, (resp, final) => {
-        onResponse(resp, final);
-        if (final) resolve();
-      });
+    this.inflight++;
+    return new Promise<void>((resolve, reject) => {
+      let open = true;
+      try {
+        mv.submit(request, (resp, final) => {
+          onResponse(resp, final);
+          if (final) {
+            if (open) {
+              open = false;
+              this.settled();
+            }
+            resolve();
+          }
+        });
+      } catch (err) {
+        if (open) {
+          open = false;
+          this.settled();
+        }
+        throw err;
+      }
     });
-    return this.track(p);
   }
 
   private admit(request: InferRequest): ModelVersion {
@@ -186,11 +216,13 @@ export class InferenceServer implements InProcessServer {
     return this.repository.get(request.model_name, request.model_version);
   }
 
-  private track<T>(p: Promise<T>): Promise<T> {
-    this.inflight.add(p);
-    const done = () => this.inflight.delete(p);
-    p.then(done, done);
-    return p;
+  /** One admitted request has its final response (or failed before it was queued). */
+  private settled(): void {
+    if (--this.inflight === 0 && this.idleWaiters.length > 0) {
+      const w = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const f of w) f();
+    }
   }
 
   /** Statistics extension: every READY version of one or all models. */
@@ -240,17 +272,18 @@ export class InferenceServer implements InProcessServer {
   async stop(timeoutMs = 30_000): Promise<number> {
     if (this.stopping) return 0;
     this.stopping = true;
-    const pending = [...this.inflight];
-    if (pending.length > 0) {
-      this.log.info(`waiting for ${pending.length} in-flight inference request(s) to finish (up to ${timeoutMs / 1000} s)`);
+    // Admission is closed, so the in-flight count only goes down from here.
+    const pending = this.inflight;
+    if (pending > 0) {
+      this.log.info(`waiting for ${pending} in-flight inference request(s) to finish (up to ${timeoutMs / 1000} s)`);
       let timer: (() => void) | undefined;
       await Promise.race([
-        Promise.allSettled(pending),
+        new Promise<void>((r) => this.idleWaiters.push(r)),
         new Promise<void>((r) => (timer = this.clock.setTimer(r, timeoutMs))),
       ]);
       timer?.();
     }
-    const left = this.inflight.size;
+    const left = this.inflight;
     await this.repository.unloadAll().catch((err) => this.log.error(asTsiError(err).message));
     this.live = false;
     return left;

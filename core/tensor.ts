@@ -228,15 +228,21 @@ export function concatBatch(parts: readonly Tensor[]): Tensor {
 /** Splits a batched tensor into consecutive row groups; views, not copies. */
 export function splitBatch(t: Tensor, rows: readonly number[]): Tensor[] {
   if (rows.length === 1) return [t];
-  const perRow = elementCount(t.shape.slice(1));
-  const out: Tensor[] = [];
+  const dims = t.shape;
+  let perRow = 1;
+  for (let d = 1; d < dims.length; d++) perRow *= dims[d]!;
+  const bytes = Array.isArray(t.data);
+  const out = new Array<Tensor>(rows.length);
   let start = 0;
-  for (const r of rows) {
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i]!;
     const end = start + r * perRow;
-    const data = Array.isArray(t.data)
-      ? (t.data as Uint8Array[]).slice(start, end)
-      : (t.data as NumericArray).subarray(start, end);
-    out.push({ name: t.name, datatype: t.datatype, shape: [r, ...t.shape.slice(1)], data });
+    const data = bytes ? (t.data as Uint8Array[]).slice(start, end) : (t.data as NumericArray).subarray(start, end);
+    // Each part gets its own shape array (callers may keep or change it).
+    const shape = new Array<number>(dims.length);
+    shape[0] = r;
+    for (let d = 1; d < dims.length; d++) shape[d] = dims[d]!;
+    out[i] = { name: t.name, datatype: t.datatype, shape, data };
     start = end;
   }
   return out;

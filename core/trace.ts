@@ -191,8 +191,11 @@ export class Trace {
 }
 
 const traces = new WeakMap<object, Trace>();
+/** Until a first trace is attached, nothing is traced and the hot paths skip their lookups. */
+let anyTrace = false;
 
 export function attachTrace(request: object, trace: Trace): void {
+  anyTrace = true;
   traces.set(request, trace);
 }
 
@@ -202,6 +205,7 @@ export function traceOf(request: object): Trace | undefined {
 
 /** Makes `to` carry the trace of `from` (a transport's InferRequest → core's PendingRequest). */
 export function linkTrace(from: object, to: object): void {
+  if (!anyTrace) return;
   const t = traces.get(from);
   if (t) traces.set(to, t);
 }
@@ -218,7 +222,7 @@ export function tracedInstance(inner: BackendInstance, clock: Clock): BackendIns
     // of wrapping it in another one that costs every call extra microtask hops.
     execute(requests: BackendRequest[]): Promise<ExecutionTimes | void> {
       let traced: Trace[] | undefined;
-      for (const r of requests) {
+      if (anyTrace) for (const r of requests) {
         const t = traces.get(r);
         if (!t) continue;
         (traced ??= []).push(t);
