@@ -6,8 +6,11 @@
  * (standing in for the worker round trip of the Node ONNX backend; about 1.4 µs of CPU by itself),
  * echoes the input as the output and splits it back with `splitBatch`. Closed-loop clients each await
  * `server.infer` and send the next request at once. Printed per case: CPU per request
- * (process.cpuUsage delta / requests; only the main thread works), requests/s and the mean batch
- * size the batcher formed. `--ensemble` adds a one-step ensemble over the same model.
+ * (process.cpuUsage delta / requests; only the main thread works), requests/s, the mean batch size
+ * the batcher formed, and garbage collections per 1000 requests with their wall time per request
+ * (GC work per request grows with what each request keeps alive across the await, so it shows
+ * per-request allocations that CPU time alone blurs). `--ensemble` adds a one-step ensemble over the
+ * same model and prints what it adds per request over calling the model directly.
  *
  * Run:  npx tsx bench/core-path.ts
  * Flags: --requests <n> (20000 per measurement)  --concurrency 1,64  --runs <n> (3)  --ensemble
@@ -26,6 +29,7 @@
 import { existsSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { PerformanceObserver } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 
 type Core = typeof import('../core/index.js');
@@ -107,7 +111,19 @@ async function startServer(core: Core) {
 
 const data = new Float32Array(ROW).fill(0.5);
 
-/** `requests` requests from `concurrency` closed-loop clients; returns µs CPU per request and req/s. */
+// Every collection, with its wall time (a scavenge's helper threads add CPU elsewhere).
+let gcCount = 0;
+let gcMs = 0;
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) {
+    gcCount++;
+    gcMs += e.duration;
+  }
+}).observe({ entryTypes: ['gc'] });
+/** GC entries are delivered asynchronously: let the ones of a measurement arrive before reading. */
+const settleGc = () => new Promise((r) => setTimeout(r, 5));
+
+/** `requests` requests from `concurrency` closed-loop clients: µs CPU per request, req/s, batch size, GC. */
 async function drive(server: import('../core/index.js').InferenceServer, model: string, input: string, requests: number, concurrency: number) {
   let left = requests;
   const client = async () => {
@@ -118,6 +134,9 @@ async function drive(server: import('../core/index.js').InferenceServer, model: 
       if (r.outputs.length !== 1) throw new Error('bad response');
     }
   };
+  await settleGc();
+  const gc0 = gcCount;
+  const gcMs0 = gcMs;
   const s0 = execStats(server);
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
@@ -125,7 +144,11 @@ async function drive(server: import('../core/index.js').InferenceServer, model: 
   const wallMs = performance.now() - t0;
   const cpu = process.cpuUsage(cpu0);
   const s1 = execStats(server);
-  return { cpuUs: (cpu.user + cpu.system) / requests, rps: requests / (wallMs / 1000), batch: (s1.rows - s0.rows) / (s1.executions - s0.executions) };
+  await settleGc();
+  return {
+    cpuUs: (cpu.user + cpu.system) / requests, rps: requests / (wallMs / 1000), batch: (s1.rows - s0.rows) / (s1.executions - s0.executions),
+    gcs: ((gcCount - gc0) * 1000) / requests, gcUs: ((gcMs - gcMs0) * 1000) / requests,
+  };
 }
 
 /** The backend model's rows and executions so far (an ensemble's requests run there too). */
@@ -150,26 +173,41 @@ for (const c of CONCURRENCY) {
 // Warm-up: let the JIT settle on every path before anything is measured.
 for (const { server } of cores) for (const k of cases) await drive(server, k.model, k.input, Math.min(REQUESTS, 5000), k.c);
 
-const results = new Map<string, { cpu: number[]; rps: number[]; batch: number[] }>();
+type Row = { cpu: number[]; rps: number[]; batch: number[]; gcs: number[]; gcUs: number[] };
+const results = new Map<string, Row>();
 for (let run = 0; run < RUNS; run++) {
   for (const k of cases) {
     for (const { dir, server } of cores) {
       const r = await drive(server, k.model, k.input, REQUESTS, k.c);
       const key = `${k.model}\tc=${k.c}\t${relative(process.cwd(), dir) || dir}`;
       let e = results.get(key);
-      if (!e) results.set(key, (e = { cpu: [], rps: [], batch: [] }));
+      if (!e) results.set(key, (e = { cpu: [], rps: [], batch: [], gcs: [], gcUs: [] }));
       e.cpu.push(r.cpuUs);
       e.rps.push(r.rps);
       e.batch.push(r.batch);
+      e.gcs.push(r.gcs);
+      e.gcUs.push(r.gcUs);
     }
   }
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const f1 = (x: number) => x.toFixed(1);
-console.log(`${REQUESTS} requests per measurement, ${RUNS} run(s); CPU µs/request (median, then every run), requests/s and mean batch size (medians)`);
-console.log(['model', 'conc', 'core', 'µs/req', 'runs', 'req/s', 'batch'].join('\t'));
+console.log(`${REQUESTS} requests per measurement, ${RUNS} run(s); CPU µs/request (median, then every run), then medians of`
+  + ' requests/s, mean batch size, GCs per 1000 requests and GC wall µs per request');
+console.log(['model', 'conc', 'core', 'µs/req', 'runs', 'req/s', 'batch', 'gc/1k', 'gc µs'].join('\t'));
 for (const [key, e] of results) {
-  console.log(`${key}\t${f1(median(e.cpu))}\t${e.cpu.map(f1).join(' ')}\t${Math.round(median(e.rps))}\t${f1(median(e.batch))}`);
+  const m = (xs: number[]) => f1(median(xs));
+  console.log(`${key}\t${m(e.cpu)}\t${e.cpu.map(f1).join(' ')}\t${Math.round(median(e.rps))}\t${m(e.batch)}\t${m(e.gcs)}\t${median(e.gcUs).toFixed(2)}`);
+}
+if (args.ensemble) {
+  console.log('ensemble over the plain model: added CPU µs/request (medians), throughput ratio');
+  for (const { dir } of cores) {
+    for (const c of CONCURRENCY) {
+      const at = (model: string) => results.get(`${model}\tc=${c}\t${relative(process.cwd(), dir) || dir}`)!;
+      const [plain, ens] = [at('mlp'), at('ens')];
+      console.log(`c=${c}\t${relative(process.cwd(), dir) || dir}\t+${f1(median(ens.cpu) - median(plain.cpu))}\t×${(median(ens.rps) / median(plain.rps)).toFixed(2)}`);
+    }
+  }
 }
 for (const { server } of cores) await server.stop();

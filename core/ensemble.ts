@@ -27,76 +27,129 @@ import type { InferInput, InferResponse, Parameters, Tensor } from './types.js';
 
 export { ensembleComposingModels, validateEnsemble } from './ensemble-validate.js';
 
+/**
+ * The dataflow of one ensemble, resolved once at load: ensemble tensors are numbered (ids index the
+ * per-request arrays, so a request allocates arrays rather than maps), and the pruning for requests
+ * that want every output is precomputed.
+ */
 interface StepPlan {
   index: number;
   model: string;
   /** undefined: the latest ready version. */
   version?: string;
-  /** [composing input, ensemble tensor] */
-  inputs: [string, string][];
-  /** [composing output, ensemble tensor] */
-  outputs: [string, string][];
+  /** Composing input names and the ids of the ensemble tensors feeding them, in config order. */
+  inputNames: string[];
+  inputIds: number[];
+  /** Composing output names and the ids of the ensemble tensors they are written to. */
+  outputNames: string[];
+  outputIds: number[];
   decoupled: boolean;
 }
 
 interface Plan {
   name: string;
   steps: StepPlan[];
-  /** Ensemble tensor → the steps reading it. */
-  consumers: Map<string, number[]>;
-  /** Ensemble tensor → the step writing it. */
-  producer: Map<string, number>;
+  /** Tensor id → ensemble tensor name, and back. */
+  tensorNames: string[];
+  tensorIds: Map<string, number>;
+  /** Tensor id → the steps reading it. */
+  consumers: number[][];
+  /** Tensor id → the step writing it, -1 for none (an ensemble input). */
+  producer: number[];
+  /** Tensors read by steps but written by none (the ensemble inputs steps use), in first-read order. */
+  sources: number[];
   maxInflight: number;
   decoupled: boolean;
-  outputCount: number;
+  /** The ensemble's outputs in config order (validation's order when a request names none). */
+  outputNames: string[];
   /** Pruning for requests that want every output (the usual case), computed once. */
-  full?: Pruned;
+  full: Pruned;
 }
 
 interface Pruned {
   active: boolean[];
-  /** How many readers each needed tensor has (active steps, plus 1 when it is a requested output). */
-  readers: Map<string, number>;
+  /** Tensor id → how many readers it has (active steps, plus 1 when it is a requested output). */
+  readers: number[];
+  /** Step → the outputs to request from it (those with readers), as the step request lists them. */
+  wanted: (readonly { name: string }[])[];
+  /** Tensor id → whether it is a requested output. */
+  requested: boolean[];
+  /** The requested outputs' tensor ids, in the request's order. */
+  outputIds: number[];
 }
 
 /** Steps needed for `outputs`, walking back from them (Triton prunes the same way). */
-function prune(plan: Plan, outputs: readonly string[]): Pruned {
+function prune(plan: Omit<Plan, 'full'>, outputs: readonly number[]): Pruned {
+  const n = plan.tensorNames.length;
   const active = new Array<boolean>(plan.steps.length).fill(false);
-  const readers = new Map<string, number>();
+  const readers = new Array<number>(n).fill(0);
+  const requested = new Array<boolean>(n).fill(false);
   const todo = [...outputs];
-  for (const t of todo) readers.set(t, (readers.get(t) ?? 0) + 1);
+  for (const t of todo) {
+    readers[t]!++;
+    requested[t] = true;
+  }
   for (let t = todo.pop(); t !== undefined; t = todo.pop()) {
-    const s = plan.producer.get(t);
-    if (s === undefined || active[s]) continue;
+    const s = plan.producer[t]!;
+    if (s < 0 || active[s]) continue;
     active[s] = true;
-    for (const [, input] of plan.steps[s]!.inputs) {
-      readers.set(input, (readers.get(input) ?? 0) + 1);
+    for (const input of plan.steps[s]!.inputIds) {
+      readers[input]!++;
       todo.push(input);
     }
   }
-  return { active, readers };
+  const wanted = plan.steps.map((step) =>
+    Object.freeze(step.outputNames.filter((_, i) => readers[step.outputIds[i]!]! > 0).map((name) => Object.freeze({ name }))));
+  return { active, readers, wanted, requested, outputIds: [...outputs] };
 }
 
 function buildPlan(cfg: ModelConfig, stepConfigs: readonly ModelConfig[], decoupled: boolean): Plan {
-  const consumers = new Map<string, number[]>();
-  const producer = new Map<string, number>();
+  const tensorNames: string[] = [];
+  const tensorIds = new Map<string, number>();
+  const id = (name: string): number => {
+    let i = tensorIds.get(name);
+    if (i === undefined) {
+      tensorIds.set(name, (i = tensorNames.length));
+      tensorNames.push(name);
+    }
+    return i;
+  };
+  for (const t of cfg.input ?? []) id(t.name!);
+  for (const t of cfg.output ?? []) id(t.name!);
+  const consumers: number[][] = [];
+  const producer: number[] = [];
+  const sources: number[] = [];
   const steps = (cfg.ensemble_scheduling?.step ?? []).map((s, index): StepPlan => {
     const inputs = Object.entries(s.input_map ?? {});
     const outputs = Object.entries(s.output_map ?? {});
-    for (const [, t] of inputs) consumers.set(t, [...(consumers.get(t) ?? []), index]);
-    for (const [, t] of outputs) producer.set(t, index);
     const v = s.model_version ?? -1;
     return {
-      index, model: s.model_name ?? '', version: v > 0 ? String(v) : undefined, inputs, outputs,
+      index, model: s.model_name ?? '', version: v > 0 ? String(v) : undefined,
+      inputNames: inputs.map(([i]) => i), inputIds: inputs.map(([, t]) => id(t)),
+      outputNames: outputs.map(([o]) => o), outputIds: outputs.map(([, t]) => id(t)),
       decoupled: stepConfigs[index]?.model_transaction_policy?.decoupled === true,
     };
   });
-  const plan: Plan = {
-    name: cfg.name ?? '', steps, consumers, producer, decoupled, outputCount: (cfg.output ?? []).length,
+  for (let t = 0; t < tensorNames.length; t++) {
+    consumers.push([]);
+    producer.push(-1);
+  }
+  const read: boolean[] = [];
+  for (const step of steps) {
+    for (const t of step.inputIds) {
+      consumers[t]!.push(step.index);
+      if (!read[t]) sources.push(t);
+      read[t] = true;
+    }
+    for (const t of step.outputIds) producer[t] = step.index;
+  }
+  const outputNames = (cfg.output ?? []).map((o) => o.name!);
+  const plan = {
+    name: cfg.name ?? '', steps, tensorNames, tensorIds, consumers, producer, decoupled, outputNames,
+    sources: sources.filter((t) => producer[t]! < 0),
     maxInflight: cfg.ensemble_scheduling?.max_inflight_requests ?? 0,
   };
-  plan.full = prune(plan, (cfg.output ?? []).map((o) => o.name!));
-  return plan;
+  return { ...plan, full: prune(plan, outputNames.map(id)) };
 }
 
 /** The `ensemble` backend; core registers it on every server. */
@@ -170,8 +223,10 @@ function composingVersion(server: InferenceServer, ensemble: string, model: stri
 /** Runs each ensemble request as soon as it arrives; no queue of its own (steps queue at their models). */
 class EnsembleScheduler implements Scheduler {
   private stopping = false;
-  private readonly running = new Set<EnsembleRun>();
+  private running = 0;
   private drained?: () => void;
+  /** Reused for every statistics record (the stats read it and keep nothing). */
+  private readonly times = { input: 0, infer: 0, output: 0 };
 
   constructor(private readonly ctx: SchedulerContext, private readonly plan: Plan, private readonly server: InferenceServer) {}
 
@@ -180,23 +235,25 @@ class EnsembleScheduler implements Scheduler {
       request.send(new TsiError('UNAVAILABLE', STOPPING_MESSAGE), true);
       return;
     }
+    request.enqueuedNs = this.ctx.clock.nowNs();
+    this.ctx.stats.inflight++;
+    this.running++;
+    new EnsembleRun(this.plan, this.server, request, this).start();
+  }
+
+  /** A run is over: its statistics, and the drain. */
+  runDone(request: PendingRequest, failed: boolean): void {
     const { stats, clock } = this.ctx;
-    request.enqueuedNs = clock.nowNs();
-    stats.inflight++;
-    const run = new EnsembleRun(this.plan, this.server, request, (failed) => {
-      this.running.delete(run);
-      const total = clock.nowNs() - request.receivedNs;
-      if (failed) stats.recordFailure(total, 'OTHER', clock.epochMs());
-      else {
-        const times = { input: 0, infer: total, output: 0 };
-        stats.recordSuccess(total, 0, times, clock.epochMs());
-        stats.recordExecution(request.batchSize, times);
-      }
-      stats.inflight--;
-      if (this.stopping && this.running.size === 0) this.drained?.();
-    });
-    this.running.add(run);
-    run.start();
+    const total = clock.nowNs() - request.receivedNs;
+    if (failed) stats.recordFailure(total, 'OTHER', clock.epochMs());
+    else {
+      const times = this.times;
+      times.infer = total;
+      stats.recordSuccess(total, 0, times, clock.epochMs());
+      stats.recordExecution(request.batchSize, times);
+    }
+    stats.inflight--;
+    if (--this.running === 0 && this.stopping) this.drained?.();
   }
 
   queued(): number {
@@ -205,24 +262,31 @@ class EnsembleScheduler implements Scheduler {
 
   async stop(): Promise<void> {
     this.stopping = true;
-    if (this.running.size === 0) return;
+    if (this.running === 0) return;
     await new Promise<void>((r) => (this.drained = r));
   }
 }
 
-/** One ensemble request in flight. Tensors are stored per iteration (0 unless a step is decoupled). */
+/**
+ * One ensemble request in flight. Tensors live in a flat array indexed iteration × tensors + tensor
+ * id (iteration 0 unless a step is decoupled); undefined = not yet produced, null = absent (an
+ * optional input left out, or a decoupled stream's tensor every reader is done with). Structures
+ * only decoupled or max_inflight plans need are allocated only for them.
+ */
 class EnsembleRun {
-  private readonly tensors = new Map<string, (Tensor | null)[]>();
-  private readonly active: boolean[];
-  private readonly readers: Map<string, number>;
+  private readonly tensors: (Tensor | null | undefined)[];
+  private readonly pruned: Pruned;
   /** Steps started, as iteration × steps + step. */
-  private readonly fired = new Set<number>();
-  /** Readers still to come per tensor and iteration (decoupled streams only). */
-  private readonly left = new Map<string, number[]>();
-  private readonly emitted = new Set<number>();
-  private readonly stepInflight: number[];
-  private readonly stepQueue: number[][];
-  private readonly iterations: number[];
+  private readonly fired: boolean[];
+  /** Readers still to come per iteration × tensors + tensor (decoupled streams only). */
+  private left?: number[];
+  /** Iterations answered (decoupled streams only; otherwise the first answer ends the run). */
+  private emitted?: boolean[];
+  /** Next output iteration per decoupled step. */
+  private iterations?: number[];
+  /** max_inflight_requests only: step requests running, and iterations waiting, per step. */
+  private stepInflight?: number[];
+  private stepQueue?: number[][];
   private readonly params: Parameters;
   private inflight = 0;
   private done = false;
@@ -230,92 +294,116 @@ class EnsembleRun {
 
   constructor(
     private readonly plan: Plan, private readonly server: InferenceServer, private readonly request: PendingRequest,
-    private readonly onDone: (failed: boolean) => void,
+    private readonly owner: EnsembleScheduler,
   ) {
-    const n = plan.steps.length;
-    this.stepInflight = new Array<number>(n).fill(0);
-    this.stepQueue = Array.from({ length: n }, () => []);
-    this.iterations = new Array<number>(n).fill(0);
-    // Requested outputs are validated and distinct: as many as the ensemble has means all of them.
-    const pruned = request.requestedOutputs.length === plan.outputCount && plan.full ? plan.full : prune(plan, request.requestedOutputs);
-    this.active = pruned.active;
-    this.readers = pruned.readers;
-    const p: Parameters = { ...request.parameters };
-    const seq = request.sequence;
-    if (seq) {
-      p.sequence_id = seq.id;
-      p.sequence_start = seq.start;
-      p.sequence_end = seq.end;
+    this.tensors = new Array(plan.tensorNames.length);
+    this.fired = new Array(plan.steps.length);
+    this.pruned = pruneFor(plan, request.requestedOutputs);
+    if (plan.decoupled) {
+      this.left = [];
+      this.emitted = [];
+      this.iterations = new Array<number>(plan.steps.length).fill(0);
     }
-    if (request.priority) p.priority = request.priority;
-    if (request.timeoutUs) p.timeout = request.timeoutUs;
-    this.params = p;
+    if (plan.maxInflight > 0) {
+      this.stepInflight = new Array<number>(plan.steps.length).fill(0);
+      this.stepQueue = Array.from({ length: plan.steps.length }, () => []);
+    }
+    const seq = request.sequence;
+    if (seq || request.priority || request.timeoutUs) {
+      const p: Parameters = { ...request.parameters };
+      if (seq) {
+        p.sequence_id = seq.id;
+        p.sequence_start = seq.start;
+        p.sequence_end = seq.end;
+      }
+      if (request.priority) p.priority = request.priority;
+      if (request.timeoutUs) p.timeout = request.timeoutUs;
+      this.params = p;
+    } else {
+      // Step requests only read it (validation copies what it keeps).
+      this.params = request.parameters;
+    }
   }
 
   start(): void {
-    for (const [name, t] of this.request.inputs) this.put(name, 0, t);
-    // Optional ensemble inputs the client left out are present as "absent" for the steps reading them.
-    for (const [name] of this.plan.consumers) {
-      if (!this.plan.producer.has(name) && !this.request.inputs.has(name)) this.put(name, 0, null);
+    const { tensorIds, sources } = this.plan;
+    const inputs = this.request.inputs;
+    for (const [name, t] of inputs) {
+      const id = tensorIds.get(name);
+      if (id !== undefined) this.put(id, 0, t);
     }
+    // Optional ensemble inputs the client left out are present as "absent" for the steps reading them.
+    for (const id of sources) if (this.tensors[id] === undefined) this.put(id, 0, null);
     // Steps may answer synchronously (validation errors, cache hits): hold one count so the run cannot
-    // finish before every ready step has been started.
+    // finish before every ready step has been started. Tensors advance in the order they were put.
     this.inflight++;
-    for (const name of [...this.tensors.keys()]) this.advance(name, 0);
+    for (const name of inputs.keys()) {
+      const id = tensorIds.get(name);
+      if (id !== undefined) this.advance(id, 0);
+    }
+    for (const id of sources) if (!inputs.has(this.plan.tensorNames[id]!)) this.advance(id, 0);
     if (--this.inflight === 0) this.finish();
   }
 
-  private put(name: string, iter: number, t: Tensor | null): void {
-    if (t && (this.readers.get(name) ?? 0) > 1) retainBuffer(t.data);
-    let list = this.tensors.get(name);
-    if (!list) this.tensors.set(name, (list = []));
-    list[iter] = t;
+  private put(id: number, iter: number, t: Tensor | null): void {
+    if (t && this.pruned.readers[id]! > 1) retainBuffer(t.data);
+    this.tensors[iter * this.plan.tensorNames.length + id] = t;
   }
 
-  private has(name: string, iter: number): boolean {
-    return this.tensors.get(name)?.[iter] !== undefined;
+  private get(id: number, iter: number): Tensor | null | undefined {
+    return this.tensors[iter * this.plan.tensorNames.length + id];
   }
 
   /**
    * One reader is done with a tensor of a decoupled stream; after the last, it is dropped (kept as
    * "present", null), so a long stream does not hold every token's tensors until it ends.
    */
-  private release(name: string, iter: number): void {
-    if (!this.plan.decoupled) return;
-    let left = this.left.get(name);
-    if (!left) this.left.set(name, (left = []));
-    left[iter] = (left[iter] ?? this.readers.get(name) ?? 1) - 1;
-    if (left[iter] === 0) this.tensors.get(name)![iter] = null;
+  private release(id: number, iter: number): void {
+    const left = this.left;
+    if (!left) return;
+    const k = iter * this.plan.tensorNames.length + id;
+    left[k] = (left[k] ?? (this.pruned.readers[id] || 1)) - 1;
+    if (left[k] === 0) this.tensors[k] = null;
   }
 
   /** A tensor appeared: start the steps it completes, and answer if the outputs are all there. */
-  private advance(name: string, iter: number): void {
-    for (const s of this.plan.consumers.get(name) ?? []) {
-      if (!this.active[s] || this.done) continue;
-      const key = iter * this.plan.steps.length + s;
-      if (this.fired.has(key) || !this.plan.steps[s]!.inputs.every(([, t]) => this.has(t, iter))) continue;
-      this.fired.add(key);
-      if (this.plan.maxInflight > 0 && this.stepInflight[s]! >= this.plan.maxInflight) this.stepQueue[s]!.push(iter);
+  private advance(id: number, iter: number): void {
+    const { steps, maxInflight } = this.plan;
+    const consumers = this.plan.consumers[id]!;
+    for (let c = 0; c < consumers.length; c++) {
+      const s = consumers[c]!;
+      if (!this.pruned.active[s] || this.done) continue;
+      const key = iter * steps.length + s;
+      if (this.fired[key] || !this.ready(steps[s]!, iter)) continue;
+      this.fired[key] = true;
+      if (maxInflight > 0 && this.stepInflight![s]! >= maxInflight) this.stepQueue![s]!.push(iter);
       else this.dispatch(s, iter);
     }
-    if (this.request.requestedOutputs.includes(name)) this.maybeRespond(iter);
+    if (this.pruned.requested[id]) this.maybeRespond(iter);
+  }
+
+  /** Whether every input of `step` exists (present or absent) in iteration `iter`. */
+  private ready(step: StepPlan, iter: number): boolean {
+    const ids = step.inputIds;
+    for (let i = 0; i < ids.length; i++) if (this.get(ids[i]!, iter) === undefined) return false;
+    return true;
   }
 
   private dispatch(s: number, iter: number): void {
     const step = this.plan.steps[s]!;
     const inputs: InferInput[] = [];
-    for (const [input, tensor] of step.inputs) {
-      const t = this.tensors.get(tensor)![iter]!;
-      if (t) inputs.push({ name: input, datatype: t.datatype, shape: t.shape, data: t.data });
-      this.release(tensor, iter);
+    const ids = step.inputIds;
+    for (let i = 0; i < ids.length; i++) {
+      const t = this.get(ids[i]!, iter);
+      if (t) inputs.push({ name: step.inputNames[i]!, datatype: t.datatype, shape: t.shape, data: t.data });
+      this.release(ids[i]!, iter);
     }
-    const wanted = step.outputs.filter(([, t]) => (this.readers.get(t) ?? 0) > 0);
     const req = {
       model_name: step.model, model_version: step.version, id: this.request.id, parameters: this.params, inputs,
-      outputs: wanted.map(([o]) => ({ name: o })),
+      outputs: this.pruned.wanted[s] as { name: string }[],
     };
     this.inflight++;
-    this.stepInflight[s]!++;
+    if (this.stepInflight) this.stepInflight[s]!++;
     try {
       this.server.repository.get(step.model, step.version).submit(req, (resp, final) => this.onResponse(s, iter, resp, final));
     } catch (err) {
@@ -327,58 +415,73 @@ class EnsembleRun {
     const step = this.plan.steps[s]!;
     if (resp instanceof TsiError) this.fail(step, resp);
     else if (!this.done && !(final && step.decoupled && isCompletionOnly(resp))) {
-      const out = step.decoupled ? this.iterations[s]!++ : iter;
-      const byName = new Map(resp.outputs.map((t) => [t.name, t]));
-      const produced: string[] = [];
-      for (const [output, tensor] of step.outputs) {
-        const t = byName.get(output);
+      const out = step.decoupled ? this.iterations![s]!++ : iter;
+      const { outputNames, outputIds } = step;
+      const produced = resp.outputs;
+      // Which step outputs came back, as a bit set: tensors are put first, then advanced, so a step
+      // started by one output already sees its siblings (for more than 31 outputs, an array).
+      let found = 0;
+      let foundList: boolean[] | undefined;
+      for (let i = 0; i < outputNames.length; i++) {
+        const name = outputNames[i]!;
+        // The last tensor of that name, as a name map would give.
+        let t: Tensor | undefined;
+        for (let j = produced.length - 1; j >= 0; j--) if (produced[j]!.name === name) { t = produced[j]; break; }
         if (!t) continue;
-        this.put(tensor, out, { name: tensor, datatype: t.datatype, shape: t.shape, data: t.data });
-        produced.push(tensor);
+        const id = outputIds[i]!;
+        this.put(id, out, { name: this.plan.tensorNames[id]!, datatype: t.datatype, shape: t.shape, data: t.data });
+        if (i < 31) found |= 1 << i;
+        else (foundList ??= [])[i] = true;
       }
-      for (const tensor of produced) this.advance(tensor, out);
+      for (let i = 0; i < outputIds.length; i++) {
+        if (i < 31 ? found & (1 << i) : foundList?.[i]) this.advance(outputIds[i]!, out);
+      }
     }
     if (!final) return;
     this.inflight--;
-    this.stepInflight[s]!--;
-    const next = this.stepQueue[s]!.shift();
-    if (next !== undefined && !this.done) this.dispatch(s, next);
+    if (this.stepQueue) {
+      this.stepInflight![s]!--;
+      const next = this.stepQueue[s]!.shift();
+      if (next !== undefined && !this.done) this.dispatch(s, next);
+    }
     if (this.inflight === 0) this.finish();
   }
 
   private maybeRespond(iter: number): void {
-    if (this.done || this.emitted.has(iter)) return;
+    if (this.done || this.emitted?.[iter]) return;
+    const ids = this.pruned.outputIds;
     const outputs: Tensor[] = [];
-    for (const name of this.request.requestedOutputs) {
-      const t = this.tensors.get(name)?.[iter];
+    for (let i = 0; i < ids.length; i++) {
+      const t = this.get(ids[i]!, iter);
       if (!t) return;
       outputs.push(t);
     }
-    this.emitted.add(iter);
-    for (const name of this.request.requestedOutputs) this.release(name, iter);
-    if (this.plan.decoupled) this.request.send({ outputs }, false);
-    else {
+    if (this.emitted) {
+      this.emitted[iter] = true;
+      for (let i = 0; i < ids.length; i++) this.release(ids[i]!, iter);
+      this.request.send({ outputs }, false);
+    } else {
       this.done = true;
       this.request.send({ outputs }, true);
-      this.onDone(false);
+      this.owner.runDone(this.request, false);
     }
   }
 
   /** Every step has answered: close a decoupled stream, or report outputs that never came. */
   private finish(): void {
     if (this.done) {
-      if (this.failed) this.onDone(true);
+      if (this.failed) this.owner.runDone(this.request, true);
       return;
     }
     this.done = true;
     if (this.plan.decoupled) {
       this.request.send({ outputs: [] }, true);
-      this.onDone(false);
+      this.owner.runDone(this.request, false);
       return;
     }
-    const missing = this.request.requestedOutputs.filter((n) => !this.has(n, 0));
+    const missing = this.pruned.outputIds.filter((id) => this.get(id, 0) === undefined).map((id) => this.plan.tensorNames[id]!);
     this.request.send(new TsiError('INTERNAL', `in ensemble '${this.plan.name}', output(s) ${missing.map((m) => `'${m}'`).join(', ')} were not produced`), true);
-    this.onDone(true);
+    this.owner.runDone(this.request, true);
   }
 
   private fail(step: StepPlan, err: TsiError): void {
@@ -388,4 +491,17 @@ class EnsembleRun {
     // Statistics (and a drain) wait in `finish` for the steps still running.
     this.request.send(new TsiError(err.code, `in ensemble '${this.plan.name}', step ${step.index} (model '${step.model}') failed: ${err.message}`, { cause: err }), true);
   }
+}
+
+/**
+ * The pruning for a request's outputs. Requested outputs are validated and distinct: as many as the
+ * ensemble has means all of them, and the precomputed pruning serves unless they come in another order.
+ */
+function pruneFor(plan: Plan, requested: readonly string[]): Pruned {
+  const all = plan.outputNames;
+  if (requested.length !== all.length) return prune(plan, requested.map((n) => plan.tensorIds.get(n)!));
+  let i = 0;
+  while (i < all.length && requested[i] === all[i]) i++;
+  if (i === all.length) return plan.full;
+  return { ...plan.full, outputIds: requested.map((n) => plan.tensorIds.get(n)!) };
 }
