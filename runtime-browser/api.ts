@@ -9,7 +9,7 @@
 
 import {
   TsiError, configTypeToDatatype, decodeString, encodeString, fromJsonValues, invalidArg,
-  type DataType, type InferInput, type InferRequest, type InferResponse, type ModelConfig, type NumericArray,
+  type DataType, type InferInput, type InferRequest, type InferResponse, type ModelConfig, type ModelInput, type NumericArray,
   type Parameters, type TensorData,
 } from '../core/index.js';
 
@@ -89,13 +89,78 @@ function inferShape(count: number, dims: readonly number[], batching: boolean, w
   return full.map((d) => (d < 0 ? count / known : d));
 }
 
+/** What an input's config fixes for every call: its datatype and shape template, worked out once. */
+interface InputPlan {
+  cfg: ModelInput;
+  /** Undefined when the config's type has no protocol datatype (the general path reports it). */
+  expected: DataType | undefined;
+  /** The full shape with -1 for unknown dimensions (batch first on a batching model). */
+  full: readonly number[];
+  /** Index of the one unknown dimension, -1 when none; undefined when several (the general path decides). */
+  open: number | undefined;
+  /** Product of the known dimensions. */
+  known: number;
+}
+
+const PLANS = new WeakMap<ModelConfig, Map<string, InputPlan>>();
+function inputPlans(config: ModelConfig): Map<string, InputPlan> {
+  let plans = PLANS.get(config);
+  if (plans) return plans;
+  plans = new Map();
+  const batching = (config.max_batch_size ?? 0) > 0;
+  for (const cfg of config.input ?? []) {
+    // The first input of a name wins, as config.input.find() would pick it.
+    if (cfg.name === undefined || plans.has(cfg.name)) continue;
+    const dims = cfg.dims ?? [];
+    const full = batching ? [-1, ...dims] : [...dims];
+    const unknown = full.flatMap((d, i) => (d < 0 ? [i] : []));
+    const known = full.reduce((n, d) => (d < 0 ? n : n * d), 1);
+    let expected: DataType | undefined;
+    try {
+      expected = configTypeToDatatype(cfg.data_type!);
+    } catch {
+      expected = undefined;
+    }
+    plans.set(cfg.name, { cfg, expected, full, open: unknown.length === 0 ? -1 : unknown.length === 1 ? unknown[0] : undefined, known });
+  }
+  PLANS.set(config, plans);
+  return plans;
+}
+
+/** Typed arrays taken as they are when they match the config's datatype (exact classes only). */
+const EXACT = new Map<unknown, DataType>(TYPED);
+
+/** The common call's input: a typed array of the config's own datatype and a shape solvable at once. */
+function fastInput(name: string, value: unknown, plan: InputPlan | undefined): InferInput | undefined {
+  if (!plan?.expected || plan.open === undefined || typeof value !== 'object' || value === null) return undefined;
+  if (EXACT.get(value.constructor) !== plan.expected) return undefined;
+  const data = value as NumericArray;
+  const shape = plan.full.slice();
+  if (plan.open >= 0) {
+    const count = data.length;
+    if (plan.known === 0 || count % plan.known !== 0) return undefined;
+    shape[plan.open] = count / plan.known;
+  }
+  return { name, datatype: plan.expected, shape, data };
+}
+
 /** Builds core's request from an in-page call, against the addressed version's config. */
 export function toInferRequest(call: InferCall, config: ModelConfig): InferRequest {
   const batching = (config.max_batch_size ?? 0) > 0;
+  const plans = inputPlans(config);
   const inputs: InferInput[] = [];
-  for (const [name, value] of Object.entries(call.inputs ?? {})) {
+  const given = call.inputs ?? {};
+  for (const name in given) {
+    if (!Object.hasOwn(given, name)) continue;
+    const value = given[name]!;
+    const plan = plans.get(name);
+    const fast = fastInput(name, value, plan);
+    if (fast) {
+      inputs.push(fast);
+      continue;
+    }
     const what = `input '${name}'`;
-    const cfg = config.input?.find((i) => i.name === name);
+    const cfg = plan?.cfg;
     const wrapped = !Array.isArray(value) && !ArrayBuffer.isView(value) && typeof value === 'object' && value !== null && 'data' in value;
     const raw = wrapped ? (value as { data: InputData }).data : (value as InputData);
     const declared = wrapped ? (value as { datatype?: DataType }).datatype : undefined;
@@ -108,12 +173,6 @@ export function toInferRequest(call: InferCall, config: ModelConfig): InferReque
       : cfg ? inferShape(count, cfg.dims ?? [], batching, what) : [count];
     inputs.push({ name, datatype, shape, data });
   }
-  const parameters: Parameters = { ...(call.parameters ?? {}) };
-  if (call.sequence) {
-    parameters.sequence_id = call.sequence.id;
-    if (call.sequence.start !== undefined) parameters.sequence_start = call.sequence.start;
-    if (call.sequence.end !== undefined) parameters.sequence_end = call.sequence.end;
-  }
   const req: InferRequest = {
     model_name: call.model,
     inputs,
@@ -123,7 +182,15 @@ export function toInferRequest(call: InferCall, config: ModelConfig): InferReque
   };
   if (call.version !== undefined) req.model_version = String(call.version);
   if (call.id !== undefined) req.id = call.id;
-  if (Object.keys(parameters).length > 0) req.parameters = parameters;
+  if (call.parameters || call.sequence) {
+    const parameters: Parameters = { ...(call.parameters ?? {}) };
+    if (call.sequence) {
+      parameters.sequence_id = call.sequence.id;
+      if (call.sequence.start !== undefined) parameters.sequence_start = call.sequence.start;
+      if (call.sequence.end !== undefined) parameters.sequence_end = call.sequence.end;
+    }
+    if (Object.keys(parameters).length > 0) req.parameters = parameters;
+  }
   return req;
 }
 

@@ -13,9 +13,9 @@
 
 import type * as Ort from 'onnxruntime-web';
 import {
-  TsiError, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
+  TsiError, concatBatch, configTypeToDatatype, decodeString, elementSize, encodeString, fromBytes, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
-  type InstanceSpec, type Logger, type ModelConfig, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
+  type InstanceSpec, type Logger, type ModelConfig, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type NumericArray, type Tensor,
 } from '../core/index.js';
 import { readOnnxIo } from './onnx-io.js';
 
@@ -175,18 +175,19 @@ function sessionOptions(config: ModelConfig): Ort.InferenceSession.SessionOption
 
 /**
  * Runs of one ORT module never overlap: its wasm heap and WebGPU device are shared by all sessions,
- * and a WebGPU run yields while the GPU works. An idle module runs at once (no extra promise hops).
+ * and a WebGPU run yields while the GPU works. A run starts at once on an idle module, else chained
+ * behind the last one (`tail`). `busy` counts runs whose caller has not yet seen them settle: the
+ * caller counts its own run down after awaiting it, so a run costs no promise reaction of its own.
  */
-const runLocks = new WeakMap<object, { tail: Promise<unknown>; pending: number }>();
-function serialized<T>(ort: OrtModule, fn: () => Promise<T>): Promise<T> {
+interface RunLock {
+  tail: Promise<unknown>;
+  busy: number;
+}
+const runLocks = new WeakMap<object, RunLock>();
+function runLock(ort: OrtModule): RunLock {
   let lock = runLocks.get(ort);
-  if (!lock) runLocks.set(ort, (lock = { tail: Promise.resolve(), pending: 0 }));
-  const l = lock;
-  const next = l.pending === 0 ? fn() : l.tail.then(fn, fn);
-  l.pending++;
-  const settled = next.then(() => l.pending--, () => l.pending--);
-  l.tail = settled;
-  return next;
+  if (!lock) runLocks.set(ort, (lock = { tail: Promise.resolve(), busy: 0 }));
+  return lock;
 }
 
 class OnnxWebModel implements BackendModel {
@@ -253,6 +254,8 @@ export class OnnxWebInstance implements BackendInstance {
     private readonly config: ModelConfig,
   ) {
     if (fallbackReason) fallbacks.set(spec, fallbackReason);
+    this.lock = runLock(ort);
+    this.outputCount = session.outputNames.length;
     // Looked up once here rather than with find() over the config on every run.
     for (const i of config.input ?? []) if (i.name) this.inputCfg.set(i.name, i);
     for (const o of config.output ?? []) if (o.name) this.outputCfg.set(o.name, o);
@@ -260,58 +263,116 @@ export class OnnxWebInstance implements BackendInstance {
 
   private readonly inputCfg = new Map<string, NonNullable<ModelConfig['input']>[number]>();
   private readonly outputCfg = new Map<string, NonNullable<ModelConfig['output']>[number]>();
+  private readonly lock: RunLock;
+  private readonly outputCount: number;
+  /** Per input name, the buffer batches are gathered into (see `gather`). */
+  private readonly staging = new Map<string, ArrayBuffer>();
 
   async execute(requests: BackendRequest[]): Promise<ExecutionTimes> {
     const t0 = performance.now();
     const batching = (this.config.max_batch_size ?? 0) > 0;
+    const first = requests[0]!;
+    const single = requests.length === 1;
     const feeds: Record<string, Ort.Tensor> = {};
-    for (const [name] of requests[0]!.inputs) {
+    for (const name of first.inputs.keys()) {
       // A lone request's tensor goes to ORT as it is (concatBatch would return it anyway).
-      const t = requests.length === 1 ? requests[0]!.inputs.get(name)! : concatBatch(requests.map((r) => r.inputs.get(name)!));
-      const cfg = this.inputCfg.get(name);
+      const t = single ? first.inputs.get(name)! : this.gather(name, requests);
+      const reshape = this.inputCfg.get(name)?.reshape;
       let dims = t.shape;
-      if (cfg?.reshape) dims = batching ? [t.shape[0]!, ...(cfg.reshape.shape ?? [])] : [...(cfg.reshape.shape ?? [])];
+      if (reshape) dims = batching ? [t.shape[0]!, ...(reshape.shape ?? [])] : [...(reshape.shape ?? [])];
       feeds[name] = this.toOrt(t, dims);
     }
-    const fetches = new Set<string>();
-    for (const r of requests) {
-      for (const o of r.requestedOutputs) fetches.add(o);
-      for (const o of r.stateOutputs ?? []) fetches.add(o);
-    }
     // Naming the fetches costs ORT a little per run; only do it when some outputs are not wanted.
-    const names = fetches.size === this.session.outputNames.length ? undefined : [...fetches];
+    // Requested outputs are validated (distinct, all the model's), so a count says whether all are.
+    let names: string[] | undefined;
+    if (single && !first.stateOutputs) {
+      if (first.requestedOutputs.length !== this.outputCount) names = [...first.requestedOutputs];
+    } else {
+      const fetches = new Set<string>();
+      for (const r of requests) {
+        for (const o of r.requestedOutputs) fetches.add(o);
+        if (r.stateOutputs) for (const o of r.stateOutputs) fetches.add(o);
+      }
+      if (fetches.size !== this.outputCount) names = [...fetches];
+    }
     const t1 = performance.now();
+    const lock = this.lock;
+    const run = () => (names ? this.session.run(feeds, names) : this.session.run(feeds));
     let results: Ort.InferenceSession.ReturnType;
+    lock.busy++;
     try {
-      results = await serialized(this.ort, () => (names ? this.session.run(feeds, names) : this.session.run(feeds)));
+      const running = lock.busy === 1 ? run() : lock.tail.then(run, run);
+      lock.tail = running;
+      results = await running;
     } catch (err) {
       throw new TsiError('INTERNAL', `onnxruntime failed to run model '${this.config.name}': ${(err as Error).message}`);
+    } finally {
+      lock.busy--;
     }
     const t2 = performance.now();
-    const rows = requests.length === 1 ? undefined : requests.map((r) => r.batchSize);
-    const total = rows ? rows.reduce((a, b) => a + b, 0) : requests[0]!.batchSize;
-    const outputs = new Map<string, Tensor[]>();
-    for (const [name, ot] of Object.entries(results)) {
-      const cfg = this.outputCfg.get(name);
-      const datatype = FROM_ORT[ot.type] ?? (cfg?.data_type ? configTypeToDatatype(cfg.data_type) : undefined);
-      if (!datatype) throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has unsupported type '${ot.type}'`);
-      let shape = [...ot.dims];
-      if (cfg?.reshape) shape = batching ? [shape[0]!, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])];
-      const t: Tensor = { name, datatype, shape, data: fromOrtData(datatype, ot.data) };
-      if (batching && rows) {
-        if (shape[0] !== total) {
-          throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has ${shape[0]} rows for a batch of ${total}`);
-        }
-        outputs.set(name, splitBatch(t, rows));
-      } else outputs.set(name, requests.map(() => t));
-    }
-    requests.forEach((r, i) => {
+    if (single) {
       const outs: Tensor[] = [];
-      for (const parts of outputs.values()) outs.push(parts[i]!);
-      r.send({ outputs: outs }, true);
-    });
+      for (const name in results) outs.push(this.fromOrt(name, results[name]!, batching));
+      first.send({ outputs: outs }, true);
+    } else {
+      const rows = requests.map((r) => r.batchSize);
+      let total = 0;
+      for (const n of rows) total += n;
+      const outs: Tensor[][] = requests.map(() => []);
+      for (const name in results) {
+        const t = this.fromOrt(name, results[name]!, batching);
+        if (batching) {
+          if (t.shape[0] !== total) {
+            throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has ${t.shape[0]} rows for a batch of ${total}`);
+          }
+          const parts = splitBatch(t, rows);
+          for (let i = 0; i < outs.length; i++) outs[i]!.push(parts[i]!);
+        } else for (const o of outs) o.push(t);
+      }
+      for (let i = 0; i < requests.length; i++) requests[i]!.send({ outputs: outs[i]! }, true);
+    }
     const t3 = performance.now();
     return { computeInputNs: (t1 - t0) * 1e6, computeInferNs: (t2 - t1) * 1e6, computeOutputNs: (t3 - t2) * 1e6 };
+  }
+
+  /**
+   * One input of a batch as one tensor. Numeric rows are copied into a buffer this instance keeps for
+   * the input (grown when a bigger batch comes) instead of a fresh one per batch: a fresh 100 kB+
+   * buffer costs page faults and zeroing on every batch. Safe to reuse because ORT copies inputs into
+   * its own heap during `run`, and an instance runs one batch at a time. (ORT's proxy worker mode
+   * transfers input buffers instead; a detached buffer reads as 0 bytes long and is simply replaced.)
+   */
+  private gather(name: string, requests: BackendRequest[]): Tensor {
+    const parts = requests.map((r) => r.inputs.get(name)!);
+    const first = parts[0]!;
+    if (first.datatype === 'BYTES') return concatBatch(parts);
+    let rows = 0;
+    let total = 0;
+    for (const p of parts) {
+      rows += p.shape[0] ?? 1;
+      total += (p.data as NumericArray).length;
+    }
+    const bytes = total * elementSize(first.datatype);
+    let buf = this.staging.get(name);
+    if (!buf || buf.byteLength < bytes) this.staging.set(name, (buf = new ArrayBuffer(bytes)));
+    const out = fromBytes(first.datatype, new Uint8Array(buf, 0, bytes), total) as NumericArray;
+    let off = 0;
+    for (const p of parts) {
+      const d = p.data as NumericArray;
+      (out as Float32Array).set(d as Float32Array, off);
+      off += d.length;
+    }
+    return { name, datatype: first.datatype, shape: [rows, ...first.shape.slice(1)], data: out };
+  }
+
+  /** One ORT output as core's tensor; ORT's dims array is fresh per run, so it is kept, not copied. */
+  private fromOrt(name: string, ot: Ort.Tensor, batching: boolean): Tensor {
+    const cfg = this.outputCfg.get(name);
+    const datatype = FROM_ORT[ot.type] ?? (cfg?.data_type ? configTypeToDatatype(cfg.data_type) : undefined);
+    if (!datatype) throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has unsupported type '${ot.type}'`);
+    let shape = ot.dims as number[];
+    if (cfg?.reshape) shape = batching ? [shape[0]!, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])];
+    return { name, datatype, shape, data: fromOrtData(datatype, ot.data) };
   }
 
   private toOrt(t: Tensor, dims: number[]): Ort.Tensor {
