@@ -10,7 +10,7 @@
  * round, so drift on a shared machine cancels out; the table shows medians over rounds.
  * Targets: the empty JavaScript model adds ≤ 0.2 ms p50 at concurrency 1; the ensemble adds ≤ 10 % p99.
  *
- * Run:  npm run bench:pipelines (or npx tsx bench/pipelines.ts)   Flags: --duration <s per round> (1)  --rounds <n> (9)
+ * Run:  npm run bench:pipelines (or npx tsx bench/pipelines.ts)   Flags: --duration <s per round> (3)  --rounds <n> (9)
  *       --concurrency 1,64  --json <file>  --server dist|tsx  --dist <build folder> (dist).
  *       Needs the generated models (`npm run models`) and, for the compiled server, `npm run build`.
  */
@@ -29,7 +29,7 @@ const ROOT = join(HERE, '..');
 
 const { values: args } = parseArgs({
   options: {
-    duration: { type: 'string', default: '1' },
+    duration: { type: 'string', default: '3' },
     rounds: { type: 'string', default: '9' },
     concurrency: { type: 'string', default: '1,64' },
     json: { type: 'string' },
