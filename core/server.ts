@@ -151,26 +151,12 @@ export class InferenceServer implements InProcessServer {
         opts?.decoupledMessage ?? `ModelInfer RPC doesn't support models with decoupled transaction policy`,
       ));
     }
-    this.inflight++;
     return new Promise<InferResponse>((resolve, reject) => {
-      let open = true;
-      try {
-        mv.submit(request, (resp, final) => {
-          if (!final) return;
-          if (open) {
-            open = false;
-            this.settled();
-          }
-          if (resp instanceof TsiError) reject(resp);
-          else resolve(resp);
-        });
-      } catch (err) {
-        if (open) {
-          open = false;
-          this.settled();
-        }
-        throw err;
-      }
+      this.submitCounted(mv, request, (resp, final) => {
+        if (!final) return;
+        if (resp instanceof TsiError) reject(resp);
+        else resolve(resp);
+      });
     });
   }
 
@@ -185,28 +171,35 @@ export class InferenceServer implements InProcessServer {
     } catch (err) {
       return Promise.reject(err);
     }
-    this.inflight++;
-    return new Promise<void>((resolve, reject) => {
-      let open = true;
-      try {
-        mv.submit(request, (resp, final) => {
-          onResponse(resp, final);
-          if (final) {
-            if (open) {
-              open = false;
-              this.settled();
-            }
-            resolve();
-          }
-        });
-      } catch (err) {
-        if (open) {
-          open = false;
-          this.settled();
-        }
-        throw err;
-      }
+    return new Promise<void>((resolve) => {
+      this.submitCounted(mv, request, (resp, final) => {
+        onResponse(resp, final);
+        if (final) resolve();
+      });
     });
+  }
+
+  /**
+   * Submits an admitted request, counted in flight until its final response (or until submit throws,
+   * which the caller's promise then rejects with).
+   */
+  private submitCounted(mv: ModelVersion, request: InferRequest, sink: (r: InferResponse | TsiError, final: boolean) => void): void {
+    this.inflight++;
+    let open = true;
+    const settle = () => {
+      if (!open) return;
+      open = false;
+      this.settled();
+    };
+    try {
+      mv.submit(request, (resp, final) => {
+        sink(resp, final);
+        if (final) settle();
+      });
+    } catch (err) {
+      settle();
+      throw err;
+    }
   }
 
   private admit(request: InferRequest): ModelVersion {
