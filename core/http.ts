@@ -284,7 +284,10 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
   try {
     const body = await readRequestBody(req.header, req.body, maxInput);
     trace?.mark('HTTP_RECV_END');
-    const decoded = decodeInferRequest(body, req.header(HEADER_LENGTH), modelName, ver, () => server.model(modelName, ver).config);
+    // The model first, as Triton creates the inference request before it parses the body: an unknown
+    // model is a 404 whatever the body holds.
+    const config = server.model(modelName, ver).config;
+    const decoded = decodeInferRequest(body, req.header(HEADER_LENGTH), modelName, ver, () => config);
     const shm = ext.sharedMemory;
     if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);
     if (decoded.shmOutputs.size > 0) shm.checkOutputs(decoded.shmOutputs);

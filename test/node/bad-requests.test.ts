@@ -27,6 +27,7 @@ const withInput = (i: number, patch: Record<string, unknown>) => ({
 describe('bad requests', () => {
   const cases: [string, () => Promise<{ status: number; body: any }>, number, RegExp][] = [
     ['unknown model', () => infer(good, 'nope'), 404, /^Request for unknown model: 'nope' is not found$/],
+    ['unknown model, unparsable body', () => infer('{"inputs": [', 'nope'), 404, /^Request for unknown model: 'nope' is not found$/],
     ['unknown version', () => postJson(`${s.url}/v2/models/simple/versions/9/infer`, good), 404, /'simple' version 9 is not found/],
     ['wrong shape', () => infer(withInput(0, { shape: [1, 8], data: row.slice(0, 8) })), 400,
       /unexpected shape for input 'INPUT0' for model 'simple'\. Expected \[-1,16\], got \[1,8\]/],
