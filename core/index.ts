@@ -44,7 +44,7 @@ export { createEnsembleBackend, ensembleComposingModels, validateEnsemble } from
 export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
 export { generate, generateRequest, generateResponseJson } from './generate.js';
 export {
-  JsModelHost, ModelRequest, ModelTensor, InferError, instantiateModel, toTensor, toTensors, errorOf,
+  JsModelHost, ModelRequest, ModelTensor, InferError, instantiateModel, toTensor, toTensors, errorOf, findModelFile,
   type JsHost, type InitInfo, type InitializeArgs, type ModelResponse, type ResponseSender, type BlsRequest,
   type BlsResponse, type TensorInit, type TensorValue, type TensorsInit, type WireRequest, type WireResponse,
 } from './js-model.js';

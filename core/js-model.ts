@@ -12,7 +12,7 @@
  */
 
 // Imports stay minimal (no config pipeline, no HTTP): this module is what a model worker loads.
-import { isCompletionOnly } from './backend.js';
+import { isCompletionOnly, type ModelLoadContext } from './backend.js';
 import { TsiError, type ErrorCode } from './errors.js';
 import type { ConfigDataType, ModelConfig, ModelOutput } from './model-config.js';
 import { allocate, decodeString, elementCount, encodeString } from './tensor.js';
@@ -373,4 +373,11 @@ export class JsModelHost {
 function rethrow(err: unknown): never {
   const e = err instanceof TsiError ? err : new TsiError('INTERNAL', String((err as Error)?.message ?? err));
   throw new InferError(e.code, e.message);
+}
+
+/** The version folder's model file: default_model_filename, else model.mjs or model.js. */
+export async function findModelFile(ctx: ModelLoadContext): Promise<string> {
+  const names = ctx.config.default_model_filename ? [ctx.config.default_model_filename] : ['model.mjs', 'model.js'];
+  for (const n of names) if (await ctx.files.exists(`${ctx.version}/${n}`)) return `${ctx.version}/${n}`;
+  throw new TsiError('INVALID_ARG', `unable to find '${ctx.version}/${names.join("' or '" + ctx.version + '/')}' for model '${ctx.config.name}'`);
 }

@@ -11,12 +11,10 @@
  */
 
 import {
-  JsModelHost, TsiError, asTsiError,
+  JsModelHost, TsiError, findModelFile, asTsiError,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type ExecutionTimes, type InstanceSpec,
   type Logger, type ModelLoadContext, type ResponsePayload, type WireRequest,
 } from '../core/index.js';
-
-const CANDIDATES = ['model.mjs', 'model.js'];
 
 /** ModelFiles of a URL repository also tell where a file lives (fetch-source.ts). */
 type UrlFiles = { url?(relPath: string): string };
@@ -33,7 +31,7 @@ export function createJsBackend(opts: { log: Logger }): Backend {
       if (inServiceWorker()) {
         throw new TsiError('UNSUPPORTED', `JavaScript model '${ctx.config.name}' cannot load in a Service Worker (import() is not allowed there); serve it from a page`);
       }
-      const file = await modelFile(ctx);
+      const file = await findModelFile(ctx);
       const direct = (ctx.files as UrlFiles).url?.(file);
       let blobUrl: string | undefined;
       const url = direct ?? (blobUrl = URL.createObjectURL(new Blob([await ctx.files.read(file) as BlobPart], { type: 'text/javascript' })));
@@ -53,11 +51,6 @@ export function createJsBackend(opts: { log: Logger }): Backend {
   };
 }
 
-async function modelFile(ctx: ModelLoadContext): Promise<string> {
-  const names = ctx.config.default_model_filename ? [ctx.config.default_model_filename] : CANDIDATES;
-  for (const n of names) if (await ctx.files.exists(`${ctx.version}/${n}`)) return `${ctx.version}/${n}`;
-  throw new TsiError('INVALID_ARG', `unable to find '${ctx.version}/${names.join("' or '" + ctx.version + '/')}' for model '${ctx.config.name}'`);
-}
 
 class JsInstance implements BackendInstance {
   readonly device = 'js';

@@ -11,20 +11,18 @@
 import type { Worker } from 'node:worker_threads';
 import { pathToFileURL } from 'node:url';
 import {
-  TsiError, asTsiError, type Backend, type BackendInstance, type BackendModel, type BackendRequest, type ExecutionTimes,
+  TsiError, asTsiError, findModelFile, type Backend, type BackendInstance, type BackendModel, type BackendRequest, type ExecutionTimes,
   type InferRequest, type InferResponse, type InstanceSpec, type Logger, type ModelLoadContext,
   type ResponsePayload, type WireRequest, type WireResponse,
 } from '../core/index.js';
 import type { JsFromWorker, JsToWorker, JsWorkerInit } from './js-worker.js';
 import { movableTensor, startWorkerInstance, stopWorker } from './worker-instance.js';
 
-const CANDIDATES = ['model.mjs', 'model.js'];
-
 export function createJsBackend(opts: { log: Logger }): Backend {
   return {
     name: 'javascript',
     async loadModel(ctx: ModelLoadContext): Promise<BackendModel> {
-      const file = await modelFile(ctx);
+      const file = await findModelFile(ctx);
       const local = ctx.files.localPath?.(file);
       // Files without a place on disk (explicit-load overrides held in memory) load as a data: URL.
       const url = local
@@ -38,11 +36,6 @@ export function createJsBackend(opts: { log: Logger }): Backend {
   };
 }
 
-async function modelFile(ctx: ModelLoadContext): Promise<string> {
-  const names = ctx.config.default_model_filename ? [ctx.config.default_model_filename] : CANDIDATES;
-  for (const n of names) if (await ctx.files.exists(`${ctx.version}/${n}`)) return `${ctx.version}/${n}`;
-  throw new TsiError('INVALID_ARG', `unable to find '${ctx.version}/${names.join("' or '" + ctx.version + '/')}' for model '${ctx.config.name}'`);
-}
 
 interface Execution {
   requests: BackendRequest[];
@@ -201,4 +194,3 @@ class JsInstance implements BackendInstance {
     this.log.verbose(2, `instance ${this.spec.name} of '${this.ctx.config.name}' released`);
   }
 }
-
