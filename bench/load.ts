@@ -18,6 +18,8 @@ export interface LoadResult {
   p50Ms: number;
   p99Ms: number;
   meanMs: number;
+  /** Every measured 2xx latency in ms, sorted (to merge rounds). */
+  latencies: Float64Array;
 }
 
 /** The bytes of one POST with the given headers and body. */
@@ -58,7 +60,7 @@ function frame(buf: Buffer): { status: number; length: number } | undefined {
   return { status, length: end + 4 };
 }
 
-function percentile(sorted: Float64Array, p: number): number {
+export function percentile(sorted: Float64Array, p: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
@@ -128,5 +130,30 @@ export async function runLoad(opts: {
     p50Ms: percentile(sorted, 50),
     p99Ms: percentile(sorted, 99),
     meanMs: latencies.reduce((a, b) => a + b, 0) / Math.max(1, latencies.length),
+    latencies: sorted,
+  };
+}
+
+/** Several rounds of the same load as one result: requests and time add up, latencies merge. */
+export function mergeLoads(rounds: readonly LoadResult[]): LoadResult {
+  const n = rounds.reduce((k, r) => k + r.latencies.length, 0);
+  const all = new Float64Array(n);
+  let off = 0;
+  for (const r of rounds) {
+    all.set(r.latencies, off);
+    off += r.latencies.length;
+  }
+  all.sort();
+  const requests = rounds.reduce((k, r) => k + r.requests, 0);
+  const seconds = rounds.reduce((k, r) => k + r.seconds, 0);
+  return {
+    requests,
+    errors: rounds.reduce((k, r) => k + r.errors, 0),
+    seconds,
+    rps: requests / seconds,
+    p50Ms: percentile(all, 50),
+    p99Ms: percentile(all, 99),
+    meanMs: rounds.reduce((k, r) => k + r.meanMs * r.requests, 0) / Math.max(1, requests),
+    latencies: all,
   };
 }

@@ -87,7 +87,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   /** One path, several methods; any other method is Triton's 405. */
   const route = (path: string, methods: Partial<Record<'GET' | 'POST', Handler>>) => {
     app.all(path, async (c) => {
-      const h = methods[c.req.method as 'GET' | 'POST'];
+      // HEAD is GET without the body (hono drops it).
+      const h = methods[(c.req.method === 'HEAD' ? 'GET' : c.req.method) as 'GET' | 'POST'];
       if (!h) {
         if (c.req.method === 'OPTIONS') return empty(204);
         return json({ error: 'Method Not Allowed' }, 405);

@@ -1,14 +1,19 @@
 /**
- * Serves core's v2 HTTP app on a Node socket through @hono/node-server, with one shortcut: POST .../infer
- * goes from Node's request and response objects straight to core's inferEndpoint (the same function
- * the hono route calls), because building a Web Request and Response costs about 35 µs a request, a
- * fifth of what the main thread spends per inference. Also here: stop accepting, let keep-alive
- * connections finish their current request, then drop idle ones.
+ * The Node runtime's HTTP/1.1 server, on `node:net`. POST `/v2/models/{m}[/versions/{v}]/infer` goes
+ * straight to core's inferEndpoint; every other request becomes a Web `Request` for core's hono app,
+ * whose `Response` is written back.
+ *
+ * Why not `node:http`: it builds an IncomingMessage and a ServerResponse (two streams and their
+ * events) per request, ~40 µs of main-thread CPU per inference on the 2-core bench machine, more than
+ * all of core's own work. The main thread feeds the model instances, so that time set the served
+ * throughput (bench:batching, 64 clients: +18–28 % with this server). What is parsed here is RFC 9112's
+ * request side as clients send it: Content-Length and chunked bodies, `Expect: 100-continue`,
+ * keep-alive and `Connection: close`, HTTP/1.0, pipelined requests (answered in order, one at a time);
+ * malformed requests get node:http's answers (400, 431, 417) and a closed connection.
  */
 
-import { getRequestListener } from '@hono/node-server';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { STATUS_CODES } from 'node:http';
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tooLarge, type HttpReply, type InferHttpRequest } from '../core/index.js';
 
 export interface Listener {
@@ -31,20 +36,42 @@ export function listenOn(server: Server, port: number, address: string): Promise
   });
 }
 
-/** Answers a request itself and returns true, or returns false to leave it to the app. */
-export type NodeRoute = (req: IncomingMessage, res: ServerResponse) => boolean;
+export interface HttpServerOptions {
+  /** The app every request goes to unless the infer shortcut takes it. */
+  fetch: (req: Request) => Response | Promise<Response>;
+  /** Core's inferEndpoint, for POST .../infer; without it every request goes to the app. */
+  infer?: (req: InferHttpRequest) => Promise<HttpReply>;
+  /**
+   * With CORS on, infer requests that carry an Origin go to the app, whose middleware adds the CORS
+   * headers; without CORS no response carries them, so both routes answer alike.
+   */
+  cors?: boolean;
+  /** Errors no response can carry (a failing handler, a broken write). */
+  onError?: (err: Error) => void;
+}
 
-export async function listen(
-  fetch: (req: Request) => Response | Promise<Response>, port: number, address: string, first?: NodeRoute,
-): Promise<Listener> {
-  const app = getRequestListener(fetch, { hostname: address });
-  const server = createServer(first ? (req, res) => { if (!first(req, res)) void app(req, res); } : app);
-  server.keepAliveTimeout = 65_000;
+/** node:http's defaults: header section size, and how long an idle keep-alive connection stays open. */
+const MAX_HEAD = 16 * 1024;
+const KEEP_ALIVE_MS = 65_000;
+
+export async function listen(port: number, address: string, opts: HttpServerOptions): Promise<Listener> {
+  const connections = new Set<Connection>();
+  let stopping = false;
+  const server = createServer({ noDelay: true }, (socket) => {
+    if (stopping) {
+      socket.destroy();
+      return;
+    }
+    const c = new Connection(socket, { onError: () => {}, ...opts }, address, () => stopping);
+    connections.add(c);
+    socket.once('close', () => connections.delete(c));
+  });
   const info = await listenOn(server, port, address);
   let closed: Promise<void> | undefined;
   const stopAccepting = () => {
+    stopping = true;
     closed ??= new Promise<void>((resolve) => server.close(() => resolve()));
-    server.closeIdleConnections();
+    for (const c of connections) c.closeIfIdle();
   };
   return {
     port: info.port,
@@ -52,69 +79,460 @@ export async function listen(
     stopAccepting,
     close: async () => {
       stopAccepting();
-      server.closeAllConnections();
+      for (const c of connections) c.socket.destroy();
       await closed;
     },
   };
 }
 
-// Names with %-escapes take the hono route, which decodes them; a trailing slash or another method is
-// hono's to refuse.
+// Names with %-escapes take the app's route, which decodes them; a trailing slash or another method is
+// the app's to refuse.
 const INFER_PATH = /^\/v2\/models\/([^/?%]+)(?:\/versions\/([0-9]+))?\/infer(?:\?|$)/;
+const REQUEST_LINE = /^([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP\/1\.([01])$/;
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const CRLF2 = Buffer.from('\r\n\r\n');
 
-/**
- * The infer shortcut. With CORS on, requests that carry an Origin go to hono, whose middleware adds
- * the CORS headers; without CORS no response carries them, so both routes answer alike.
- */
-export function inferRoute(endpoint: (req: InferHttpRequest) => Promise<HttpReply>, opts: { cors: boolean; onError: (err: Error) => void }): NodeRoute {
-  return (req, res) => {
-    if (req.method !== 'POST') return false;
-    const m = INFER_PATH.exec(req.url!);
-    if (!m || (opts.cors && req.headers.origin !== undefined)) return false;
-    const headers = req.headers;
+interface Head {
+  method: string;
+  target: string;
+  minor: number;
+  /** Lower-cased names; repeated headers joined with ", " as node:http does. */
+  headers: Map<string, string>;
+  /** In arrival order, for the app's Request. */
+  raw: [string, string][];
+}
+
+class BadRequest extends Error {
+  constructor(readonly status: 400 | 417 | 431, message: string) {
+    super(message);
+  }
+}
+
+function parseHead(text: string): Head {
+  const lines = text.split('\r\n');
+  const m = REQUEST_LINE.exec(lines[0]!);
+  if (!m) throw new BadRequest(400, 'malformed request line');
+  const headers = new Map<string, string>();
+  const raw: [string, string][] = [];
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i]!;
+    const colon = line.indexOf(':');
+    const name = colon > 0 ? line.slice(0, colon) : '';
+    // No obsolete line folding, no space before the colon (RFC 9112 §5.1–5.2).
+    if (!TOKEN.test(name)) throw new BadRequest(400, 'malformed header line');
+    const value = line.slice(colon + 1).trim();
+    const key = name.toLowerCase();
+    const prev = headers.get(key);
+    if (prev !== undefined && key === 'content-length') throw new BadRequest(400, 'duplicate Content-Length');
+    headers.set(key, prev === undefined ? value : `${prev}, ${value}`);
+    raw.push([name, value]);
+  }
+  return { method: m[1]!, target: m[2]!, minor: Number(m[3]), headers, raw };
+}
+
+/** The body of one request, as it arrives: collected for a reader, or streamed to the app. */
+class Body {
+  private chunks: Uint8Array[] = [];
+  private total = 0;
+  private limit = Infinity;
+  private ended = false;
+  private failure?: Error;
+  private waiter?: { resolve: (b: Uint8Array) => void; reject: (e: Error) => void };
+  private stream?: ReadableStreamDefaultController<Uint8Array>;
+  /** Set once nobody will read the rest (the response went out first): bytes are dropped. */
+  discard = false;
+
+  push(b: Uint8Array): void {
+    if (this.discard) return;
+    if (this.stream) {
+      this.stream.enqueue(b);
+      return;
+    }
+    this.total += b.byteLength;
+    if (this.total <= this.limit) this.chunks.push(b);
+    else this.chunks.length = 0;
+  }
+
+  end(): void {
+    this.ended = true;
+    this.stream?.close();
+    this.settle();
+  }
+
+  fail(err: Error): void {
+    if (this.ended) return;
+    this.failure = err;
+    this.stream?.error(err);
+    this.settle();
+  }
+
+  /** The whole body; past `limit` bytes it stops keeping chunks and fails once the body has ended. */
+  read(limit: number): Promise<Uint8Array> {
+    this.limit = limit;
+    if (this.total > limit) this.chunks.length = 0;
+    return new Promise((resolve, reject) => {
+      this.waiter = { resolve, reject };
+      this.settle();
+    });
+  }
+
+  asStream(): ReadableStream<Uint8Array> {
+    return new ReadableStream<Uint8Array>({
+      start: (controller) => {
+        this.stream = controller;
+        for (const c of this.chunks) controller.enqueue(c);
+        this.chunks = [];
+        if (this.failure) controller.error(this.failure);
+        else if (this.ended) controller.close();
+      },
+    });
+  }
+
+  private settle(): void {
+    const w = this.waiter;
+    if (!w) return;
+    if (this.failure) w.reject(this.failure);
+    else if (!this.ended) return;
+    else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit));
+    else w.resolve(this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total));
+    this.waiter = undefined;
+  }
+}
+
+let dateSecond = -1;
+let dateText = '';
+/** The Date header, rebuilt once a second. */
+function httpDate(): string {
+  const now = Date.now();
+  const s = Math.floor(now / 1000);
+  if (s !== dateSecond) {
+    dateSecond = s;
+    dateText = new Date(now).toUTCString();
+  }
+  return dateText;
+}
+
+const statusLine = (status: number) => `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Unknown'}\r\n`;
+
+/** One client connection: parses requests one at a time and writes their responses in order. */
+class Connection {
+  private buf?: Buffer;
+  /** Where to resume the search for the end of the header section. */
+  private scanned = 0;
+  private phase: 'head' | 'body' | 'wait' = 'head';
+  /** Body bytes still expected (Content-Length), or -1 for chunked. */
+  private remaining = 0;
+  private chunk: 'size' | 'data' | 'data-end' | 'trailer' = 'size';
+  private chunkLeft = 0;
+  private body?: Body;
+  private responded = false;
+  private keepAlive = true;
+  private aborted?: AbortController;
+
+  constructor(
+    readonly socket: Socket, private readonly opts: HttpServerOptions & { onError: (err: Error) => void }, private readonly address: string,
+    private readonly stopping: () => boolean,
+  ) {
+    // A connection silent for this long between requests, or in the middle of sending one, is dropped;
+    // one waiting for its answer (a long inference) is not.
+    socket.setTimeout(KEEP_ALIVE_MS, () => {
+      if (this.phase !== 'wait') socket.destroy();
+    });
+    socket.on('data', (d: Buffer) => {
+      this.buf = this.buf ? Buffer.concat([this.buf, d]) : d;
+      this.advance();
+      // Pipelined requests wait their turn in the buffer; a client that keeps sending is paused.
+      if (this.phase === 'wait' && this.buf && this.buf.length > MAX_HEAD) socket.pause();
+    });
+    socket.on('error', () => {});
+    socket.once('close', () => {
+      this.body?.fail(new Error('the client closed the connection before sending the whole body'));
+      this.aborted?.abort();
+    });
+  }
+
+  /** For a stopping server: drops the connection unless a request is being answered on it. */
+  closeIfIdle(): void {
+    if (this.phase === 'head') this.socket.destroy();
+  }
+
+  private advance(): void {
+    try {
+      for (;;) {
+        if (this.phase === 'head') {
+          // An empty line before a request line is ignored (RFC 9112 §2.2): some clients send one after a body.
+          while (this.buf && this.buf.length >= 2 && this.buf[0] === 13 && this.buf[1] === 10) this.take(2);
+          if (!this.buf) return;
+          const end = this.buf.indexOf(CRLF2, Math.max(0, this.scanned - 3));
+          if (end < 0) {
+            this.scanned = this.buf.length;
+            if (this.buf.length > MAX_HEAD) throw new BadRequest(431, 'header section too large');
+            return;
+          }
+          if (end > MAX_HEAD) throw new BadRequest(431, 'header section too large');
+          const head = parseHead(this.buf.toString('latin1', 0, end));
+          this.take(end + 4);
+          this.scanned = 0;
+          this.start(head);
+        } else if (this.phase === 'body') {
+          if (!this.buf || !this.readBody()) return;
+        } else {
+          return;
+        }
+      }
+    } catch (err) {
+      if (!(err instanceof BadRequest)) this.opts.onError(err as Error);
+      this.refuse(err instanceof BadRequest ? err.status : 400);
+    }
+  }
+
+  /** The connection can take no more bytes: hung up, refused, or ending after `Connection: close`. */
+  private gone(): boolean {
+    return this.socket.destroyed || this.socket.writableEnded;
+  }
+
+  private take(n: number): Buffer {
+    const b = this.buf!;
+    const out = b.subarray(0, n);
+    this.buf = n < b.length ? b.subarray(n) : undefined;
+    return out;
+  }
+
+  /** Frames the body and hands the request on. */
+  private start(head: Head): void {
+    const h = head.headers;
+    if (head.minor === 1 && !h.has('host')) throw new BadRequest(400, 'missing Host');
+    const te = h.get('transfer-encoding');
+    const cl = h.get('content-length');
+    if (te !== undefined) {
+      if (cl !== undefined || !/(?:^|,)\s*chunked\s*$/i.test(te)) throw new BadRequest(400, 'bad Transfer-Encoding');
+      this.remaining = -1;
+      this.chunk = 'size';
+    } else if (cl !== undefined) {
+      if (!/^\d+$/.test(cl)) throw new BadRequest(400, 'bad Content-Length');
+      this.remaining = Number(cl);
+    } else {
+      this.remaining = 0;
+    }
+    const conn = h.get('connection')?.toLowerCase();
+    this.keepAlive = head.minor === 1 ? !conn?.includes('close') : !!conn?.includes('keep-alive');
+    const expect = h.get('expect');
+    if (expect !== undefined) {
+      if (expect.toLowerCase() !== '100-continue') throw new BadRequest(417, 'unsupported Expect');
+      if (head.minor === 1) this.socket.write('HTTP/1.1 100 Continue\r\n\r\n');
+    }
+    this.body = new Body();
+    this.responded = false;
+    this.phase = 'body';
+    const m = head.method === 'POST' && this.opts.infer ? INFER_PATH.exec(head.target) : null;
+    if (m && !(this.opts.cors && h.has('origin'))) this.infer(this.opts.infer!, m, head);
+    else void this.toApp(head);
+    if (this.remaining === 0) this.bodyDone();
+  }
+
+  /** Moves body bytes from the buffer to the request; true once the body is complete. */
+  private readBody(): boolean {
+    const body = this.body!;
+    if (this.remaining > 0) {
+      const n = Math.min(this.remaining, this.buf!.length);
+      body.push(this.take(n));
+      this.remaining -= n;
+      if (this.remaining > 0) return false;
+      return this.bodyDone();
+    }
+    if (this.remaining === 0) return this.bodyDone();
+    // Chunked (RFC 9112 §7.1): size line (extensions ignored), data, CRLF; then trailers, ignored.
+    for (;;) {
+      if (!this.buf) return false;
+      if (this.chunk === 'data') {
+        const n = Math.min(this.chunkLeft, this.buf.length);
+        body.push(this.take(n));
+        this.chunkLeft -= n;
+        if (this.chunkLeft > 0) return false;
+        this.chunk = 'data-end';
+        continue;
+      }
+      const eol = this.buf.indexOf('\r\n');
+      if (eol < 0) {
+        if (this.buf.length > MAX_HEAD) throw new BadRequest(400, 'chunk line too long');
+        return false;
+      }
+      const line = this.take(eol + 2).toString('latin1', 0, eol);
+      if (this.chunk === 'data-end') {
+        if (line !== '') throw new BadRequest(400, 'missing CRLF after chunk data');
+        this.chunk = 'size';
+      } else if (this.chunk === 'size') {
+        const size = line.split(';', 1)[0]!.trim();
+        if (!/^[0-9a-fA-F]{1,12}$/.test(size)) throw new BadRequest(400, 'bad chunk size');
+        this.chunkLeft = parseInt(size, 16);
+        this.chunk = this.chunkLeft === 0 ? 'trailer' : 'data';
+      } else if (line === '') {
+        this.remaining = 0;
+        return this.bodyDone();
+      }
+    }
+  }
+
+  private bodyDone(): boolean {
+    this.body!.end();
+    this.phase = 'wait';
+    this.maybeNext();
+    return (this.phase as string) === 'head';
+  }
+
+  /** After the response and the whole body: close, or go on with the next request. */
+  private maybeNext(): void {
+    if (this.phase !== 'wait' || !this.responded) return;
+    this.body = undefined;
+    if (!this.keepAlive || this.stopping()) {
+      this.socket.destroySoon();
+      this.phase = 'wait';
+      this.buf = undefined;
+      return;
+    }
+    this.phase = 'head';
+  }
+
+  private responseDone(): void {
+    this.responded = true;
+    this.aborted = undefined;
+    if (this.phase === 'body') this.body!.discard = true;
+    this.maybeNext();
+    if (this.phase === 'head') {
+      if (this.socket.isPaused()) this.socket.resume();
+      if (this.buf) this.advance();
+    }
+  }
+
+  private headers(): string {
+    const close = !this.keepAlive || this.stopping();
+    return `Date: ${httpDate()}\r\n${close ? 'Connection: close\r\n' : `Connection: keep-alive\r\nKeep-Alive: timeout=${KEEP_ALIVE_MS / 1000}\r\n`}`;
+  }
+
+  private infer(endpoint: NonNullable<HttpServerOptions['infer']>, m: RegExpExecArray, head: Head): void {
+    const headers = head.headers;
+    const body = this.body!;
     endpoint({
       model: m[1]!,
       version: m[2],
-      header: (name) => {
-        const v = headers[name.toLowerCase()];
-        return Array.isArray(v) ? v.join(', ') : v;
-      },
-      body: (limit) => readNodeBody(req, limit),
+      header: (name) => headers.get(name.toLowerCase()),
+      body: (limit) => body.read(limit),
     }).then(
-      (reply) => send(res, reply),
+      (reply) => this.send(reply),
       (err: Error) => {
-        opts.onError(err);
-        send(res, { status: 500, headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ error: err.message }) });
+        this.opts.onError(err);
+        this.send({ status: 500, headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ error: err.message }) });
       },
     );
-    return true;
-  };
-}
+  }
 
-function send(res: ServerResponse, reply: HttpReply): void {
-  if (res.headersSent || res.destroyed) return;
-  const body = typeof reply.body === 'string' ? Buffer.from(reply.body) : reply.body;
-  res.writeHead(reply.status, { ...reply.headers, 'Content-Length': String(body.byteLength) });
-  res.end(body);
-}
+  private send(reply: HttpReply): void {
+    if (this.gone()) return;
+    const body = typeof reply.body === 'string' ? Buffer.from(reply.body) : reply.body;
+    let head = statusLine(reply.status);
+    for (const k in reply.headers) head += `${k}: ${reply.headers[k]}\r\n`;
+    head += `${this.headers()}Content-Length: ${body.byteLength}\r\n\r\n`;
+    this.socket.cork();
+    this.socket.write(head, 'latin1');
+    if (body.byteLength > 0) this.socket.write(body);
+    this.socket.uncork();
+    this.responseDone();
+  }
 
-/** The whole body; past `limit` bytes it stops keeping chunks and fails once the body has ended. */
-function readNodeBody(req: IncomingMessage, limit: number): Promise<Uint8Array> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let total = 0;
-    req.on('data', (chunk: Buffer) => {
-      total += chunk.byteLength;
-      if (total <= limit) chunks.push(chunk);
-      else chunks.length = 0;
+  /** Any other request: a Web Request to the app, its Response back on the socket. */
+  private async toApp(head: Head): Promise<void> {
+    const method = head.method;
+    let response: Response;
+    try {
+      const headers = new Headers();
+      for (const [k, v] of head.raw) headers.append(k, v);
+      const url = /^https?:\/\//i.test(head.target) ? head.target : `http://${head.headers.get('host') || this.address}${head.target}`;
+      this.aborted = new AbortController();
+      const hasBody = method !== 'GET' && method !== 'HEAD';
+      if (!hasBody) this.body!.discard = true;
+      const request = new Request(url, {
+        method, headers, signal: this.aborted.signal,
+        ...(hasBody ? { body: this.body!.asStream(), duplex: 'half' } : {}),
+      } as RequestInit);
+      response = await this.opts.fetch(request);
+    } catch (err) {
+      if (this.gone()) return;
+      const e = err as Error;
+      if (!(e instanceof TypeError)) this.opts.onError(e);
+      // The Request constructor refuses what no client should send (a bad URL or header value).
+      response = Response.json({ error: e instanceof TypeError ? 'Bad Request' : e.message }, { status: e instanceof TypeError ? 400 : 500 });
+    }
+    try {
+      await this.writeResponse(head, response);
+    } catch (err) {
+      this.opts.onError(err as Error);
+      this.socket.destroy();
+      return;
+    }
+    this.responseDone();
+  }
+
+  private async writeResponse({ method, minor }: Head, res: Response): Promise<void> {
+    if (this.gone()) {
+      await res.body?.cancel();
+      return;
+    }
+    const noBody = method === 'HEAD' || res.status === 204 || res.status === 304;
+    // Server-sent events go out as they come (chunked, or to an HTTP/1.0 client raw until the
+    // connection closes); anything else is short and goes out with its length.
+    const stream = !!res.body && !noBody && !!res.headers.get('content-type')?.startsWith('text/event-stream');
+    const chunked = stream && minor === 1;
+    if (stream && !chunked) this.keepAlive = false;
+    let head = statusLine(res.status);
+    res.headers.forEach((v, k) => {
+      if (k !== 'content-length' && k !== 'transfer-encoding' && k !== 'connection' && k !== 'keep-alive') head += `${k}: ${v}\r\n`;
     });
-    req.once('end', () => {
-      if (total > limit) reject(tooLarge(total, limit));
-      else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total));
-    });
-    req.once('error', reject);
-    req.once('close', () => {
-      if (!req.complete) reject(new Error('the client closed the connection before sending the whole body'));
-    });
-  });
+    head += this.headers();
+    if (stream) {
+      this.socket.write(`${head}${chunked ? 'Transfer-Encoding: chunked\r\n' : ''}\r\n`, 'latin1');
+      const reader = res.body.getReader();
+      const stop = () => void reader.cancel().catch(() => {});
+      this.socket.once('close', stop);
+      try {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done || this.gone()) break;
+          if (value.byteLength === 0) continue;
+          let ok: boolean;
+          if (chunked) {
+            this.socket.cork();
+            this.socket.write(`${value.byteLength.toString(16)}\r\n`, 'latin1');
+            this.socket.write(value);
+            ok = this.socket.write('\r\n', 'latin1');
+            this.socket.uncork();
+          } else {
+            ok = this.socket.write(value);
+          }
+          if (!ok) await new Promise((r) => this.socket.once('drain', r));
+        }
+      } finally {
+        this.socket.off('close', stop);
+      }
+      if (chunked && !this.gone()) this.socket.write('0\r\n\r\n', 'latin1');
+      return;
+    }
+    const body = res.body ? new Uint8Array(await res.arrayBuffer()) : new Uint8Array(0);
+    const length = method === 'HEAD' ? res.headers.get('content-length') ?? String(body.byteLength) : String(body.byteLength);
+    head += res.status === 204 || res.status === 304 ? '\r\n' : `Content-Length: ${length}\r\n\r\n`;
+    if (this.gone()) return;
+    this.socket.cork();
+    this.socket.write(head, 'latin1');
+    if (!noBody && body.byteLength > 0) this.socket.write(body);
+    this.socket.uncork();
+  }
+
+  /** node:http's answer to a request it cannot parse, and the end of the connection. */
+  private refuse(status: 400 | 417 | 431): void {
+    this.buf = undefined;
+    this.phase = 'wait';
+    this.body?.fail(new Error('bad request'));
+    if (this.gone()) return;
+    this.socket.end(`${statusLine(status)}Connection: close\r\n\r\n`, 'latin1');
+    this.socket.destroySoon();
+  }
 }

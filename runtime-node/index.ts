@@ -14,7 +14,7 @@ import { listenGrpc, type GrpcListener } from './grpc.js';
 import { createMetricsRegistry, listenMetrics, type MetricsListener } from './metrics.js';
 import { nodeShmProvider } from './shm.js';
 import { FolderSource } from './fs-source.js';
-import { inferRoute, listen, type Listener } from './http.js';
+import { listen, type Listener } from './http.js';
 import { createOnnxBackend } from './onnx-backend.js';
 import { createJsBackend } from './js-backend.js';
 import { browserRoutes } from './browser-assets.js';
@@ -128,11 +128,11 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
         extend: opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined, extensions, restrictedApi: httpRestrictions,
       };
       const app = createHttpApp(server, httpOptions);
-      const fastInfer = inferRoute(inferEndpoint(server, httpOptions), {
-        cors: opts.corsOrigin !== undefined, onError: (err) => log.error(`HTTP infer: ${err.message}`),
-      });
       // Listen before loading models, as Triton does: liveness answers while models load; readiness waits.
-      http = await listen(app.fetch, opts.httpPort ?? 8000, opts.httpAddress ?? '0.0.0.0', fastInfer);
+      http = await listen(opts.httpPort ?? 8000, opts.httpAddress ?? '0.0.0.0', {
+        fetch: app.fetch, infer: inferEndpoint(server, httpOptions), cors: opts.corsOrigin !== undefined,
+        onError: (err) => log.error(`HTTP: ${err.message}`),
+      });
     }
     if (opts.grpcPort !== undefined) {
       grpc = await listenGrpc(server, {

@@ -50,7 +50,7 @@ export async function startStaticSite(pages: Record<string, Page>, repo = MODELS
   app.get(`/models/${INDEX_FILE}`, () => new Response(index, { headers: { 'Content-Type': 'application/json' } }));
   app.get('/models/*', async (c) => (await staticFile(repo, c.req.path.slice('/models/'.length))) ?? c.text('not found', 404));
   app.all('*', (c) => c.text('not found', 404));
-  const l: Listener = await listen(app.fetch, 0, '127.0.0.1');
+  const l: Listener = await listen(0, '127.0.0.1', { fetch: app.fetch });
   return { url: `http://127.0.0.1:${l.port}`, close: () => l.close() };
 }
 
