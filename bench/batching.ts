@@ -8,12 +8,13 @@
  *   (c) tsi    — the tsi server with dynamic batching (compiled from dist/ when built: bench/servers.ts).
  * Each concurrency runs in interleaved rounds (naive, tsi, raw, again), and ratios are taken per round:
  * on a shared host the machine's speed drifts over seconds, which would otherwise decide the ratios.
- * All servers run in child processes; the load comes from bench/load.ts (closed loop, keep-alive,
+ * All servers run in child processes; the load comes from wrk or bench/load.ts (closed loop, keep-alive,
  * identical v2 binary-extension requests of one 1024-float row). Same ORT session options everywhere
  * (the config's intra_op_thread_count, graph optimisation "all").
  *
  * Run:  npm run bench:batching            (or: npx tsx bench/batching.ts)
- * Flags: --duration <s> per side and round (2)  --rounds <n> (3)  --concurrency 1,8,64,256  --delay-us <n> / --preferred 8,16 (override the
+ * Flags: --duration <s> per side and round (2)  --rounds <n> (3)  --client wrk|node (wrk when installed:
+ *        `apt-get install wrk`; else bench/load.ts)  --concurrency 1,8,64,256  --delay-us <n> / --preferred 8,16 (override the
  *        config's dynamic_batching)  --json <file> (write the results)  --server dist|tsx
  * Needs the generated model: `npm run models` once.
  */
@@ -24,7 +25,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import * as ort from 'onnxruntime-node';
-import { buildRequest, mergeLoads, runLoad, type LoadResult } from './load.js';
+import { buildRequest, hasWrk, mergeLoads, runLoad, runWrk, wrkScript, type LoadResult } from './load.js';
 import { benchScript, spawnServer, stopServer, tsiServer } from './servers.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -40,6 +41,7 @@ const { values: args } = parseArgs({
     preferred: { type: 'string' },
     json: { type: 'string' },
     server: { type: 'string' },
+    client: { type: 'string' },
   },
 });
 const durationMs = Number(args.duration) * 1000;
@@ -81,9 +83,19 @@ const header = new TextEncoder().encode(JSON.stringify({
 const body = new Uint8Array(header.byteLength + 4096);
 body.set(header);
 body.set(new Uint8Array(row.buffer), header.byteLength);
-const request = buildRequest(`/v2/models/${MODEL}/infer`, {
-  'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(header.byteLength),
-}, body);
+const requestHeaders = { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(header.byteLength) };
+const request = buildRequest(`/v2/models/${MODEL}/infer`, requestHeaders, body);
+
+// The client: wrk when installed (C: half the CPU per request of a Node client, CPU that on a 2-core
+// machine shared with the server would otherwise come out of the server's share), else bench/load.ts.
+const client = args.client ?? (hasWrk() ? 'wrk' : 'node');
+if (client === 'wrk') {
+  writeFileSync(join(work, 'body.bin'), body);
+  writeFileSync(join(work, 'infer.lua'), wrkScript(join(work, 'body.bin'), requestHeaders));
+}
+const load = (port: number, connections: number): Promise<LoadResult> => client === 'wrk'
+  ? runWrk({ url: `http://127.0.0.1:${port}/v2/models/${MODEL}/infer`, script: join(work, 'infer.lua'), connections, durationMs })
+  : runLoad({ port, request, connections, durationMs });
 
 type BatchHistogram = Map<number, number>;
 
@@ -156,7 +168,7 @@ const median = (xs: readonly number[]) => [...xs].sort((x, y) => x - y)[Math.flo
 // (raw replaying the batch sizes tsi formed in that very round), and the ratios are taken per round.
 const naiveSrv = await spawnServer(benchScript('naive-server.ts', [onnxPath, String(intra)]), 'the naive server');
 const { argv, build } = tsiServer(repo, work, { server: args.server });
-log(`tsi server: ${build}; ${rounds} rounds of ${durationMs / 1000} s per side and concurrency`);
+log(`tsi server: ${build}; client: ${client}; ${rounds} rounds of ${durationMs / 1000} s per side and concurrency`);
 const tsiSrv = await spawnServer(argv, 'the tsi server');
 
 interface Point { naive: LoadResult[]; tsi: LoadResult[]; raw: Raw[]; formed: BatchHistogram; rawB1: Raw[]; rawPaced: Raw[]; gapMs: number[] }
@@ -165,9 +177,9 @@ for (const c of levels) {
   const p: Point = { naive: [], tsi: [], raw: [], formed: new Map(), rawB1: [], rawPaced: [], gapMs: [] };
   points[c] = p;
   for (let r = 0; r < rounds; r++) {
-    const a = await runLoad({ port: naiveSrv.port, request, connections: c, durationMs });
+    const a = await load(naiveSrv.port, c);
     const before = await batchStats(tsiSrv.port);
-    const t = await runLoad({ port: tsiSrv.port, request, connections: c, durationMs });
+    const t = await load(tsiSrv.port, c);
     const after = await batchStats(tsiSrv.port);
     const formed: BatchHistogram = new Map([...after].map(([b, n]) => [b, n - (before.get(b) ?? 0)] as [number, number]).filter(([, n]) => n > 0));
     for (const [b, n] of formed) p.formed.set(b, (p.formed.get(b) ?? 0) + n);
@@ -209,7 +221,7 @@ const rawB1 = one ? median(one.rawB1.map((r) => r.p50Ms)) : NaN;
 const rawPaced = one ? median(one.rawPaced.map((r) => r.p50Ms)) : NaN;
 const gapMs = one ? median(one.gapMs) : NaN;
 const lines = [
-  `mlp_batch, ${intra} intra-op thread(s), max_queue_delay ${delayUs} µs, ${rounds} interleaved rounds of ${durationMs / 1000} s per side; raw ORT batch-1 p50 ${f2(rawB1)} ms back to back, ${f2(rawPaced)} ms at one run per ${f2(gapMs + rawB1)} ms`,
+  `mlp_batch, ${intra} intra-op thread(s), max_queue_delay ${delayUs} µs, client ${client}, ${rounds} interleaved rounds of ${durationMs / 1000} s per side; raw ORT batch-1 p50 ${f2(rawB1)} ms back to back, ${f2(rawPaced)} ms at one run per ${f2(gapMs + rawB1)} ms`,
   '',
   '| conc | naive req/s | naive p50 / p99 ms | raw ORT rows/s | tsi req/s | tsi p50 / p99 ms | tsi mean batch | c/a (rounds) | c/b (rounds) |',
   '|---:|---:|---:|---:|---:|---:|---:|---:|---:|',

@@ -24,6 +24,7 @@ import { defaultProtoDir } from '../client/grpc.js';
 import { buildInferRequest } from '../client/grpc-codec.js';
 import { normalizeInput } from '../client/tensor.js';
 import { percentileOf } from '../runtime-node/perf.js';
+import { wrkMs, wrkScript } from './load.js';
 
 const arg = (name: string, def: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -130,23 +131,11 @@ async function viaAutocannon(c: number, body: Uint8Array, headerLength: number):
   };
 }
 
-/** wrk's latency cells ("635.00us", "2.13ms", "1.01s") in milliseconds. */
-function wrkMs(cell: string): number {
-  const m = /^([\d.]+)(us|ms|s)$/.exec(cell.trim());
-  if (!m) throw new Error(`wrk: cannot read latency '${cell}'`);
-  return Number(m[1]) * (m[2] === 'us' ? 1e-3 : m[2] === 'ms' ? 1 : 1e3);
-}
-
 async function viaWrk(c: number, body: Uint8Array, headerLength: number): Promise<Row> {
   const file = join(dir, 'http-body.bin');
   const script = join(dir, 'infer.lua');
   writeFileSync(file, body);
-  writeFileSync(script, [
-    'wrk.method = "POST"',
-    `local f = io.open("${file}", "rb"); wrk.body = f:read("*all"); f:close()`,
-    'wrk.headers["Content-Type"] = "application/octet-stream"',
-    `wrk.headers["Inference-Header-Content-Length"] = "${headerLength}"`,
-  ].join('\n'));
+  writeFileSync(script, wrkScript(file, { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(headerLength) }));
   const before = await serverSuccessCount();
   const r = await run(1, 'wrk', ['-t', '1', '-c', String(c), '-d', `${SECONDS}s`, '--latency', '-s', script, `http://127.0.0.1:${HTTP_PORT}/v2/models/${MODEL}/infer`]);
   const done = await serverSuccessCount() - before;
