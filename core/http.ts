@@ -16,7 +16,7 @@ import { generate } from './generate.js';
 import type { InferenceServer } from './server.js';
 import { attachTrace } from './trace.js';
 import { concatBytes } from './tensor.js';
-import { HEADER_LENGTH, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
+import { HEADER_LENGTH, bodyBytes, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
 
 export interface HttpOptions {
   /** Largest accepted request body, before and after decompression (--http-max-input-size). */
@@ -53,7 +53,8 @@ export function errorResponse(err: unknown): Response {
 export interface HttpReply {
   status: number;
   headers: Record<string, string>;
-  body: Uint8Array | string;
+  /** Bytes, text, or pieces of either sent back to back (an encoded response's header and tensors). */
+  body: Uint8Array | string | (string | Uint8Array)[];
 }
 
 /** `{"error": ...}` with the status Triton gives the error's code. */
@@ -64,7 +65,8 @@ export function errorReply(err: unknown): HttpReply {
   return { status: HTTP_STATUS[e.code] ?? 400, headers, body: errorBody(e) };
 }
 
-const toResponse = (r: HttpReply) => new Response(r.body as BodyInit, { status: r.status, headers: r.headers });
+const toResponse = (r: HttpReply) =>
+  new Response((Array.isArray(r.body) ? bodyBytes(r.body) : r.body) as BodyInit, { status: r.status, headers: r.headers });
 
 const empty = (status: number) => new Response(null, { status });
 
@@ -308,10 +310,10 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
     const enc = encodeInferResponse(resp, decoded.encoding, inShm);
     const headers: Record<string, string> = { 'Content-Type': enc.contentType };
     if (enc.headerLength !== undefined) headers[HEADER_LENGTH] = String(enc.headerLength);
-    let out = enc.body;
+    let out: HttpReply['body'] = enc.parts.length === 1 ? enc.parts[0]! : enc.parts;
     const ce = chooseEncoding(req.header('Accept-Encoding'));
     if (ce) {
-      out = await compress(out, ce);
+      out = await compress(bodyBytes(enc.parts), ce);
       headers['Content-Encoding'] = ce;
     }
     trace?.mark('HTTP_SEND_END');

@@ -215,10 +215,31 @@ function decodeRawBinary(body: Uint8Array, modelName: string, modelVersion: stri
 }
 
 export interface EncodedResponse {
-  body: Uint8Array;
-  /** Set when any output is binary. */
+  /**
+   * The body in pieces, to be sent back to back: the JSON header (a string) and each binary output's
+   * bytes (views of the outputs, not copies). bodyBytes() joins them where one buffer is needed.
+   */
+  parts: (string | Uint8Array)[];
+  /** Set when any output is binary: the JSON header's length in UTF-8 bytes. */
   headerLength?: number;
   contentType: string;
+}
+
+/** Length in UTF-8 bytes (JSON.stringify never leaves a lone surrogate). */
+export function utf8Length(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) continue;
+    // 2 bytes below U+0800, 3 up to U+FFFF; a surrogate pair (two code units) is 4.
+    n += c < 0x800 || (c >= 0xd800 && c <= 0xdfff) ? 1 : 2;
+  }
+  return n;
+}
+
+/** The parts of a body as one buffer. */
+export function bodyBytes(parts: readonly (string | Uint8Array)[]): Uint8Array {
+  return concatBytes(parts.map((p) => (typeof p === 'string' ? utf8Encoder.encode(p) : p)));
 }
 
 /** Serialises a response: JSON data for JSON outputs, appended bytes for binary ones. */
@@ -245,9 +266,9 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
   head.model_version = resp.model_version;
   if (resp.parameters) head.parameters = jsonSafe(resp.parameters);
   head.outputs = outputs;
-  const json = utf8Encoder.encode(JSON.stringify(head));
-  if (binaries.length === 0) return { body: json, contentType: 'application/json' };
-  return { body: concatBytes([json, ...binaries]), headerLength: json.byteLength, contentType: 'application/octet-stream' };
+  const json = JSON.stringify(head);
+  if (binaries.length === 0) return { parts: [json], contentType: 'application/json' };
+  return { parts: [json, ...binaries], headerLength: utf8Length(json), contentType: 'application/octet-stream' };
 }
 
 function jsonSafe(p: Parameters): Record<string, string | number | boolean> {

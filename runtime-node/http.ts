@@ -67,6 +67,7 @@ export async function listen(port: number, address: string, opts: HttpServerOpti
     socket.once('close', () => connections.delete(c));
   });
   const info = await listenOn(server, port, address);
+  server.on('error', (err) => opts.onError?.(err));
   let closed: Promise<void> | undefined;
   const stopAccepting = () => {
     stopping = true;
@@ -90,6 +91,7 @@ export async function listen(port: number, address: string, opts: HttpServerOpti
 const INFER_PATH = /^\/v2\/models\/([^/?%]+)(?:\/versions\/([0-9]+))?\/infer(?:\?|$)/;
 const REQUEST_LINE = /^([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP\/1\.([01])$/;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const HOST = /^[\w.\-]+(?::\d+)?$|^\[[\da-fA-F:.]+\](?::\d+)?$/;
 const CRLF2 = Buffer.from('\r\n\r\n');
 
 interface Head {
@@ -428,13 +430,16 @@ class Connection {
 
   private send(reply: HttpReply): void {
     if (this.gone()) return;
-    const body = typeof reply.body === 'string' ? Buffer.from(reply.body) : reply.body;
+    const parts = Array.isArray(reply.body) ? reply.body : [reply.body];
+    let length = 0;
+    for (const p of parts) length += typeof p === 'string' ? Buffer.byteLength(p) : p.byteLength;
     let head = statusLine(reply.status);
     for (const k in reply.headers) head += `${k}: ${reply.headers[k]}\r\n`;
-    head += `${this.headers()}Content-Length: ${body.byteLength}\r\n\r\n`;
+    head += `${this.headers()}Content-Length: ${length}\r\n\r\n`;
+    // Corked, the head and the parts leave in one writev.
     this.socket.cork();
     this.socket.write(head, 'latin1');
-    if (body.byteLength > 0) this.socket.write(body);
+    for (const p of parts) if (p.length > 0) this.socket.write(p);
     this.socket.uncork();
     this.responseDone();
   }
@@ -446,7 +451,8 @@ class Connection {
     try {
       const headers = new Headers();
       for (const [k, v] of head.raw) headers.append(k, v);
-      const url = /^https?:\/\//i.test(head.target) ? head.target : `http://${head.headers.get('host') || this.address}${head.target}`;
+      const host = head.headers.get('host');
+      const url = /^https?:\/\//i.test(head.target) ? head.target : `http://${host && HOST.test(host) ? host : this.address}${head.target}`;
       this.aborted = new AbortController();
       const hasBody = method !== 'GET' && method !== 'HEAD';
       if (!hasBody) this.body!.discard = true;
