@@ -147,7 +147,7 @@ class Body {
   push(b: Uint8Array): void {
     if (this.discard) return;
     if (this.stream) {
-      this.stream.enqueue(b);
+      this.toStream((c) => c.enqueue(b));
       return;
     }
     this.total += b.byteLength;
@@ -157,15 +157,25 @@ class Body {
 
   end(): void {
     this.ended = true;
-    this.stream?.close();
+    this.toStream((c) => c.close());
     this.settle();
   }
 
   fail(err: Error): void {
     if (this.ended) return;
     this.failure = err;
-    this.stream?.error(err);
+    this.toStream((c) => c.error(err));
     this.settle();
+  }
+
+  /** The app may have cancelled the stream (it stopped reading): then the bytes have nowhere to go. */
+  private toStream(f: (c: ReadableStreamDefaultController<Uint8Array>) => void): void {
+    if (!this.stream) return;
+    try {
+      f(this.stream);
+    } catch {
+      this.discard = true;
+    }
   }
 
   /** The whole body; past `limit` bytes it stops keeping chunks and fails once the body has ended. */
