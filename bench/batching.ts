@@ -13,9 +13,10 @@
  * (the config's intra_op_thread_count, graph optimisation "all").
  *
  * Run:  npm run bench:batching            (or: npx tsx bench/batching.ts)
- * Flags: --duration <s> per side and round (2)  --rounds <n> (3)  --client wrk|node (wrk when installed:
- *        `apt-get install wrk`; else bench/load.ts)  --concurrency 1,8,64,256  --delay-us <n> / --preferred 8,16 (override the
- *        config's dynamic_batching)  --json <file> (write the results)  --server dist|tsx
+ * Flags: --duration <s> per side and round (2)  --rounds <n> (3)  --concurrency 1,8,64,256
+ *        --client wrk|node (wrk when installed, `apt-get install wrk`; else bench/load.ts)
+ *        --delay-us <n> / --preferred 8,16 (override the config's dynamic_batching)
+ *        --json <file> (write the results)  --server dist|tsx
  * Needs the generated model: `npm run models` once.
  */
 
