@@ -524,7 +524,7 @@ class Connection {
           } else {
             ok = this.socket.write(value);
           }
-          if (!ok) await new Promise((r) => this.socket.once('drain', r));
+          if (!ok) await this.drained();
         }
       } finally {
         this.socket.off('close', stop);
@@ -540,6 +540,19 @@ class Connection {
     this.socket.write(head, 'latin1');
     if (!noBody && body.byteLength > 0) this.socket.write(body);
     this.socket.uncork();
+  }
+
+  /** Resolves once the socket can take more, or is gone. */
+  private drained(): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        this.socket.off('drain', done);
+        this.socket.off('close', done);
+        resolve();
+      };
+      this.socket.on('drain', done);
+      this.socket.on('close', done);
+    });
   }
 
   /** node:http's answer to a request it cannot parse, and the end of the connection. */
