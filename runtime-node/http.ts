@@ -416,7 +416,8 @@ class Connection {
     }
   }
 
-  private headers(): string {
+  /** Date, and whether the connection stays open after this response. */
+  private connectionHeaders(): string {
     const close = !this.keepAlive || this.stopping();
     return `Date: ${httpDate()}\r\n${close ? 'Connection: close\r\n' : `Connection: keep-alive\r\nKeep-Alive: timeout=${KEEP_ALIVE_MS / 1000}\r\n`}`;
   }
@@ -445,7 +446,7 @@ class Connection {
     for (const p of parts) length += typeof p === 'string' ? Buffer.byteLength(p) : p.byteLength;
     let head = statusLine(reply.status);
     for (const k in reply.headers) head += `${k}: ${reply.headers[k]}\r\n`;
-    head += `${this.headers()}Content-Length: ${length}\r\n\r\n`;
+    head += `${this.connectionHeaders()}Content-Length: ${length}\r\n\r\n`;
     // Corked, the head and the parts leave in one writev.
     this.socket.cork();
     this.socket.write(head, 'latin1');
@@ -503,7 +504,7 @@ class Connection {
     res.headers.forEach((v, k) => {
       if (k !== 'content-length' && k !== 'transfer-encoding' && k !== 'connection' && k !== 'keep-alive') head += `${k}: ${v}\r\n`;
     });
-    head += this.headers();
+    head += this.connectionHeaders();
     if (stream) {
       this.socket.write(`${head}${chunked ? 'Transfer-Encoding: chunked\r\n' : ''}\r\n`, 'latin1');
       const reader = res.body.getReader();
