@@ -26,7 +26,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import * as ort from 'onnxruntime-node';
-import { buildRequest, hasWrk, mergeLoads, runLoad, runWrk, wrkScript, type LoadResult } from './load.js';
+import { buildRequest, hasWrk, mergeLoads, mlpRowRequest, runLoad, runWrk, wrkScript, type LoadResult } from './load.js';
 import { benchScript, spawnServer, stopServer, tsiServer } from './servers.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -76,15 +76,7 @@ try {
 }
 
 // ---- the request every client sends: one row, binary in and out ----
-const row = Float32Array.from({ length: 1024 }, (_, i) => Math.sin(i) * 0.5);
-const header = new TextEncoder().encode(JSON.stringify({
-  inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 1024], parameters: { binary_data_size: 4096 } }],
-  outputs: [{ name: 'OUTPUT', parameters: { binary_data: true } }],
-}));
-const body = new Uint8Array(header.byteLength + 4096);
-body.set(header);
-body.set(new Uint8Array(row.buffer), header.byteLength);
-const requestHeaders = { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(header.byteLength) };
+const { row, body, headers: requestHeaders } = mlpRowRequest();
 const request = buildRequest(`/v2/models/${MODEL}/infer`, requestHeaders, body);
 
 // The client: wrk when installed (C: half the CPU per request of a Node client, CPU that on a 2-core

@@ -210,3 +210,16 @@ export async function runWrk(opts: {
     latencies: new Float64Array(0),
   };
 }
+
+/** What every client sends `mlp_batch` in the benchmarks: one 1024-float row, binary in and out. */
+export function mlpRowRequest(): { row: Float32Array; body: Uint8Array; headers: Record<string, string> } {
+  const row = Float32Array.from({ length: 1024 }, (_, i) => Math.sin(i) * 0.5);
+  const header = new TextEncoder().encode(JSON.stringify({
+    inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 1024], parameters: { binary_data_size: 4096 } }],
+    outputs: [{ name: 'OUTPUT', parameters: { binary_data: true } }],
+  }));
+  const body = new Uint8Array(header.byteLength + 4096);
+  body.set(header);
+  body.set(new Uint8Array(row.buffer), header.byteLength);
+  return { row, body, headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(header.byteLength) } };
+}
