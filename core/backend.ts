@@ -17,6 +17,7 @@
  * - Inputs arrive validated (names, datatypes, shapes, batch size) against the normalised config.
  */
 
+import type { CustomMetrics } from './custom-metrics.js';
 import type { TsiError } from './errors.js';
 import type { ModelConfig } from './model-config.js';
 import type { Scheduler, SchedulerContext } from './scheduler.js';
@@ -47,6 +48,16 @@ export interface ModelLoadContext {
   log: Logger;
   /** Calls back into the server, for backends whose models call other models (BLS). */
   server: InProcessServer;
+  /** The server's custom metric families, for models that define their own (rendered on /metrics). */
+  metrics?: CustomMetrics;
+}
+
+/** What a backend's config auto-complete may read. */
+export interface AutoCompleteContext {
+  files: ModelFiles;
+  /** The latest version folder. */
+  version: number;
+  log: Logger;
 }
 
 export interface InstanceSpec {
@@ -66,6 +77,12 @@ export interface Backend {
    * backends without it leave the config as written.
    */
   describeModel?(config: ModelConfig, version: number, files: ModelFiles): Promise<ModelIoInfo>;
+  /**
+   * Completes a whole config from the model itself, beyond inputs and outputs (Triton's Python
+   * `auto_complete_config`: batching, transaction policy, anything). Called with the config as parsed,
+   * before normalisation, only when auto-complete is enabled; what it returns replaces the config.
+   */
+  autoCompleteConfig?(config: ModelConfig, ctx: AutoCompleteContext): Promise<ModelConfig>;
   loadModel(ctx: ModelLoadContext): Promise<BackendModel>;
 }
 
@@ -121,6 +138,13 @@ export interface BackendRequest {
   readonly batchSize: number;
   /** Output names the backend must return even if not requested (implicit state outputs). */
   readonly stateOutputs?: readonly string[];
+  /** True once the client gave up on the request (closed its connection, cancelled its call). */
+  readonly cancelled?: boolean;
+  /**
+   * Calls `cb` once when the client gives up (at once if it already has). A backend may stop work on
+   * the request early; it must still send the request a final response.
+   */
+  onCancel?(cb: () => void): void;
   /**
    * The response sender. `final` closes the request; sending after that is a no-op. Outputs a
    * request did not ask for are dropped by core.
@@ -129,10 +153,20 @@ export interface BackendRequest {
 }
 
 /** The in-process server surface a backend may call (BLS). */
+export interface InferOptions {
+  /** The error text for a decoupled model, which `infer` refuses (each transport words it its own way). */
+  decoupledMessage?: string;
+  /**
+   * For transports that can tell when the client gives up: called once the request is admitted, with
+   * the function to call at that moment (the request is then cancelled: see BackendRequest.onCancel).
+   */
+  onCancel?: (cancel: () => void) => void;
+}
+
 export interface InProcessServer {
-  infer(request: InferRequest, opts?: { decoupledMessage?: string }): Promise<InferResponse>;
+  infer(request: InferRequest, opts?: InferOptions): Promise<InferResponse>;
   /** Every response (decoupled models: 0..N, then a final one); resolves after the final one. */
-  inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void): Promise<void>;
+  inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, opts?: InferOptions): Promise<void>;
   isModelReady(name: string, version?: string): boolean;
 }
 

@@ -133,16 +133,19 @@ export async function generate(
     const e = asTsiError(err);
     return errorResponse(e, e.code === 'INVALID_ARG' ? 400 : undefined);
   }
-  return streaming ? stream(server, request) : single(server, request);
+  return streaming ? stream(server, request, req.signal) : single(server, request, req.signal);
 }
 
-async function single(server: InferenceServer, request: InferRequest): Promise<Response> {
+/** Cancels the request when the client's connection goes (the Request's signal aborts). */
+const cancelOn = (signal: AbortSignal) => (cancel: () => void) => signal.addEventListener('abort', cancel, { once: true });
+
+async function single(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
   const rendered: { text: string; ok: boolean }[] = [];
   try {
     await server.inferStream(request, (r, final) => {
       if (final && !(r instanceof TsiError) && isCompletionOnly(r)) return;
       rendered.push(render(r));
-    });
+    }, { onCancel: cancelOn(signal) });
   } catch (err) {
     return errorResponse(err, 400);
   }
@@ -155,17 +158,20 @@ async function single(server: InferenceServer, request: InferRequest): Promise<R
   return new Response(rendered[0]!.text, { status, headers: JSON_HEADERS });
 }
 
-function stream(server: InferenceServer, request: InferRequest): Promise<Response> {
+function stream(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
   const encoder = new TextEncoder();
   let controller!: ReadableStreamDefaultController<Uint8Array>;
   let cancelled = false;
+  let cancelRequest: (() => void) | undefined;
   const body = new ReadableStream<Uint8Array>({
     start: (c) => {
       controller = c;
     },
     cancel: () => {
-      // The client went away: the model keeps running (there is no cancellation yet); drop its output.
+      // The client went away: its request is cancelled (the model may stop early) and what it still
+      // sends is dropped.
       cancelled = true;
+      cancelRequest?.();
     },
   });
   return new Promise<Response>((resolve) => {
@@ -186,6 +192,11 @@ function stream(server: InferenceServer, request: InferRequest): Promise<Respons
         begin(true);
         if (!cancelled) controller.close();
       }
+    }, {
+      onCancel: (cancel) => {
+        cancelRequest = cancel;
+        signal.addEventListener('abort', cancel, { once: true });
+      },
     }).catch((err) => {
       // Refused before anything ran (validation, unknown model): a plain JSON error.
       if (!started) {

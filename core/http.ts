@@ -123,6 +123,7 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
       POST: async (c) => toResponse(await inferHttp({
         model: c.req.param('model')!, version: version(c), header: (n) => c.req.header(n),
         body: async () => new Uint8Array(await c.req.arrayBuffer()),
+        onCancel: (cancel) => c.req.raw.signal.addEventListener('abort', cancel, { once: true }),
       })),
     });
     route(`${base}/generate`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), false, maxInput) });
@@ -255,6 +256,8 @@ export interface InferHttpRequest {
   header(name: string): string | undefined;
   /** The body as sent (still compressed if it was); may throw `tooLarge` once more than `limit` bytes arrive. */
   body(limit: number): Promise<Uint8Array>;
+  /** Registers what to call when the client goes away before its answer (its connection closed). */
+  onCancel?: (cancel: () => void) => void;
 }
 
 /**
@@ -300,6 +303,7 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
     }
     const resp = await server.infer(decoded.request, {
       decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
+      onCancel: req.onCancel,
     });
     if (trace) {
       trace.mark('REQUEST_END');

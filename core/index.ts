@@ -41,6 +41,7 @@ export {
 } from './model-control.js';
 export { checkTraceModel } from './http-admin.js';
 export { createEnsembleBackend, ensembleComposingModels, validateEnsemble } from './ensemble.js';
+export { CustomMetrics, CustomMetricFamily, CustomMetric, type MetricKind } from './custom-metrics.js';
 export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
 export { generate, generateRequest, generateResponseJson } from './generate.js';
 export {

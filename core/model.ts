@@ -18,6 +18,7 @@ import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTe
 import { configTypeToDatatype } from './config.js';
 import { linkTrace, tracedInstance } from './trace.js';
 import type { ResponseCache } from './cache.js';
+import type { CustomMetrics } from './custom-metrics.js';
 
 export type ModelState = 'UNKNOWN' | 'LOADING' | 'READY' | 'UNAVAILABLE' | 'UNLOADING';
 
@@ -32,6 +33,7 @@ export interface LoadOptions {
   server: InProcessServer;
   /** The server's response cache, used when the config enables `response_cache`. */
   cache?: ResponseCache;
+  metrics?: CustomMetrics;
 }
 
 export class ModelVersion {
@@ -78,6 +80,7 @@ export class ModelVersion {
       }
       mv.backendModel = await opts.backend.loadModel({
         config: opts.config, version: opts.version, files: opts.files, log: opts.log, server: opts.server,
+        metrics: opts.metrics,
       });
       mv.decoupled = opts.config.model_transaction_policy?.decoupled === true;
       if (opts.config.response_cache?.enable) {

@@ -16,6 +16,7 @@ import type { ModelConfig } from './model-config.js';
 import { ModelVersion, type ModelState } from './model.js';
 import type { Clock, Logger } from './types.js';
 import type { ResponseCache } from './cache.js';
+import type { CustomMetrics } from './custom-metrics.js';
 
 export interface RepositorySource {
   /** Where it is, for logs (a path or URL). */
@@ -38,6 +39,8 @@ export interface RepositoryOptions {
   defaultMaxBatchSize: number;
   /** The server's response cache, handed to models whose config enables it. */
   cache?: ResponseCache;
+  /** The server's custom metric families, handed to every backend model. */
+  metrics?: CustomMetrics;
 }
 
 export interface IndexEntry {
@@ -194,6 +197,7 @@ export class ModelRepository {
         log.info(`loading: ${name}:${v}`);
         const mv = await ModelVersion.load({
           name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server, cache: this.opts.cache,
+          metrics: this.opts.metrics,
         });
         loaded.set(v, mv);
         log.info(`successfully loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);
@@ -238,6 +242,15 @@ export class ModelRepository {
     }
     const backendName = config.platform === 'ensemble' ? 'ensemble' : (config.backend || platformBackend(config.platform));
     const backend = backendName ? await this.opts.backends.get(backendName) : undefined;
+    if (backend?.autoCompleteConfig && this.opts.autoComplete) {
+      const versions = await this.versionDirs(files);
+      if (versions.length > 0) {
+        config = await backend.autoCompleteConfig(config, { files, version: versions[versions.length - 1]!, log: this.opts.log });
+        if (config.name !== name) {
+          throw new TsiError('INVALID_ARG', `auto-complete of model '${name}' changed its name to '${config.name}'`);
+        }
+      }
+    }
     if (backend?.describeModel) {
       const versions = await this.versionDirs(files);
       if (versions.length > 0) {
@@ -264,6 +277,7 @@ export class ModelRepository {
       if (await files.exists(`${v}/model.onnx`)) return { backend: 'onnxruntime', platform: 'onnxruntime_onnx' };
       if (await files.exists(`${v}/model.mjs`)) return { backend: 'javascript' };
       if (await files.exists(`${v}/model.js`)) return { backend: 'javascript' };
+      if (await files.exists(`${v}/model.py`)) return { backend: 'python' };
     }
     return undefined;
   }

@@ -59,6 +59,8 @@ export class PendingRequest implements BackendRequest {
   /** Set by a scheduler's queue policy: absolute deadline in ns, 0 for none. */
   deadlineNs = 0;
   private done = false;
+  /** Cancellation: whether the client gave up, and who wants to know (made on first use). */
+  private cancelState?: { cancelled: boolean; callbacks: (() => void)[] };
   private sink: ResponseSink;
   /** The execution this request is part of (see `joinExecution`), and its position in that batch. */
   private execution?: ExecutionObserver;
@@ -81,6 +83,27 @@ export class PendingRequest implements BackendRequest {
 
   get completed(): boolean {
     return this.done;
+  }
+
+  get cancelled(): boolean {
+    return this.cancelState?.cancelled === true;
+  }
+
+  onCancel(cb: () => void): void {
+    const st = (this.cancelState ??= { cancelled: false, callbacks: [] });
+    if (st.cancelled) cb();
+    else st.callbacks.push(cb);
+  }
+
+  /** The client gave up: marks the request and tells whoever asked (a request already answered stays as it is). */
+  cancel(): void {
+    if (this.done) return;
+    const st = (this.cancelState ??= { cancelled: false, callbacks: [] });
+    if (st.cancelled) return;
+    st.cancelled = true;
+    const cbs = st.callbacks;
+    st.callbacks = [];
+    for (const cb of cbs) cb();
   }
 
   send(response: ResponsePayload | TsiError, final: boolean): void {

@@ -10,7 +10,7 @@
 import type { BackendInstance, ExecutionTimes, ResponsePayload } from './backend.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelConfig } from './model-config.js';
-import type { ExecutionObserver, PendingRequest } from './request.js';
+import { requestPrefix, type ExecutionObserver, type PendingRequest } from './request.js';
 import type { ModelStats } from './stats.js';
 import type { Clock, Logger } from './types.js';
 
@@ -218,6 +218,15 @@ export async function runExecution(
 ): Promise<void> {
   const { stats, clock } = ctx;
   const { uncounted } = opts;
+  // A request whose client gave up while it queued is answered now instead of computed (not in a
+  // sequence batch, whose slots and state need every row).
+  if (uncounted === undefined && hasCancelled(batch)) {
+    batch = dropCancelled(ctx, batch, opts.queuedBehind === true ? pool : undefined, instance);
+    if (batch.length === 0) {
+      pool.release(instance);
+      return;
+    }
+  }
   const ex = new Execution(ctx, opts.startNs ?? clock.nowNs(), opts.deferResponses === true && !ctx.decoupled);
   let rows = 0;
   let counted = 0;
@@ -260,6 +269,32 @@ export async function runExecution(
     pool.release(instance);
     if (ex.held !== undefined) ex.deliverHeld();
   }
+}
+
+function hasCancelled(batch: PendingRequest[]): boolean {
+  for (let i = 0; i < batch.length; i++) if (batch[i]!.cancelled) return true;
+  return false;
+}
+
+/** Answers the batch's cancelled requests with CANCELLED and returns the others. */
+function dropCancelled(ctx: SchedulerContext, batch: PendingRequest[], behindOf: InstancePool | undefined, instance: BackendInstance): PendingRequest[] {
+  const keep: PendingRequest[] = [];
+  const now = ctx.clock.nowNs();
+  const epochMs = ctx.clock.epochMs();
+  let dropped = 0;
+  for (const r of batch) {
+    if (!r.cancelled) {
+      keep.push(r);
+      continue;
+    }
+    dropped++;
+    ctx.stats.recordFailure(now - r.receivedNs, 'CANCELED', epochMs);
+    ctx.stats.inflight--;
+    r.send(new TsiError('CANCELLED', `${requestPrefix(r.id)}Request was cancelled`), true);
+  }
+  if (behindOf) behindOf.whenQueuedBatchStarts(instance, () => (ctx.stats.pending -= dropped));
+  else ctx.stats.pending -= dropped;
+  return keep;
 }
 
 /**

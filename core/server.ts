@@ -6,12 +6,13 @@
  * mark not ready, drain what is in flight within a deadline, then unload.
  */
 
-import { BackendRegistry, type InProcessServer } from './backend.js';
+import { BackendRegistry, type InferOptions, type InProcessServer } from './backend.js';
 import type { ResponseCache } from './cache.js';
 import { modelConfigToJson } from './config.js';
 import { createEnsembleBackend } from './ensemble.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelVersion } from './model.js';
+import { CustomMetrics } from './custom-metrics.js';
 import { ModelRepository, type IndexEntry, type LoadOverrides, type RepositorySource } from './repository.js';
 import { systemClock, type Clock, type InferRequest, type InferResponse, type Logger, silentLogger } from './types.js';
 
@@ -49,6 +50,8 @@ const CORE_EXTENSIONS = [
 export class InferenceServer implements InProcessServer {
   readonly repository: ModelRepository;
   readonly cache?: ResponseCache;
+  /** Metric families the models define (Triton's custom metrics), rendered on /metrics. */
+  readonly metrics = new CustomMetrics();
   readonly clock: Clock;
   readonly log: Logger;
   readonly options: Required<Pick<ServerOptions, 'id' | 'version' | 'strictReadiness' | 'modelControlMode'>>;
@@ -82,6 +85,7 @@ export class InferenceServer implements InProcessServer {
       autoComplete: opts.autoComplete ?? true,
       defaultMaxBatchSize: opts.defaultMaxBatchSize ?? 4,
       cache: opts.responseCache,
+      metrics: this.metrics,
     });
   }
 
@@ -138,7 +142,7 @@ export class InferenceServer implements InProcessServer {
   }
 
   /** One request, one response. Decoupled models are refused here, as on Triton's HTTP infer. */
-  infer(request: InferRequest, opts?: { decoupledMessage?: string }): Promise<InferResponse> {
+  infer(request: InferRequest, opts?: InferOptions): Promise<InferResponse> {
     let mv: ModelVersion;
     try {
       mv = this.admit(request);
@@ -156,7 +160,7 @@ export class InferenceServer implements InProcessServer {
         if (!final) return;
         if (resp instanceof TsiError) reject(resp);
         else resolve(resp);
-      });
+      }, opts?.onCancel);
     });
   }
 
@@ -164,7 +168,7 @@ export class InferenceServer implements InProcessServer {
    * Streaming form for any model: every response goes to `onResponse`; the promise resolves after the
    * final one (errors are delivered as responses, never thrown after admission).
    */
-  inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void): Promise<void> {
+  inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, opts?: InferOptions): Promise<void> {
     let mv: ModelVersion;
     try {
       mv = this.admit(request);
@@ -175,7 +179,7 @@ export class InferenceServer implements InProcessServer {
       this.submitCounted(mv, request, (resp, final) => {
         onResponse(resp, final);
         if (final) resolve();
-      });
+      }, opts?.onCancel);
     });
   }
 
@@ -183,7 +187,10 @@ export class InferenceServer implements InProcessServer {
    * Submits an admitted request, counted in flight until its final response (or until submit throws,
    * which the caller's promise then rejects with).
    */
-  private submitCounted(mv: ModelVersion, request: InferRequest, sink: (r: InferResponse | TsiError, final: boolean) => void): void {
+  private submitCounted(
+    mv: ModelVersion, request: InferRequest, sink: (r: InferResponse | TsiError, final: boolean) => void,
+    onCancel?: (cancel: () => void) => void,
+  ): void {
     this.inflight++;
     let open = true;
     const settle = () => {
@@ -192,10 +199,11 @@ export class InferenceServer implements InProcessServer {
       this.settled();
     };
     try {
-      mv.submit(request, (resp, final) => {
+      const pending = mv.submit(request, (resp, final) => {
         sink(resp, final);
         if (final) settle();
       });
+      if (onCancel && open) onCancel(() => pending.cancel());
     } catch (err) {
       settle();
       throw err;

@@ -102,7 +102,7 @@ export function buildCli(): Command {
     .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)
     .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', parseIntArg, 64 * 1024 * 1024)
     .option('--exit-timeout-secs <secs>', 'how long shutdown waits for in-flight requests', parseIntArg, 30)
-    .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 (repeatable)', collect)
+    .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 or python,executable=/usr/bin/python3.11 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
     .option('--cache-config <cache,key=value>', 'response cache, e.g. local,size=1048576 (bytes); models opt in with response_cache { enable: true }', collect)
     .option('--browser-demo', 'also serve the in-browser demo at /demo, the browser build at /browser/ and the model files at /repository/')
@@ -115,13 +115,16 @@ export function buildCli(): Command {
         process.exit(1);
       }
       let defaultMaxBatchSize = 4;
+      // Per backend, as tritonserver keeps them: `<backend>,<key>=<value>`; no backend = every backend.
+      const backendConfig: Record<string, Record<string, string>> = {};
       for (const bc of (o.backendConfig ?? []) as string[]) {
-        const m = /^(?:([^,]+),)?([^=]+)=(.*)$/.exec(bc);
+        const m = /^(?:([^,=]+),)?([^=]+)=(.*)$/.exec(bc);
         if (!m) {
           process.stderr.write(`Error: --backend-config expects <backend>,<key>=<value>, got '${bc}'\n`);
           process.exit(1);
         }
         if (m[2] === 'default-max-batch-size') defaultMaxBatchSize = Number(m[3]);
+        (backendConfig[m[1] ?? '*'] ??= {})[m[2]!] = m[3]!;
       }
       let cache: { size: number } | undefined;
       try {
@@ -152,6 +155,7 @@ export function buildCli(): Command {
           loadModels: o.loadModel,
           autoComplete: !o.disableAutoCompleteConfig,
           defaultMaxBatchSize,
+          backendConfig,
           corsOrigin: o.httpCorsOrigin,
           maxInputSize: o.httpMaxInputSize,
           id: o.id,

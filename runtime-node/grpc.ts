@@ -158,7 +158,15 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions): grpc.Unty
     ModelMetadata: unary('ModelMetadata', (req) => server.modelMetadata(req.name, req.version || undefined)),
     ModelConfig: unary('ModelConfig', (req) => ({ config: server.modelConfig(req.name, req.version || undefined) })),
     ModelStatistics: unary('ModelStatistics', (req) => server.statistics(req.name || undefined, req.version || undefined)),
-    ModelInfer: unary('ModelInfer', (req) => modelInfer(server, ext, req)),
+    ModelInfer: (call: grpc.ServerUnaryCall<Obj, Obj>, callback: grpc.sendUnaryData<Obj>) => {
+      const denied = restriction('ModelInfer', call.metadata, opts.restrictedProtocol);
+      if (denied) return callback(denied);
+      const onCancel = (cancel: () => void) => {
+        if (call.cancelled) cancel();
+        else call.once('cancelled', cancel);
+      };
+      modelInfer(server, ext, call.request, onCancel).then((res) => callback(null, res), (err) => callback(toStatus(err)));
+    },
     ModelStreamInfer: (call: grpc.ServerDuplexStream<Obj, Obj>) => {
       const denied = restriction('ModelStreamInfer', call.metadata, opts.restrictedProtocol);
       if (denied) {
@@ -236,7 +244,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions): grpc.Unty
   };
 }
 
-async function modelInfer(server: InferenceServer, ext: ServerExtensions, msg: Obj): Promise<Obj> {
+async function modelInfer(server: InferenceServer, ext: ServerExtensions, msg: Obj, onCancel: (cancel: () => void) => void): Promise<Obj> {
   const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
   try {
     const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
@@ -246,7 +254,7 @@ async function modelInfer(server: InferenceServer, ext: ServerExtensions, msg: O
       attachTrace(request, trace);
       trace.requestId = request.id ?? '';
     }
-    const resp = await server.infer(request);
+    const resp = await server.infer(request, { onCancel });
     if (trace) {
       trace.mark('REQUEST_END');
       trace.version = Number(resp.model_version);
@@ -263,6 +271,8 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
   let pending = 0;
   let halfClosed = false;
   let closed = false;
+  /** Cancels every request of the stream still running when the client cancels the call. */
+  const cancels = new Set<() => void>();
   const write = (m: Obj) => {
     if (!closed && !call.cancelled) call.write(m);
   };
@@ -291,7 +301,9 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
         attachTrace(request, trace);
         trace.requestId = request.id ?? '';
       }
+      let cancel: (() => void) | undefined;
       await server.inferStream(request, (resp, final) => {
+        if (final && cancel) cancels.delete(cancel);
         if (final && trace) trace.mark('REQUEST_END');
         chain = chain.then(async () => {
           if (resp instanceof TsiError) return fail(msg, resp);
@@ -306,6 +318,12 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
             fail(msg, err);
           }
         });
+      }, {
+        onCancel: (c) => {
+          if (closed) return c();
+          cancel = c;
+          cancels.add(c);
+        },
       });
     } catch (err) {
       chain = chain.then(() => fail(msg, err));
@@ -328,6 +346,8 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
   });
   call.on('cancelled', () => {
     closed = true;
+    for (const c of cancels) c();
+    cancels.clear();
   });
   call.on('error', () => {
     closed = true;

@@ -240,6 +240,8 @@ class Connection {
   private responded = false;
   private keepAlive = true;
   private aborted?: AbortController;
+  /** Cancels the infer request being answered on this connection, if its client hangs up first. */
+  private cancelInfer?: () => void;
 
   constructor(
     readonly socket: Socket, private readonly opts: HttpServerOptions & { onError: (err: Error) => void }, private readonly address: string,
@@ -260,6 +262,7 @@ class Connection {
     socket.once('close', () => {
       this.body?.fail(new Error('the client closed the connection before sending the whole body'));
       this.aborted?.abort();
+      this.cancelInfer?.();
     });
   }
 
@@ -430,9 +433,16 @@ class Connection {
       version: m[2],
       header: (name) => headers.get(name.toLowerCase()),
       body: (limit) => body.read(limit),
+      onCancel: (cancel) => {
+        this.cancelInfer = cancel;
+      },
     }).then(
-      (reply) => this.send(reply),
+      (reply) => {
+        this.cancelInfer = undefined;
+        this.send(reply);
+      },
       (err: Error) => {
+        this.cancelInfer = undefined;
         this.opts.onError(err);
         this.send({ status: 500, headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ error: err.message }) });
       },

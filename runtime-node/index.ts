@@ -11,7 +11,7 @@ import {
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc.js';
-import { createMetricsRegistry, listenMetrics, type MetricsListener } from './metrics.js';
+import { createMetricsRegistry, listenMetrics, metricsPage, type MetricsListener } from './metrics.js';
 import { nodeShmProvider } from './shm.js';
 import { FolderSource } from './fs-source.js';
 import { listen, type Listener } from './http.js';
@@ -33,6 +33,8 @@ export interface NodeServerOptions {
   loadModels?: string[];
   autoComplete?: boolean;
   defaultMaxBatchSize?: number;
+  /** `--backend-config <backend>,<key>=<value>` settings by backend name (`*`: given without a backend). */
+  backendConfig?: Record<string, Record<string, string>>;
   corsOrigin?: string | string[];
   maxInputSize?: number;
   id?: string;
@@ -142,7 +144,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     }
     if (opts.metricsPort !== undefined) {
       const registry = createMetricsRegistry(server, { cpuMetrics: opts.cpuMetrics });
-      metrics = await listenMetrics(registry, opts.metricsPort, opts.metricsAddress ?? opts.httpAddress ?? '0.0.0.0');
+      metrics = await listenMetrics(metricsPage(registry, server), opts.metricsPort, opts.metricsAddress ?? opts.httpAddress ?? '0.0.0.0');
     }
   } catch (err) {
     await Promise.all([http?.close(), grpc?.close(0), metrics?.close()]);

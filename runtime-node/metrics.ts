@@ -153,8 +153,29 @@ export interface MetricsListener {
   close(): Promise<void>;
 }
 
+/** What `/metrics` serves: the registry's families, then text other parts render themselves. */
+export interface MetricsPage {
+  contentType: string;
+  text(): Promise<string>;
+}
+
+/**
+ * The page: prom-client's registry, then the models' own families (Triton's custom metrics, whose
+ * histograms carry per-series buckets that prom-client cannot express) and any `extra` renderers.
+ */
+export function metricsPage(registry: Registry, server: InferenceServer, extra: (() => string)[] = []): MetricsPage {
+  return {
+    contentType: registry.contentType,
+    async text() {
+      let text = await registry.metrics();
+      for (const f of extra) text += f();
+      return text + server.metrics.exposition();
+    },
+  };
+}
+
 /** Serves `GET /metrics` (Triton's `/metrics/?`); other paths 404, other methods 405. */
-export async function listenMetrics(registry: Registry, port: number, address: string): Promise<MetricsListener> {
+export async function listenMetrics(page: MetricsPage, port: number, address: string): Promise<MetricsListener> {
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0]!;
     if (!/^\/metrics\/?$/.test(path)) {
@@ -165,8 +186,8 @@ export async function listenMetrics(registry: Registry, port: number, address: s
       res.writeHead(405, { 'Content-Type': 'application/json' }).end('{"error":"Method Not Allowed"}');
       return;
     }
-    registry.metrics().then(
-      (text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text),
+    page.text().then(
+      (text) => res.writeHead(200, { 'Content-Type': page.contentType }).end(text),
       (err) => res.writeHead(500, { 'Content-Type': 'application/json' }).end(JSON.stringify({ error: String(err) })),
     );
   });
