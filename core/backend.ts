@@ -106,10 +106,28 @@ export interface ExecutionTimes {
   waitNs?: number;
 }
 
+/**
+ * Where an instance really runs, which can differ from what its config asked: a KIND_GPU instance on
+ * a machine without a usable GPU runs on the CPU. Shown in logs, the start-up table and the config as
+ * loaded (`GET /v2/models/{m}/config`).
+ */
+export interface InstancePlacement {
+  /** KIND_GPU when it runs on a GPU (through whichever provider), else KIND_CPU (or KIND_MODEL). */
+  kind: 'KIND_CPU' | 'KIND_GPU' | 'KIND_MODEL';
+  /** The execution provider, e.g. `webgpu`, `cuda`, `cpu`, `wasm`. */
+  provider: string;
+  /** The GPU or adapter in words, when known. */
+  adapter?: string;
+  /** Why better providers were skipped, in words. */
+  notes?: string[];
+}
+
 export interface BackendInstance {
   readonly spec: InstanceSpec;
   /** Human-readable device / execution provider, e.g. `cpu` or `cuda:0`; shown in logs and `doctor`. */
   readonly device: string;
+  /** Where it really runs; absent: as its spec says. */
+  readonly placement?: InstancePlacement;
   execute(requests: BackendRequest[]): Promise<ExecutionTimes | void>;
   unload(): Promise<void>;
   /**

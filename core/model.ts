@@ -17,6 +17,7 @@ import { decodeString, encodeString } from './tensor.js';
 import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTensor, Tensor } from './types.js';
 import { configTypeToDatatype } from './config.js';
 import { linkTrace, tracedInstance } from './trace.js';
+import { warmUpInstance, warmupSamples } from './warmup.js';
 import type { ResponseCache } from './cache.js';
 import type { CustomMetrics } from './custom-metrics.js';
 
@@ -48,6 +49,10 @@ export class ModelVersion {
   state: ModelState = 'LOADING';
   reason = '';
   instances: BackendInstance[] = [];
+  /** The config with each instance_group as its instances were really placed (see `configAsLoaded`). */
+  loadedConfig: ModelConfig;
+  /** For each instance, the index of the instance_group it belongs to. */
+  private groupOf: number[] = [];
   private backendModel?: BackendModel;
   private scheduler?: Scheduler;
   private readonly clock: Clock;
@@ -61,6 +66,7 @@ export class ModelVersion {
     this.version = opts.version;
     this.versionString = String(opts.version);
     this.config = opts.config;
+    this.loadedConfig = opts.config;
     this.clock = opts.clock;
     this.log = opts.log;
     this.decoupled = opts.config.model_transaction_policy?.decoupled === true;
@@ -87,25 +93,34 @@ export class ModelVersion {
         if (opts.cache) mv.cache = opts.cache;
         else opts.log.warn(`model '${mv.name}' enables response_cache but the server has no cache (start it with --cache-config local,size=<bytes>); responses are not cached`);
       }
+      // Bad warmup settings fail the load before any instance starts.
+      const samples = await warmupSamples(opts.config, opts.files, opts.log);
       let index = 0;
-      for (const group of opts.config.instance_group ?? []) {
+      for (const [g, group] of (opts.config.instance_group ?? []).entries()) {
         const kind = (group.kind === 'KIND_GPU' || group.kind === 'KIND_MODEL') ? group.kind : 'KIND_CPU';
         const devices = kind === 'KIND_GPU' && group.gpus && group.gpus.length > 0 ? group.gpus : [-1];
         for (const deviceId of devices) {
           for (let c = 0; c < (group.count ?? 1); c++) {
             const spec: InstanceSpec = { name: `${group.name}_${c}`, kind, deviceId, index: index++ };
             mv.instances.push(tracedInstance(await mv.backendModel.createInstance(spec), opts.clock));
+            mv.groupOf.push(g);
           }
         }
       }
       if (mv.instances.length === 0 && opts.config.platform !== 'ensemble') {
         mv.instances.push(tracedInstance(await mv.backendModel.createInstance({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 }), opts.clock));
       }
+      if (samples.length > 0) {
+        const t1 = opts.clock.nowNs();
+        await Promise.all(mv.instances.map((inst) => warmUpInstance(opts.config, inst, samples, opts.log)));
+        opts.log.info(`model '${mv.name}' version ${mv.version}: ${samples.length} warmup sample(s) ran on ${mv.instances.length} instance(s) in ${((opts.clock.nowNs() - t1) / 1e6).toFixed(0)} ms`);
+      }
       const sctx = {
         modelName: mv.name, version: mv.version, config: opts.config, instances: mv.instances, stats: mv.stats,
         clock: opts.clock, log: opts.log, decoupled: mv.decoupled,
       };
       mv.scheduler = mv.backendModel.createScheduler?.(sctx) ?? createScheduler(sctx);
+      mv.loadedConfig = mv.configAsLoaded();
       mv.stats.loadDurationSecs = (opts.clock.nowNs() - t0) / 1e9;
       mv.state = 'READY';
       return mv;
@@ -113,6 +128,26 @@ export class ModelVersion {
       await mv.freeParts();
       throw err;
     }
+  }
+
+  /**
+   * The config with every instance_group as it was really placed: a KIND_GPU group whose instances
+   * all fell back to the CPU (no usable GPU here) reads KIND_CPU, without GPU ids, as what a client
+   * asking for the config should plan with. Groups placed as asked are unchanged.
+   */
+  private configAsLoaded(): ModelConfig {
+    const groups = this.config.instance_group;
+    if (!groups || groups.length === 0) return this.config;
+    let changed = false;
+    const out = groups.map((group, g) => {
+      if (group.kind !== 'KIND_GPU') return group;
+      const placed = this.instances.filter((_, i) => this.groupOf[i] === g);
+      if (placed.length === 0 || !placed.every((inst) => inst.placement?.kind === 'KIND_CPU')) return group;
+      changed = true;
+      const { gpus: _gpus, ...rest } = group;
+      return { ...rest, kind: 'KIND_CPU' as const };
+    });
+    return changed ? { ...this.config, instance_group: out } : this.config;
   }
 
   /** Devices the instances run on, e.g. `cpu` or `cuda:0`, for the start-up table and doctor. */

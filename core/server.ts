@@ -138,7 +138,7 @@ export class InferenceServer implements InProcessServer {
   }
 
   modelConfig(name: string, version?: string): Record<string, unknown> {
-    return modelConfigToJson(this.repository.get(name, version).config);
+    return modelConfigToJson(this.repository.get(name, version).loadedConfig);
   }
 
   /** One request, one response. Decoupled models are refused here, as on Triton's HTTP infer. */

@@ -5,16 +5,15 @@
  */
 
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
-import { providerStatus, gpuCount, startServer, stderrLogger } from './index.js';
+import { startServer, stderrLogger } from './index.js';
+import { doctorReport, formatDoctor, table } from './doctor.js';
 import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
 import { perfCommand } from './perf-cli.js';
 
-const require = createRequire(import.meta.url);
 
 /** The package's own `models/`, found from this file in both `runtime-node/` and `dist/runtime-node/`. */
 export function defaultRepository(): string {
@@ -47,14 +46,6 @@ function parseIntArg(v: string): number {
 
 const collect = (v: string, prev: string[] | undefined) => [...(prev ?? []), v];
 
-/** Triton-style ASCII table. */
-export function table(headers: string[], rows: string[][]): string {
-  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = '+' + widths.map((w) => '-'.repeat(w + 2)).join('+') + '+';
-  const fmt = (r: string[]) => '| ' + r.map((c, i) => c.padEnd(widths[i]!)).join(' | ') + ' |';
-  return [line, fmt(headers), line, ...rows.map(fmt), line].join('\n');
-}
-
 function modelTable(entries: IndexEntry[], devices: (name: string, version: string) => string): string {
   if (entries.length === 0) return 'No models loaded.';
   return table(
@@ -85,6 +76,8 @@ export function buildCli(): Command {
     .option('--metrics-address <address>', 'metrics listen address (default: the HTTP address)')
     .option('--allow-metrics <bool>', 'serve Prometheus metrics', parseBool, true)
     .option('--allow-cpu-metrics <bool>', 'include nv_cpu_* host metrics', parseBool, true)
+    .option('--allow-gpu-metrics <bool>', 'include nv_gpu_* metrics of NVIDIA GPUs (read with nvidia-smi)', parseBool, true)
+    .option('--metrics-interval-ms <ms>', 'how often GPU metrics are read', parseIntArg, 2000)
     .option('--http-restricted-api <cats:key=value>', 'HTTP categories (as for gRPC) that need header <key>: <value>, else 403 (repeatable)', collect)
     .option('--allow-client-shm <bool>', 'let clients register system shared memory regions', parseBool, false)
     .option('--repository-poll-secs <secs>', 'poll interval in poll mode', (v) => {
@@ -168,6 +161,8 @@ export function buildCli(): Command {
           metricsPort: o.allowMetrics ? o.metricsPort : undefined,
           metricsAddress: o.metricsAddress,
           cpuMetrics: o.allowCpuMetrics,
+          gpuMetrics: o.allowGpuMetrics,
+          metricsIntervalMs: o.metricsIntervalMs,
           httpRestrictedApi: o.httpRestrictedApi,
           allowClientShm: o.allowClientShm,
           repositoryPollSecs: o.repositoryPollSecs,
@@ -213,27 +208,11 @@ export function buildCli(): Command {
 
   program
     .command('doctor')
-    .description('print versions and the execution providers available on this machine')
-    .action(() => {
-      const ortVersion = (() => {
-        try {
-          return require('onnxruntime-node/package.json').version as string;
-        } catch {
-          return 'not installed';
-        }
-      })();
-      const lines = [
-        `tsi ${TSI_VERSION}`,
-        `node ${process.version} on ${process.platform}-${process.arch}`,
-        `onnxruntime-node ${ortVersion}`,
-        `NVIDIA GPUs: ${gpuCount()}`,
-        '',
-        table(['Execution provider', 'Available', 'Detail'], providerStatus().map((p) => [p.name, p.available ? 'yes' : 'no', p.detail])),
-        '',
-        'KIND_CPU instances use the CPU provider; KIND_GPU instances try TensorRT (when configured), CUDA, WebGPU,',
-        'then fall back to CPU, using only the providers marked available.',
-      ];
-      process.stdout.write(lines.join('\n') + '\n');
+    .description('print versions, NVIDIA GPUs, WebGPU adapters and the execution providers a KIND_GPU instance can use here')
+    .option('--json', 'print the report as JSON')
+    .action(async (o: { json?: boolean }) => {
+      const report = await doctorReport();
+      process.stdout.write(o.json ? JSON.stringify(report, null, 2) + '\n' : formatDoctor(report) + '\n');
     });
 
   program.addCommand(perfCommand());

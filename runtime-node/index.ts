@@ -18,7 +18,7 @@ import { listen, type Listener } from './http.js';
 import { createOnnxBackend } from './onnx-backend.js';
 import { createJsBackend } from './js-backend.js';
 import { browserRoutes } from './browser-assets.js';
-import { gpuCount } from './eps.js';
+import { GpuMetrics, gpuCount } from './gpu/index.js';
 
 export interface NodeServerOptions {
   modelRepositories: string[];
@@ -51,6 +51,12 @@ export interface NodeServerOptions {
   /** Default: the HTTP address. */
   metricsAddress?: string;
   cpuMetrics?: boolean;
+  /** nv_gpu_* metrics for NVIDIA GPUs (tritonserver's --allow-gpu-metrics; default true). */
+  gpuMetrics?: boolean;
+  /** How often GPU readings are taken (tritonserver's --metrics-interval-ms; default 2000). */
+  metricsIntervalMs?: number;
+  /** The nvidia-smi the GPU metrics run (default: `nvidia-smi` from PATH). */
+  nvidiaSmi?: string;
   /** --http-restricted-api specs, `<categories>:<key>=<value>`. */
   httpRestrictedApi?: string[];
   /** --allow-client-shm (default false). */
@@ -123,6 +129,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
   let http: Listener | undefined;
   let grpc: GrpcListener | undefined;
   let metrics: MetricsListener | undefined;
+  let gpuMetrics: GpuMetrics | undefined;
   try {
     if (opts.allowHttp !== false) {
       const httpOptions = {
@@ -144,9 +151,20 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     }
     if (opts.metricsPort !== undefined) {
       const registry = createMetricsRegistry(server, { cpuMetrics: opts.cpuMetrics });
-      metrics = await listenMetrics(metricsPage(registry, server), opts.metricsPort, opts.metricsAddress ?? opts.httpAddress ?? '0.0.0.0');
+      const extra: (() => string)[] = [];
+      if (opts.gpuMetrics !== false) {
+        // Polled in the background: the first nvidia-smi reading must not hold up the start.
+        const gm = new GpuMetrics({ intervalMs: opts.metricsIntervalMs ?? 2000, log, command: opts.nvidiaSmi });
+        gpuMetrics = gm;
+        void gm.start().then((found) => {
+          if (found) log.info(`GPU metrics: ${gm.gpus.map((g) => `${g.name} (${g.uuid})`).join(', ')}, every ${opts.metricsIntervalMs ?? 2000} ms`);
+        });
+        extra.push(() => gm.text());
+      }
+      metrics = await listenMetrics(metricsPage(registry, server, extra), opts.metricsPort, opts.metricsAddress ?? opts.httpAddress ?? '0.0.0.0');
     }
   } catch (err) {
+    gpuMetrics?.stop();
     await Promise.all([http?.close(), grpc?.close(0), metrics?.close()]);
     throw err;
   }
@@ -166,6 +184,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       grpc?.stopAccepting();
       const left = await server.stop(timeoutMs);
       if (left > 0) log.warn(`${left} request(s) were still running at the shutdown deadline`);
+      gpuMetrics?.stop();
       await Promise.all([http?.close(), grpc?.close(), metrics?.close()]);
       await extensions.close();
     },
@@ -175,4 +194,4 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
 export { FolderSource, folderFiles } from './fs-source.js';
 export { createOnnxBackend } from './onnx-backend.js';
 export { createJsBackend } from './js-backend.js';
-export { providerStatus, gpuCount } from './eps.js';
+export { providerStatus, gpuCount, probeWebGpu, queryNvidiaGpus } from './gpu/index.js';

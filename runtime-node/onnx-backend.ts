@@ -12,9 +12,9 @@ import type { Worker } from 'node:worker_threads';
 import {
   TsiError, canTransfer, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
-  type InstanceSpec, type Logger, type ModelConfig, type ModelInput, type ModelOutput, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
+  type InstancePlacement, type InstanceSpec, type Logger, type ModelConfig, type ModelInput, type ModelOutput, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
 } from '../core/index.js';
-import { candidateProviders } from './eps.js';
+import { adapterLabel, candidateProviders, probeWebGpu, queryNvidiaGpus, vulkanHint } from './gpu/index.js';
 import { readOnnxIo } from './onnx-info.js';
 import type { InitMessage, WireTensor, WorkerReply } from './ort-worker.js';
 import { startWorker } from './worker-url.js';
@@ -24,6 +24,9 @@ const ORT_TYPE: Partial<Record<DataType, string>> = {
   INT32: 'int32', INT64: 'int64', FP16: 'float16', FP32: 'float32', FP64: 'float64', BYTES: 'string',
 };
 const FROM_ORT: Record<string, DataType> = Object.fromEntries(Object.entries(ORT_TYPE).map(([k, v]) => [v, k as DataType]));
+
+/** One for the process: onnxruntime's WebGPU context is shared by every session (see ort-worker.ts). */
+const GPU_LOCK = new SharedArrayBuffer(4);
 
 export interface OnnxBackendOptions {
   log: Logger;
@@ -90,12 +93,12 @@ class OnnxModel implements BackendModel {
     const path = (await isDir(files, rel)) ? `${rel}/model.onnx` : rel;
     const local = files.localPath?.(path);
     const { providers, notes } = candidateProviders(config, spec);
-    for (const n of notes) log.warn(`${config.name} (${spec.name}): ${n}`);
     const init: InitMessage = {
       modelPath: local,
       modelBytes: local ? undefined : await files.read(path),
       providers,
       sessionOptions: sessionOptions(config, this.instanceCount, this.opts.cores ?? availableParallelism()) as InitMessage['sessionOptions'],
+      gpuLock: GPU_LOCK,
     };
     const worker = startWorker('ort-worker', init);
     const ready = await new Promise<Extract<WorkerReply, { kind: 'ready' }>>((resolve, reject) => {
@@ -111,10 +114,20 @@ class OnnxModel implements BackendModel {
       await worker.terminate();
       throw err;
     });
-    for (const f of ready.failures) log.warn(`${config.name} (${spec.name}): execution provider ${f}; falling back`);
-    const device = ready.provider === 'cpu' ? 'cpu' : `${ready.provider}:${Math.max(0, spec.deviceId)}`;
-    log.verbose(1, `${config.name} (${spec.name}) runs on execution provider '${ready.provider}'`);
-    return new OnnxInstance(spec, device, worker, config, log);
+    const placement = await placementOf(spec, ready.provider, [...notes, ...ready.failures.map(failureNote)]);
+    const device = placement.provider === 'cpu' ? 'cpu' : `${placement.provider}${placement.provider === 'webgpu' ? '' : `:${Math.max(0, spec.deviceId)}`}${placement.adapter ? ` (${placement.adapter})` : ''}`;
+    const where = `${config.name} (${spec.name})`;
+    const skipped = placement.notes!.length > 0 ? `; ${placement.notes!.join('; ')}` : '';
+    if (spec.kind === 'KIND_GPU' && placement.kind !== 'KIND_GPU') {
+      // Unlike Triton, a KIND_GPU model still loads without a GPU, so one repository serves anywhere.
+      log.warn(`${where}: KIND_GPU instance runs on the CPU: no GPU execution provider could be used${skipped}`);
+    } else if (spec.kind === 'KIND_GPU') {
+      log.info(`${where}: runs on execution provider '${placement.provider}'${placement.adapter ? ` on ${placement.adapter}` : ''}${skipped}`);
+    } else {
+      if (notes.length > 0) log.warn(`${where}: ${notes.join('; ')}`);
+      log.verbose(1, `${where} runs on execution provider '${placement.provider}'`);
+    }
+    return new OnnxInstance(spec, device, placement, worker, config, log);
   }
 
   async unload(): Promise<void> {}
@@ -134,6 +147,30 @@ function toWire(t: Tensor, dims: number[]): WireTensor {
   return { type: type as WireTensor['type'], dims, data: data as unknown as WireTensor['data'] };
 }
 
+/** A provider's failure to create the session, with what to do about it where we know. */
+function failureNote(f: string): string {
+  // ORT's texts lead with a source location and the failed check; the sentence after it is the news.
+  const m = /^(\w+): .*? was false\. (.*)$/s.exec(f);
+  const text = m ? `${m[1]}: ${m[2]}` : f;
+  if (text.startsWith('webgpu:') && /adapter/i.test(text)) return `${text} (${vulkanHint()})`;
+  return text;
+}
+
+/** Where an instance ended up: its provider, and the GPU or adapter behind it in words. */
+async function placementOf(spec: InstanceSpec, provider: string, notes: string[]): Promise<InstancePlacement> {
+  if (provider === 'cpu') return { kind: spec.kind === 'KIND_MODEL' ? 'KIND_MODEL' : 'KIND_CPU', provider, notes };
+  let adapter: string | undefined;
+  if (provider === 'webgpu') {
+    const probe = await probeWebGpu();
+    adapter = probe.adapters[0] ? adapterLabel(probe.adapters[0]) : undefined;
+    if (!adapter && probe.reason) notes.push(`adapter not named: ${probe.reason}`);
+  } else {
+    const gpu = (await queryNvidiaGpus()).gpus.find((g) => g.index === Math.max(0, spec.deviceId));
+    adapter = gpu ? `${gpu.name} (${gpu.uuid})` : undefined;
+  }
+  return { kind: 'KIND_GPU', provider, adapter, notes };
+}
+
 class OnnxInstance implements BackendInstance {
   /** The worker runs batches one at a time in arrival order, so the next may be queued early. */
   readonly pipelined = true;
@@ -145,7 +182,7 @@ class OnnxInstance implements BackendInstance {
   private readonly outputs: Map<string, ModelOutput>;
 
   constructor(
-    readonly spec: InstanceSpec, readonly device: string, private readonly worker: Worker,
+    readonly spec: InstanceSpec, readonly device: string, readonly placement: InstancePlacement, private readonly worker: Worker,
     private readonly config: ModelConfig, private readonly log: Logger,
   ) {
     this.inputs = new Map((config.input ?? []).map((i) => [i.name!, i]));

@@ -4,6 +4,13 @@
  * sends feeds as transferred ArrayBuffers (no copy, no JSON) and gets outputs back the same way.
  * Execution providers are tried in the given order and the first that creates a session wins; each
  * failure is reported back so the choice can be logged.
+ *
+ * WebGPU sessions of one process share onnxruntime's one WebGPU device context (the Node binding
+ * cannot give a session a context of its own), and that context is not safe to use from two threads at
+ * once: two instances running at the same moment fail with "CommandEncoder is already finished".
+ * So every WebGPU session creation, run and release in the process takes one lock, a word in a
+ * SharedArrayBuffer the main thread hands to every worker. Instances on one GPU then take turns on it,
+ * which is what the GPU does with their work anyway.
  */
 
 import { parentPort, workerData } from 'node:worker_threads';
@@ -12,9 +19,11 @@ import * as ort from 'onnxruntime-node';
 export interface InitMessage {
   modelPath?: string;
   modelBytes?: Uint8Array;
-  /** Candidate EPs in preference order, e.g. [{name:'cuda', deviceId:0}, {name:'cpu'}]. */
+  /** Candidate EPs in preference order, e.g. [{name:'cuda', deviceId:0}, {name:'cpu'}]; WebGPU takes no deviceId. */
   providers: { name: string; deviceId?: number; options?: Record<string, unknown> }[];
   sessionOptions: ort.InferenceSession.SessionOptions;
+  /** The process-wide WebGPU lock (one Int32 word: 0 free, 1 held). */
+  gpuLock: SharedArrayBuffer;
 }
 
 export interface WireTensor {
@@ -34,6 +43,19 @@ export type WorkerReply =
 const port = parentPort!;
 const init = (workerData as { data: InitMessage }).data;
 let session: ort.InferenceSession | undefined;
+/** Set once the session runs on WebGPU: its work then goes through the process-wide lock. */
+let gpuLock: Int32Array | undefined;
+
+async function locked<T>(lock: Int32Array | undefined, fn: () => Promise<T>): Promise<T> {
+  if (!lock) return fn();
+  while (Atomics.compareExchange(lock, 0, 0, 1) !== 0) Atomics.wait(lock, 0, 1);
+  try {
+    return await fn();
+  } finally {
+    Atomics.store(lock, 0, 0);
+    Atomics.notify(lock, 0, 1);
+  }
+}
 
 function transferables(data: ort.Tensor.DataType): ArrayBuffer[] {
   if (Array.isArray(data)) return [];
@@ -45,12 +67,14 @@ async function start(): Promise<void> {
   const failures: string[] = [];
   const source = init.modelPath ?? init.modelBytes!;
   for (const p of init.providers) {
-    const ep = p.name === 'cpu' ? 'cpu' : { name: p.name, deviceId: p.deviceId, ...(p.options ?? {}) };
+    const ep = p.name === 'cpu' ? 'cpu' : { name: p.name, ...(p.deviceId !== undefined ? { deviceId: p.deviceId } : {}), ...(p.options ?? {}) };
+    const lock = p.name === 'webgpu' ? new Int32Array(init.gpuLock) : undefined;
     try {
-      session = await ort.InferenceSession.create(source as string, {
+      session = await locked(lock, () => ort.InferenceSession.create(source as string, {
         ...init.sessionOptions,
         executionProviders: [ep as ort.InferenceSession.ExecutionProviderConfig],
-      });
+      }));
+      gpuLock = lock;
       port.postMessage({
         kind: 'ready', provider: p.name, failures, inputNames: session.inputNames, outputNames: session.outputNames,
       } satisfies WorkerReply);
@@ -75,7 +99,7 @@ port.on('message', (msg: WorkerRequest | 'close') => {
 
 async function handle(msg: WorkerRequest | 'close', waitMs: number): Promise<void> {
   if (msg === 'close') {
-    await session?.release();
+    await locked(gpuLock, async () => session?.release());
     port.close();
     return;
   }
@@ -85,7 +109,7 @@ async function handle(msg: WorkerRequest | 'close', waitMs: number): Promise<voi
     const feeds: Record<string, ort.Tensor> = {};
     for (const [name, t] of Object.entries(msg.feeds)) feeds[name] = new ort.Tensor(t.type, t.data as never, t.dims);
     const t1 = performance.now();
-    const results = await session!.run(feeds, msg.fetches);
+    const results = await locked(gpuLock, () => session!.run(feeds, msg.fetches));
     const t2 = performance.now();
     const outputs: Record<string, WireTensor> = {};
     const transfer: ArrayBuffer[] = [];

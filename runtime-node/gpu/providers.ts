@@ -8,7 +8,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import type { InstanceSpec, ModelConfig } from '../core/index.js';
+import type { InstanceSpec, ModelConfig } from '../../core/index.js';
 
 export interface ProviderStatus {
   name: string;
@@ -78,18 +78,38 @@ export function providerStatus(): ProviderStatus[] {
 
 const isAvailable = (name: string) => providerStatus().some((p) => p.name === name && p.available);
 
+export interface ProviderChoice {
+  name: string;
+  /** CUDA/TensorRT device; the WebGPU provider takes none (it runs on Dawn's default adapter). */
+  deviceId?: number;
+  options?: Record<string, unknown>;
+}
+
+/** WebGPU provider options a config may set as `gpu_execution_accelerator { name: "webgpu" parameters {...} }`. */
+const WEBGPU_OPTIONS: Record<string, (v: string) => unknown> = {
+  preferredLayout: (v) => v,
+  validationMode: (v) => v,
+  storageBufferCacheMode: (v) => v,
+  uniformBufferCacheMode: (v) => v,
+  queryResolveBufferCacheMode: (v) => v,
+  defaultBufferCacheMode: (v) => v,
+  forceCpuNodeNames: (v) => v.split(',').map((s) => s.trim()).filter(Boolean),
+};
+
 /**
  * The providers an instance tries, best first: KIND_GPU ⇒ TensorRT (when the config asks for it),
- * CUDA, WebGPU, then CPU; KIND_CPU ⇒ CPU. Unavailable ones are left out with a note.
+ * CUDA, WebGPU, then CPU; KIND_CPU ⇒ CPU. Unavailable ones are left out, and `notes` says why each
+ * better one was skipped, in words, for the log and the start-up table.
  */
-export function candidateProviders(config: ModelConfig, spec: InstanceSpec): { providers: { name: string; deviceId?: number; options?: Record<string, unknown> }[]; notes: string[] } {
+export function candidateProviders(config: ModelConfig, spec: InstanceSpec): { providers: ProviderChoice[]; notes: string[] } {
   const notes: string[] = [];
-  const out: { name: string; deviceId?: number; options?: Record<string, unknown> }[] = [];
+  const out: ProviderChoice[] = [];
   const accel = config.optimization?.execution_accelerators;
   if (spec.kind === 'KIND_GPU') {
     const deviceId = Math.max(0, spec.deviceId);
     const wanted: string[] = [];
-    for (const a of accel?.gpu_execution_accelerator ?? []) if (a.name) wanted.push(a.name);
+    for (const a of accel?.gpu_execution_accelerator ?? []) if (a.name && !wanted.includes(a.name)) wanted.push(a.name);
+    if (!wanted.includes('tensorrt')) notes.push('tensorrt not tried: the config does not ask for it (gpu_execution_accelerator)');
     for (const n of ['cuda', 'webgpu']) if (!wanted.includes(n)) wanted.push(n);
     for (const n of wanted) {
       if (n !== 'tensorrt' && n !== 'cuda' && n !== 'webgpu') {
@@ -101,7 +121,10 @@ export function candidateProviders(config: ModelConfig, spec: InstanceSpec): { p
         continue;
       }
       const params = accel?.gpu_execution_accelerator?.find((a) => a.name === n)?.parameters;
-      out.push({ name: n, deviceId, options: n === 'tensorrt' ? trtOptions(params) : undefined });
+      if (n === 'webgpu') {
+        if (deviceId > 0) notes.push(`webgpu: device index ${deviceId} ignored: onnxruntime-node's WebGPU provider always runs on the default adapter`);
+        out.push({ name: n, options: webgpuOptions(params, notes) });
+      } else out.push({ name: n, deviceId, options: n === 'tensorrt' ? trtOptions(params) : undefined });
     }
   } else {
     for (const a of accel?.cpu_execution_accelerator ?? []) {
@@ -110,6 +133,17 @@ export function candidateProviders(config: ModelConfig, spec: InstanceSpec): { p
   }
   out.push({ name: 'cpu' });
   return { providers: out, notes };
+}
+
+function webgpuOptions(params: Record<string, string> | undefined, notes: string[]): Record<string, unknown> | undefined {
+  if (!params) return undefined;
+  const o: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(params)) {
+    const conv = WEBGPU_OPTIONS[k];
+    if (conv) o[k] = conv(v);
+    else notes.push(`webgpu parameter '${k}' is not a WebGPU provider option (known: ${Object.keys(WEBGPU_OPTIONS).join(', ')}); ignored`);
+  }
+  return o;
 }
 
 function trtOptions(params: Record<string, string> | undefined): Record<string, unknown> | undefined {
