@@ -48,7 +48,9 @@ export async function doctorReport(): Promise<DoctorReport> {
       continue;
     }
     const gpu = name === 'cuda' ? nvidia.gpus[0] : undefined;
-    chosen = { provider: name, adapter: name === 'webgpu' ? (webgpu.adapters[0] ? adapterLabel(webgpu.adapters[0]) : undefined) : gpu?.name };
+    const a = webgpu.adapters[0];
+    const named = a?.vendor === 'nvidia' && nvidia.gpus[0] ? `${nvidia.gpus[0].name}, ` : '';
+    chosen = { provider: name, adapter: name === 'webgpu' ? (a ? named + adapterLabel(a) : undefined) : gpu?.name };
     break;
   }
   return {

@@ -162,7 +162,10 @@ async function placementOf(spec: InstanceSpec, provider: string, notes: string[]
   let adapter: string | undefined;
   if (provider === 'webgpu') {
     const probe = await probeWebGpu();
-    adapter = probe.adapters[0] ? adapterLabel(probe.adapters[0]) : undefined;
+    const a = probe.adapters[0];
+    // Dawn names an NVIDIA adapter by its driver version only; nvidia-smi knows the GPU's name.
+    const nvidia = a?.vendor === 'nvidia' ? (await queryNvidiaGpus()).gpus[0] : undefined;
+    adapter = a ? (nvidia ? `${nvidia.name}, ${adapterLabel(a)}` : adapterLabel(a)) : undefined;
     if (!adapter && probe.reason) notes.push(`adapter not named: ${probe.reason}`);
   } else {
     const gpu = (await queryNvidiaGpus()).gpus.find((g) => g.index === Math.max(0, spec.deviceId));

@@ -107,3 +107,20 @@ export function outputMismatch(gpu: Out, cpu: Out): string | undefined {
   }
   return undefined;
 }
+
+/** Runs `tsi-node doctor --json` from the sources (under tsx) with extra environment; its report. */
+export async function doctorJson(env: Record<string, string> = {}): Promise<import('../../runtime-node/doctor.js').DoctorReport> {
+  const { execFile } = await import('node:child_process');
+  const cli = join(MODELS, '..', 'runtime-node', 'cli.ts');
+  const code = `import(${JSON.stringify(cli)}).then((m) => m.main(['node', 'tsi-node', 'doctor', '--json']))`;
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--import', 'tsx', '-e', code], { env: { ...process.env, ...env }, timeout: 60_000 }, (err, stdout, stderr) => {
+      if (err) return reject(new Error(`doctor failed: ${err.message}\n${stderr}`));
+      try {
+        resolve(JSON.parse(stdout));
+      } catch {
+        reject(new Error(`doctor printed no JSON: ${stdout}\n${stderr}`));
+      }
+    });
+  });
+}

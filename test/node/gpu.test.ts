@@ -8,12 +8,12 @@
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HttpClient, type InferInputSpec } from '../../client/index.js';
 import { GrpcClient } from '../../client/grpc.js';
-import { copyModel, gpuVariant, inputsFor, onnxModels, outputMismatch, webgpuOrSkip } from '../helpers/gpu.js';
+import { copyModel, doctorJson, gpuVariant, inputsFor, onnxModels, outputMismatch, webgpuOrSkip } from '../helpers/gpu.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 
 const { probe, run } = await webgpuOrSkip('the KIND_GPU tests');
@@ -100,6 +100,44 @@ describe.runIf(run)('KIND_GPU on WebGPU', () => {
       expect(stats.inference_count).toBeGreaterThan(stats.execution_count);
     }, 120_000);
   }
+
+  it('doctor names the adapter and says KIND_GPU instances get WebGPU here', async () => {
+    const report = await doctorJson();
+    expect(report.webgpu.adapters[0]).toMatchObject({ vendor: probe.adapters[0]!.vendor, description: probe.adapters[0]!.description });
+    expect(report.webgpu.adapters[0]!.maxStorageBufferBindingSize).toBeGreaterThan(0);
+    expect(report.kindGpu.provider).toBe('webgpu');
+    expect(report.kindGpu.adapter).toContain(probe.adapters[0]!.description);
+  });
+
+  it('runs model_warmup on every WebGPU instance before READY (zero, random and file data)', async () => {
+    const r2 = mkdtempSync(join(tmpdir(), 'tsi-gpu-warm-'));
+    const image = new Float32Array(3 * 16 * 16).fill(0.25);
+    copyModel(r2, 'image_classifier', 'classifier_warm', (c) => ({
+      ...gpuVariant(2)(c),
+      model_warmup: [
+        { name: 'zeros', batch_size: 4, inputs: { image: { data_type: 'TYPE_FP32', dims: [3, 16, 16], zero_data: true } } },
+        { name: 'random', batch_size: 1, count: 3, inputs: { image: { data_type: 'TYPE_FP32', dims: [3, 16, 16], random_data: true } } },
+        { name: 'file', batch_size: 2, inputs: { image: { data_type: 'TYPE_FP32', dims: [3, 16, 16], input_data_file: 'image.bin' } } },
+      ],
+    }));
+    mkdirSync(join(r2, 'classifier_warm', 'warmup'));
+    writeFileSync(join(r2, 'classifier_warm', 'warmup', 'image.bin'), new Uint8Array(image.buffer));
+    const s2 = await startTestServer({ modelRepositories: [r2] });
+    try {
+      const mv = s2.server.model('classifier_warm');
+      expect(mv.instances.map((i) => i.placement?.provider)).toEqual(['webgpu', 'webgpu']);
+      for (const inst of ['classifier_warm_0_0', 'classifier_warm_0_1']) {
+        for (const sample of ['zeros', 'random', 'file']) {
+          expect(s2.logs.some((l) => l.includes(`instance ${inst} is running warmup sample '${sample}'`)), `${inst} ${sample}`).toBe(true);
+        }
+      }
+      const r = await new HttpClient(s2.url.replace('http://', '')).infer('classifier_warm', [{ name: 'image', shape: [1, 3, 16, 16], data: image }]);
+      expect(r.output('scores')!.shape).toEqual([1, 10]);
+    } finally {
+      await s2.stop();
+      rmSync(r2, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('runs sequences the same on KIND_GPU (implicit state, both strategies)', async () => {
     const failures: string[] = [];
