@@ -32,3 +32,20 @@ describe('core purity', () => {
     });
   }
 });
+
+/** The browser runtime runs in pages and Service Workers: nothing of Node's, nothing of the Node runtime. */
+describe('runtime-browser purity', () => {
+  const DIR = join(ROOT, 'runtime-browser');
+  const browserFiles = readdirSync(DIR).filter((f) => f.endsWith('.ts'));
+  for (const f of browserFiles) {
+    it(`${f} imports nothing of Node`, () => {
+      const src = readFileSync(join(DIR, f), 'utf8');
+      for (const spec of imports(src)) {
+        expect(spec.startsWith('node:'), `${f} imports ${spec}`).toBe(false);
+        expect(builtins.has(spec.split('/')[0]!), `${f} imports Node built-in ${spec}`).toBe(false);
+        expect(/onnxruntime-node|runtime-node|@grpc|prom-client|@hono\/node-server|^webgpu$/.test(spec), `${f} imports ${spec}`).toBe(false);
+      }
+      expect(/\bprocess\.|\bBuffer\.|\brequire\(/.test(src.replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, '')), `${f} uses a Node global`).toBe(false);
+    });
+  }
+});
