@@ -121,14 +121,21 @@ export class ModelControl {
     let staged: StagedFiles | undefined;
     if (files.size > 0) {
       if (configJson === undefined) throw new TsiError('INVALID_ARG', `Load parameter 'config' must be specified for model file override`);
-      staged = await this.stage(name, files);
+      try {
+        staged = await this.stage(name, files);
+      } catch (err) {
+        // Triton cannot write such files either, and says so as a failed repository poll.
+        throw new TsiError('INTERNAL', `failed to load '${name}', failed to poll from model repository: ${asTsiError(err).message}`);
+      }
     }
     const overrides: LoadOverrides | undefined = configJson === undefined && !staged ? undefined : { configJson, files: staged?.files };
     try {
       await this.server.loadModel(name, overrides);
     } catch (err) {
       await staged?.dispose();
-      throw asTsiError(err, 'INVALID_ARG');
+      const e = asTsiError(err, 'INVALID_ARG');
+      // Clients look for Triton's "failed to load '<model>', ..." in load errors.
+      throw e.message.startsWith('failed to load') ? e : new TsiError(e.code, `failed to load '${name}', ${e.message}`);
     }
     const previous = this.staged.get(name);
     if (staged) this.staged.set(name, staged);

@@ -334,7 +334,9 @@ export class ModelRepository {
       throw new TsiError('NOT_FOUND', `Request for unknown model: '${name}' is not found`);
     }
     if (version !== undefined && version !== '' && version !== '-1') {
-      if (!/^[0-9]+$/.test(version)) throw new TsiError('INVALID_ARG', `failed to parse model version '${version}' of model '${name}'`);
+      if (!/^[0-9]+$/.test(version)) {
+        throw new TsiError('INVALID_ARG', `failed to get model version from specified version string '${version}' (details: stol), version should be an integral value > 0`);
+      }
       const v = Number(version);
       const mv = e.versions.get(v);
       if (mv && mv.state === 'READY') return mv;

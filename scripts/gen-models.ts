@@ -2,13 +2,15 @@
  * Generates the `.onnx` files of the default model repository (`models/<name>/1/model.onnx`) and
  * exports the builders behind them so tests can make fixture models in temp folders. Only the ONNX
  * bytes are generated: `config.pbtxt` and label files are hand-written and committed, so the
- * repository reads like a real Triton one. Weights come from seeded mulberry32 fills, so every run
- * writes the same bytes; the whole repository (16.8 MB, mostly `mlp_batch`) builds in well under a
- * second. Run directly (`npm run models`, or `node dist/scripts/gen-models.js`) it fills the
- * package's own `models/` folder. Float64 reference functions let tests check the numerics.
+ * repository reads like a real Triton one, and so are the JavaScript models (`<name>/1/model.js`),
+ * which stand where Triton's examples use custom backends or the Python backend. Weights come from
+ * seeded mulberry32 fills, so every run writes the same bytes; the whole repository (16.8 MB, mostly
+ * `mlp_batch`) builds in well under a second. Run directly (`npm run models`, or
+ * `node dist/scripts/gen-models.js`) it fills the package's own `models/` folder. Float64 and integer
+ * reference functions let tests check the numerics.
  */
 import { existsSync, realpathSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ElemType, GraphBuilder, attrFloat, fillUniform, type Dim, type ElemTypeName } from './onnx-builder.js';
@@ -108,35 +110,57 @@ export function autocompleteAddModel(): Uint8Array {
 }
 
 /**
- * `simple_sequence` / `simple_dyna_sequence`: an accumulator with Triton implicit state.
- * OUTPUT_STATE = READY ? (START ? INPUT : INPUT_STATE + INPUT) : INPUT_STATE; OUTPUT = OUTPUT_STATE,
- * plus int32(CORRID) in the dyna variant so a client can see the correlation id reached the model.
- * The dyna variant also takes END, which the arithmetic does not need but Triton sends.
+ * `simple_sequence` / `simple_dyna_sequence`: Triton's example sequence models, which keep no state;
+ * the sequence batcher's control inputs make the answer. OUTPUT = READY * (INPUT + START), and in
+ * the dyna variant READY * (INPUT + START + END * int32(CORRID)), so a sequence's first answer is its
+ * input plus 1 and its last answer carries its correlation id (truncated to 32 bits).
  */
-export function sequenceModel(opts: { dyna?: boolean } = {}): Uint8Array {
+export function simpleSequenceModel(opts: { dyna?: boolean } = {}): Uint8Array {
   const shape: Dim[] = ['batch', 1];
   const g = new GraphBuilder(opts.dyna ? 'simple_dyna_sequence' : 'simple_sequence');
   const input = g.input('INPUT', 'INT32', shape);
   const start = g.input('START', 'INT32', shape);
-  if (opts.dyna) g.input('END', 'INT32', shape);
+  const end = opts.dyna ? g.input('END', 'INT32', shape) : undefined;
   const ready = g.input('READY', 'INT32', shape);
-  const corrid = opts.dyna ? g.input('CORRID', 'UINT64', shape) : undefined;
+  let sum = g.op('Add', [input, start]);
+  if (end) {
+    const corrid = g.op('Cast', [g.input('CORRID', 'UINT64', shape)], { to: ElemType.INT32 });
+    sum = g.op('Add', [sum, g.op('Mul', [end, corrid])]);
+  }
+  g.op('Mul', [ready, sum], undefined, g.output('OUTPUT', 'INT32', shape));
+  return g.encode();
+}
+
+/** `simpleSequenceModel` for one request (END and CORRID only for the dyna variant), with int32 wrap-around. */
+export function referenceSimpleSequence(s: { input: number; start: number; ready: number; end?: number; corrid?: bigint }): number {
+  const corrid = Number(BigInt.asIntN(32, s.corrid ?? 0n));
+  return Math.imul(s.ready, (s.input + s.start + Math.imul(s.end ?? 0, corrid)) | 0);
+}
+
+/**
+ * `simple_sequence_state`: tsi's implicit-state example, an accumulator. OUTPUT_STATE = READY ?
+ * (START ? INPUT : INPUT_STATE + INPUT) : INPUT_STATE, and OUTPUT = OUTPUT_STATE, i.e. the running sum
+ * of INPUT since the sequence started; the sequence batcher carries OUTPUT_STATE to INPUT_STATE.
+ */
+export function sequenceStateModel(): Uint8Array {
+  const shape: Dim[] = ['batch', 1];
+  const g = new GraphBuilder('simple_sequence_state');
+  const input = g.input('INPUT', 'INT32', shape);
+  const start = g.input('START', 'INT32', shape);
+  const ready = g.input('READY', 'INT32', shape);
   const state = g.input('INPUT_STATE', 'INT32', shape);
   const started = g.op('Where', [g.op('Cast', [start], { to: ElemType.BOOL }), input, g.op('Add', [state, input])]);
   const next = g.op('Where', [g.op('Cast', [ready], { to: ElemType.BOOL }), started, state], undefined, 'OUTPUT_STATE');
   g.output('OUTPUT_STATE', 'INT32', shape);
-  if (corrid) g.op('Add', [next, g.op('Cast', [corrid], { to: ElemType.INT32 })], undefined, 'OUTPUT');
-  else g.op('Identity', [next], undefined, 'OUTPUT');
+  g.op('Identity', [next], undefined, 'OUTPUT');
   g.output('OUTPUT', 'INT32', shape);
   return g.encode();
 }
 
-/** One step of `sequenceModel` for one sequence, for tests (corrid = 0 for simple_sequence). */
-export function referenceSequenceStep(
-  s: { input: number; start: number; ready: number; state: number; corrid?: bigint },
-): { state: number; output: number } {
+/** One step of `sequenceStateModel` for one sequence. */
+export function referenceSequenceStep(s: { input: number; start: number; ready: number; state: number }): { state: number; output: number } {
   const state = s.ready ? (s.start ? s.input : (s.state + s.input) | 0) : s.state;
-  return { state, output: (state + Number(BigInt.asIntN(32, s.corrid ?? 0n))) | 0 };
+  return { state, output: state };
 }
 
 export const IMAGE_CLASSIFIER_LABELS = [
@@ -261,20 +285,29 @@ function denseRelu(
   return y;
 }
 
-/** The default repository: model name → builder of its version-1 `model.onnx`. */
+/**
+ * The default repository's ONNX models: model name → builder of its version-1 `model.onnx`. The
+ * JavaScript models beside them (simple_identity, simple_string_dyna_sequence, repeat_int32,
+ * custom_identity_int32, image_preprocess, image_postprocess, token_streamer) are committed files.
+ */
 export const DEFAULT_MODELS: Readonly<Record<string, () => Uint8Array>> = {
   simple: () => addSubModel('INT32', [16], true),
   add_sub: () => addSubModel('FP32', [16], true),
+  simple_int8: () => addSubModel('INT8', [16], true),
   simple_string: simpleStringModel,
-  simple_identity: () => identityModel('BYTES', { batch: true, dims: [-1] }),
   image_classifier: imageClassifierModel,
   autocomplete_add: autocompleteAddModel,
-  simple_sequence: () => sequenceModel(),
-  simple_dyna_sequence: () => sequenceModel({ dyna: true }),
+  simple_sequence: () => simpleSequenceModel(),
+  simple_dyna_sequence: () => simpleSequenceModel({ dyna: true }),
+  simple_sequence_state: sequenceStateModel,
   mlp_batch: mlpBatchModel,
 };
 
-/** Writes `<repoDir>/<model>/1/model.onnx` for the default models (or just those in `only`). */
+/**
+ * Writes `<repoDir>/<model>/1/model.onnx` for the default models (or just those in `only`). A full run
+ * also deletes a `model.onnx` left beside a `model.js` by an earlier generation (a model that has
+ * become JavaScript), so a stale ONNX file never passes for the model.
+ */
 export async function generateModels(
   repoDir: string, opts: { only?: string[]; log?: (s: string) => void } = {},
 ): Promise<void> {
@@ -288,6 +321,15 @@ export async function generateModels(
     await mkdir(dir, { recursive: true });
     await writeFile(join(dir, 'model.onnx'), bytes);
     opts.log?.(`${name}/1/model.onnx  ${bytes.byteLength} B  ${(performance.now() - t0).toFixed(0)} ms`);
+  }
+  if (!opts.only) await removeStaleOnnx(repoDir);
+}
+
+async function removeStaleOnnx(repoDir: string): Promise<void> {
+  for (const entry of await readdir(repoDir, { withFileTypes: true })) {
+    if (!entry.isDirectory() || entry.name in DEFAULT_MODELS) continue;
+    const dir = join(repoDir, entry.name, '1');
+    if (existsSync(join(dir, 'model.js')) && existsSync(join(dir, 'model.onnx'))) await rm(join(dir, 'model.onnx'));
   }
 }
 

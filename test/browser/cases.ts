@@ -68,11 +68,12 @@ interface IoMeta { name: string; datatype: string; shape: number[] }
 
 /**
  * A request for any model, from its metadata and config (models without a hand-written case): batch
- * 2 where the model batches, 3 for other variable dims, deterministic values of each datatype, and
- * sequence flags for a one-request sequence where the model is stateful.
+ * 2 where the model batches (1 for a sequence model), 3 for other variable dims, deterministic values
+ * of each datatype, and sequence flags for a one-request sequence where the model is stateful.
  */
 export function genericCase(meta: { name: string; inputs: IoMeta[] }, config: any, seqId: number): V2Request {
-  const batch = Math.min(2, config.max_batch_size ?? 0);
+  // The sequence batcher takes one row per request.
+  const batch = config.sequence_batching ? Math.min(1, config.max_batch_size ?? 0) : Math.min(2, config.max_batch_size ?? 0);
   const inputs = meta.inputs.map((io, k) => {
     const shape = io.shape.map((d, i) => (d >= 0 ? d : i === 0 && batch > 0 ? batch : 3));
     const n = shape.reduce((a, b) => a * b, 1);

@@ -57,7 +57,7 @@ describe('HttpClient in Chromium', () => {
     expect(cls.strings('scores')).toHaveLength(2);
     expect(cls.strings('scores')[0]).toMatch(/^-?[\d.e-]+:\d+:\w+$/);
     const step = (id: string, v: number, start: boolean, end: boolean) =>
-      c.infer('simple_sequence', [{ name: 'INPUT', shape: [1, 1], data: new Int32Array([v]) }], { sequenceId: id, sequenceStart: start, sequenceEnd: end })
+      c.infer('simple_sequence_state', [{ name: 'INPUT', shape: [1, 1], data: new Int32Array([v]) }], { sequenceId: id, sequenceStart: start, sequenceEnd: end })
         .then((r) => r.data<Int32Array>('OUTPUT')[0]);
     expect(await step('page-seq', 4, true, false)).toBe(4);
     expect(await step('page-seq', 6, false, true)).toBe(10);

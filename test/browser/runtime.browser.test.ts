@@ -106,7 +106,6 @@ describe('the page serves the default repository', () => {
     }
     // Strings and 64-bit integers have no WebGPU buffer type: those models run on wasm, with the reason.
     expect(gpu.instances('simple_string')[0]).toMatchObject({ device: 'wasm', fallbackReason: 'WebGPU has no string tensors' });
-    expect(gpu.instances('simple_identity')[0]).toMatchObject({ device: 'wasm', fallbackReason: 'WebGPU has no string tensors' });
     expect(gpu.instances('simple_dyna_sequence')[0]).toMatchObject({ device: 'wasm', fallbackReason: 'WebGPU has no uint64 tensors' });
     expect(logs.some((l) => l.includes('simple_string') && l.includes('running on wasm'))).toBe(true);
   });
@@ -140,7 +139,7 @@ describe('the in-page API', () => {
 
   it('runs sequences with the sequence option', async () => {
     const seq = async (id: number, v: number, start: boolean, end: boolean) =>
-      (await wasm.infer({ model: 'simple_sequence', inputs: { INPUT: Int32Array.of(v) }, sequence: { id, start, end } })).OUTPUT as Int32Array;
+      (await wasm.infer({ model: 'simple_sequence_state', inputs: { INPUT: Int32Array.of(v) }, sequence: { id, start, end } })).OUTPUT as Int32Array;
     expect((await seq(7001, 10, true, false))[0]).toBe(10);
     expect((await seq(7002, 1, true, false))[0]).toBe(1);
     expect((await seq(7001, 5, false, true))[0]).toBe(15);

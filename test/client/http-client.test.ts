@@ -94,11 +94,11 @@ describe('http client: tensor encodings', () => {
     const spy = spyFetch();
     const c = new HttpClient({ url: server.url, fetch: spy.fetch, binaryInputs: false });
     const id = 2n ** 40n + 1n;
-    const r = await c.infer('simple_sequence', [{ name: 'INPUT', shape: [1, 1], data: new Int32Array([5]) }], { sequenceId: id, sequenceStart: true, sequenceEnd: true });
+    const r = await c.infer('simple_sequence_state', [{ name: 'INPUT', shape: [1, 1], data: new Int32Array([5]) }], { sequenceId: id, sequenceStart: true, sequenceEnd: true });
     expect(new TextDecoder().decode(spy.calls[0]!.body)).toContain(`"sequence_id":${id}`);
     expect(r.data<Int32Array>('OUTPUT')[0]).toBe(5);
     // Beyond 2^53 the client still writes the exact digits (what the server makes of them is its business).
-    await c.infer('simple_sequence', [{ name: 'INPUT', shape: [1, 1], data: new Int32Array([5]) }], { sequenceId: 2n ** 63n + 7n, sequenceStart: true, sequenceEnd: true }).catch(() => {});
+    await c.infer('simple_sequence_state', [{ name: 'INPUT', shape: [1, 1], data: new Int32Array([5]) }], { sequenceId: 2n ** 63n + 7n, sequenceStart: true, sequenceEnd: true }).catch(() => {});
     expect(new TextDecoder().decode(spy.calls[1]!.body)).toContain(`"sequence_id":${2n ** 63n + 7n}`);
   });
 });

@@ -96,7 +96,7 @@ export function clientSuite(protocol: 'http' | 'grpc', s: SuiteContext, label: s
       expect(cfg.max_batch_size).toBe(8);
       expect(cfg.input?.[0]).toMatchObject({ name: 'INPUT0', data_type: 'TYPE_INT32', dims: [16] });
       expect(cfg.instance_group?.[0]).toMatchObject({ kind: 'KIND_CPU', count: 1 });
-      const seqCfg = await c.getModelConfig('simple_sequence');
+      const seqCfg = await c.getModelConfig('simple_sequence_state');
       expect(seqCfg.sequence_batching?.max_sequence_idle_microseconds).toBe(5_000_000);
     });
 
@@ -165,7 +165,7 @@ export function clientSuite(protocol: 'http' | 'grpc', s: SuiteContext, label: s
     it('keeps sequences apart by sequence_id (number, bigint and string ids)', async () => {
       const c = s.client();
       const step = (id: number | bigint | string, v: number, start: boolean, end: boolean) =>
-        c.infer('simple_sequence', [{ name: 'INPUT', shape: [1, 1], data: new Int32Array([v]) }], { sequenceId: id, sequenceStart: start, sequenceEnd: end });
+        c.infer('simple_sequence_state', [{ name: 'INPUT', shape: [1, 1], data: new Int32Array([v]) }], { sequenceId: id, sequenceStart: start, sequenceEnd: end });
       const out = (r: InferResult) => r.data<Int32Array>('OUTPUT')[0];
       const ids = [1001, 1002n, 'seq-three'] as const;
       expect(await Promise.all(ids.map((id, k) => step(id, 10 * (k + 1), true, false).then(out)))).toEqual([10, 20, 30]);

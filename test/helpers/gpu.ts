@@ -30,7 +30,7 @@ export async function webgpuOrSkip(what: string): Promise<{ probe: WebGpuProbe; 
 
 /** Default-repository models served by onnxruntime (the ones a KIND_GPU instance can put on a GPU). */
 export function onnxModels(): string[] {
-  return ['add_sub', 'autocomplete_add', 'image_classifier', 'mlp_batch', 'simple', 'simple_dyna_sequence', 'simple_identity', 'simple_sequence', 'simple_string']
+  return ['add_sub', 'autocomplete_add', 'image_classifier', 'mlp_batch', 'simple', 'simple_dyna_sequence', 'simple_int8', 'simple_sequence', 'simple_sequence_state', 'simple_string']
     .filter((m) => existsSync(join(MODELS, m, '1', 'model.onnx')));
 }
 

@@ -29,7 +29,6 @@ const ON_WEBGPU = onnxModels(['add_sub', 'autocomplete_add', 'image_classifier',
 /** Models the runtime keeps on wasm, and the reason it gives. */
 const ON_WASM: Record<string, string> = {
   simple_string: 'WebGPU has no string tensors',
-  simple_identity: 'WebGPU has no string tensors',
   simple_dyna_sequence: 'WebGPU has no uint64 tensors',
 };
 const MODELS = [...ON_WEBGPU, ...onnxModels(Object.keys(ON_WASM))];

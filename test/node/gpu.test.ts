@@ -17,7 +17,7 @@ import { copyModel, doctorJson, gpuVariant, inputsFor, onnxModels, outputMismatc
 import { startTestServer, type TestServer } from '../helpers/server.js';
 
 const { probe, run } = await webgpuOrSkip('the KIND_GPU tests');
-const SEQUENCE = new Set(['simple_sequence', 'simple_dyna_sequence']);
+const SEQUENCE = new Set(['simple_sequence', 'simple_dyna_sequence', 'simple_sequence_state']);
 
 describe.runIf(run)('KIND_GPU on WebGPU', () => {
   let server: TestServer;

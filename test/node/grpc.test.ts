@@ -103,7 +103,7 @@ describe('health and metadata', () => {
       http.input.map((i: Obj) => [i.name, i.data_type, i.dims]));
     expect(config.instance_group[0]).toMatchObject({ kind: 'KIND_CPU', count: 1 });
     expect(config.version_policy).toMatchObject({ latest: { num_versions: 1 } });
-    const seqCfg = (await c.call('ModelConfig', { name: 'simple_sequence', version: '' })).config;
+    const seqCfg = (await c.call('ModelConfig', { name: 'simple_sequence_state', version: '' })).config;
     expect(seqCfg.scheduling_choice).toBe('sequence_batching');
     expect(Number(seqCfg.sequence_batching.max_sequence_idle_microseconds)).toBe(5_000_000);
   });
@@ -221,7 +221,7 @@ describe('ModelStreamInfer', () => {
 
   it('runs a sequence over a stream, in order', async () => {
     const step = (v: number, flags: Obj) => ({
-      model_name: 'simple_sequence', inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1] }], raw_input_contents: [int32Raw([v])],
+      model_name: 'simple_sequence_state', inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1] }], raw_input_contents: [int32Raw([v])],
       parameters: { sequence_id: { int64_param: '4242' }, ...flags },
     });
     const s2 = c.stream();

@@ -17,7 +17,7 @@ const io = (t: string, n: string, dims: string) => `{ name: "${n}" data_type: ${
 const slowConfig = (name: string, extra: string, maxBatch = 4) =>
   `name: "${name}"\nbackend: "onnxruntime"\nmax_batch_size: ${maxBatch}\ninput [${io('TYPE_FP32', 'INPUT', '[1]')}]\n`
   + `output [${io('TYPE_FP32', 'OUTPUT', '[1]')}]\nparameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n${extra}`;
-const simpleSeq = readFileSync(join(MODELS, 'simple_sequence', 'config.pbtxt'), 'utf8');
+const simpleSeq = readFileSync(join(MODELS, 'simple_sequence_state', 'config.pbtxt'), 'utf8');
 
 let s: TestServer;
 let repo: ReturnType<typeof tempRepo>;
@@ -36,11 +36,11 @@ beforeAll(async () => {
     'prio/config.pbtxt': slowConfig('prio', 'instance_group [{ count: 1 kind: KIND_CPU }]\n'
       + 'dynamic_batching { priority_levels: 2 default_priority_level: 2 }\n', 1),
     'prio/1/model.onnx': slowModel(100),
-    'seq2/config.pbtxt': simpleSeq.replace('name: "simple_sequence"', 'name: "seq2"').replace('max_batch_size: 8', 'max_batch_size: 2')
+    'seq2/config.pbtxt': simpleSeq.replace('name: "simple_sequence_state"', 'name: "seq2"').replace('max_batch_size: 8', 'max_batch_size: 2')
       .replace('max_sequence_idle_microseconds: 5000000', 'max_sequence_idle_microseconds: 200000').replace('count: 1', 'count: 2'),
-    'seq2/1/model.onnx': onnx('simple_sequence'),
-    'simple_sequence/config.pbtxt': simpleSeq,
-    'simple_sequence/1/model.onnx': onnx('simple_sequence'),
+    'seq2/1/model.onnx': onnx('simple_sequence_state'),
+    'simple_sequence_state/config.pbtxt': simpleSeq,
+    'simple_sequence_state/1/model.onnx': onnx('simple_sequence_state'),
     'simple_dyna_sequence/config.pbtxt': readFileSync(join(MODELS, 'simple_dyna_sequence', 'config.pbtxt'), 'utf8'),
     'simple_dyna_sequence/1/model.onnx': onnx('simple_dyna_sequence'),
   });
@@ -170,9 +170,9 @@ describe('sequence batching over HTTP', () => {
   it('keeps implicit state per sequence: 20 concurrent sequences on 8 slots, numeric and string ids', async () => {
     const ids = Array.from({ length: 20 }, (_, i) => (i % 2 ? 1000 + i : `client-${i}`));
     const inputs = ids.map((_, i) => Array.from({ length: 6 }, (_, k) => i * 7 + k + 1));
-    const results = await Promise.all(ids.map((id, i) => sequence('simple_sequence', id, inputs[i]!)));
+    const results = await Promise.all(ids.map((id, i) => sequence('simple_sequence_state', id, inputs[i]!)));
     results.forEach((r, i) => expect(r).toEqual(sums(inputs[i]!)));
-    const st = await stats('simple_sequence');
+    const st = await stats('simple_sequence_state');
     expect(st.inference_count).toBe(120);
     expect(st.execution_count).toBeLessThan(120);
   }, 60_000);
@@ -186,32 +186,33 @@ describe('sequence batching over HTTP', () => {
   it('passes the correlation id to the oldest-strategy model', async () => {
     const big = 2 ** 40 + 3;
     const results = await Promise.all([7, 8, big].map((id) => sequence('simple_dyna_sequence', id, [1, 2, 3])));
-    expect(results[0]).toEqual([8, 10, 13]);
-    expect(results[1]).toEqual([9, 11, 14]);
-    expect(results[2]).toEqual([4, 6, 9]);
+    // Triton's simple_dyna_sequence: READY * (INPUT + START + END * int32(CORRID)).
+    expect(results[0]).toEqual([2, 2, 10]);
+    expect(results[1]).toEqual([2, 2, 11]);
+    expect(results[2]).toEqual([2, 2, 6]);
     const str = await step('simple_dyna_sequence', 'abc', 1, { start: true });
     expect(str.status).toBe(400);
     expect(str.body.error).toMatch(/is a string, but its CORRID control 'CORRID' is UINT64/);
   }, 30_000);
 
   it('rejects unknown sequences and batched requests with Triton\'s texts', async () => {
-    const r = await step('simple_sequence', 424242, 1);
+    const r = await step('simple_sequence_state', 424242, 1);
     expect(r.status).toBe(400);
     expect(r.body.error).toBe(
-      "[request id: <id_unknown>] inference request for sequence 424242 to model 'simple_sequence' must specify the START flag on the first request of the sequence",
+      "[request id: <id_unknown>] inference request for sequence 424242 to model 'simple_sequence_state' must specify the START flag on the first request of the sequence",
     );
-    const b = await infer('simple_sequence', {
+    const b = await infer('simple_sequence_state', {
       id: 'b2', parameters: { sequence_id: 9, sequence_start: true },
       inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [2, 1], data: [1, 2] }],
     });
     expect(b.status).toBe(400);
-    expect(b.body.error).toBe("[request id: b2] inference request to model 'simple_sequence' must specify batch-size 1 due to requirements of sequence batcher");
-    const ctl = await infer('simple_sequence', {
+    expect(b.body.error).toBe("[request id: b2] inference request to model 'simple_sequence_state' must specify batch-size 1 due to requirements of sequence batcher");
+    const ctl = await infer('simple_sequence_state', {
       parameters: { sequence_id: 9, sequence_start: true },
       inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [1] }, { name: 'START', datatype: 'INT32', shape: [1, 1], data: [1] }],
     });
     expect(ctl.status).toBe(400);
-    expect(ctl.body.error).toMatch(/input 'START' for model 'simple_sequence' is supplied by the server \(sequence control or state\)/);
+    expect(ctl.body.error).toMatch(/input 'START' for model 'simple_sequence_state' is supplied by the server \(sequence control or state\)/);
   });
 
   it('reaps an idle sequence: its next request must START again', async () => {
