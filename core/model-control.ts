@@ -202,6 +202,7 @@ export class RepositoryPoller {
       await repository.unload(name).catch(() => {});
       repository.forget(name);
     }
+    repository.markLoading(c.added);
     await Promise.all([...c.added, ...c.modified].map(async (name) => {
       log.info(`${c.added.includes(name) ? 'loading new' : 'reloading changed'} model '${name}'`);
       // Failures are logged by the repository and leave the model as it was (or UNAVAILABLE if new).

@@ -102,6 +102,7 @@ export class ModelRepository {
   async loadAll(names?: string[]): Promise<void> {
     const found = await this.scan();
     const todo = names ? names.filter((n) => found.has(n) || this.missing(n)) : [...found.keys()];
+    this.markLoading(todo);
     const queue = [...todo];
     const worker = async () => {
       // A failure leaves that model UNAVAILABLE with its reason (logged); the others still load.
@@ -109,6 +110,17 @@ export class ModelRepository {
       for (let n = queue.shift(); n !== undefined; n = queue.shift()) await this.ensureLoaded(n);
     };
     await Promise.all(Array.from({ length: Math.min(4, queue.length) }, worker));
+  }
+
+  /**
+   * Registers models about to load as LOADING, so that readiness waits for every one of them, not
+   * only for those whose load has begun (loads run four at a time).
+   */
+  markLoading(names: readonly string[]): void {
+    for (const n of names) {
+      const e = this.entry(n);
+      if (e.versions.size === 0 && e.unavailable.size === 0 && !e.error) e.state = 'LOADING';
+    }
   }
 
   private missing(name: string): boolean {

@@ -56,6 +56,8 @@ export class InferenceServer implements InProcessServer {
   readonly log: Logger;
   readonly options: Required<Pick<ServerOptions, 'id' | 'version' | 'strictReadiness' | 'modelControlMode'>>;
   private live = false;
+  /** The start-up load is over: readiness may be true from here on (live is true from the start). */
+  private started = false;
   private stopping = false;
   /** Admitted requests not yet answered with their final response, and who waits for none. */
   private inflight = 0;
@@ -92,12 +94,16 @@ export class InferenceServer implements InProcessServer {
   /** Loads the start-up models. Failures leave those models UNAVAILABLE; see `index()`. */
   async start(): Promise<void> {
     this.live = true;
-    if (this.options.modelControlMode === 'explicit') {
-      const wanted = this.opts.startupModels ?? [];
-      if (wanted.includes('*')) await this.repository.loadAll();
-      else await this.repository.loadAll(wanted);
-    } else {
-      await this.repository.loadAll();
+    try {
+      if (this.options.modelControlMode === 'explicit') {
+        const wanted = this.opts.startupModels ?? [];
+        if (wanted.includes('*')) await this.repository.loadAll();
+        else await this.repository.loadAll(wanted);
+      } else {
+        await this.repository.loadAll();
+      }
+    } finally {
+      this.started = true;
     }
   }
 
@@ -106,7 +112,8 @@ export class InferenceServer implements InProcessServer {
   }
 
   isReady(): boolean {
-    if (!this.isLive()) return false;
+    // Until the start-up load is over, models the scan has not reached yet are not registered at all.
+    if (!this.isLive() || !this.started) return false;
     return this.options.strictReadiness ? this.repository.allReady() : true;
   }
 

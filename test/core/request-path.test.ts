@@ -85,3 +85,27 @@ describe('in-flight requests and graceful stop', () => {
     await inflight.catch(() => {});
   });
 });
+
+describe('readiness at start-up', () => {
+  it('is not ready until the start-up load is over, even while the repository is still being listed', async () => {
+    const { BackendRegistry, InferenceServer } = await import('../../core/index.js');
+    const { ToyLab, memorySource } = await import('../helpers/toy.js');
+    const lab = new ToyLab();
+    const backends = new BackendRegistry();
+    backends.register('toy', () => lab.backend());
+    const mem = memorySource({ m: { name: 'm', backend: 'toy', input: [{ name: 'X', data_type: 'TYPE_FP32', dims: [1] }], output: [{ name: 'Y', data_type: 'TYPE_FP32', dims: [1] }] } });
+    let release!: () => void;
+    const listed = new Promise<void>((r) => (release = r));
+    // A slow listing (a network file system, a big repository): no model is registered yet.
+    const source = { ...mem, listModels: async () => { await listed; return mem.listModels(); } };
+    const server = new InferenceServer({ sources: [source], backends });
+    const starting = server.start();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(server.isLive()).toBe(true);
+    expect(server.isReady()).toBe(false);
+    release();
+    await starting;
+    expect(server.isReady()).toBe(true);
+    await server.stop();
+  });
+});
