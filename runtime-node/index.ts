@@ -87,10 +87,12 @@ export function stderrLogger(verbose = 0) {
   return createLogger((_level, line) => process.stderr.write(line + '\n'), verbose);
 }
 
-export function createNodeBackends(log: Logger): BackendRegistry {
+export function createNodeBackends(log: Logger, backendConfig: NodeServerOptions['backendConfig'] = {}): BackendRegistry {
   const backends = new BackendRegistry();
   backends.register('onnxruntime', () => createOnnxBackend({ log, cores: availableParallelism() }));
   backends.register('javascript', () => createJsBackend({ log }));
+  // Loaded when a model first needs it: servers without Python models never touch it.
+  backends.register('python', async () => (await import('./python/index.js')).createPythonBackend({ log, config: { ...backendConfig['*'], ...backendConfig.python } }));
   return backends;
 }
 
@@ -106,7 +108,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
   const grpcRestrictions = parseRestrictions(opts.grpcRestrictedProtocol ?? [], '--grpc-restricted-protocol', 'triton-grpc-protocol-');
   const server = new InferenceServer({
     sources: opts.modelRepositories.map((p) => new FolderSource(p)),
-    backends: withExtraBackends(createNodeBackends(log), opts.extraBackends),
+    backends: withExtraBackends(createNodeBackends(log, opts.backendConfig), opts.extraBackends),
     log,
     id: opts.id,
     strictReadiness: opts.strictReadiness,
