@@ -32,7 +32,8 @@ export interface WireTensor {
   data: ort.Tensor.DataType;
 }
 
-export type WorkerRequest = { id: number; feeds: Record<string, WireTensor>; fetches: string[] };
+/** `postedAt`: epoch ms when the main thread queued it behind a running batch, else 0. */
+export type WorkerRequest = { id: number; feeds: Record<string, WireTensor>; fetches: string[]; postedAt: number };
 
 export type WorkerReply =
   | { kind: 'ready'; provider: string; failures: string[]; inputNames: readonly string[]; outputNames: readonly string[] }
@@ -94,7 +95,12 @@ let running = false;
 port.on('message', (msg: WorkerRequest | 'close') => {
   const arrived = performance.now();
   const queuedBehind = running;
-  chain = chain.then(() => handle(msg, queuedBehind ? performance.now() - arrived : 0));
+  chain = chain.then(() => {
+    // A batch posted while this thread was blocked in a run arrives only after it: its wait counts
+    // from when the main thread posted it (timeOrigin makes the two threads' clocks comparable).
+    const posted = msg !== 'close' && msg.postedAt > 0 ? performance.timeOrigin + performance.now() - msg.postedAt : 0;
+    return handle(msg, Math.max(posted, queuedBehind ? performance.now() - arrived : 0));
+  });
 });
 
 async function handle(msg: WorkerRequest | 'close', waitMs: number): Promise<void> {
