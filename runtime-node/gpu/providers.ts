@@ -67,7 +67,7 @@ export function providerStatus(): ProviderStatus[] {
     if (name === 'webgpu') return { name, available: inBinary, detail: inBinary ? 'bundled; needs a WebGPU adapter (tried at session creation)' : 'not in this build' };
     if (name === 'cuda' || name === 'tensorrt') {
       const lib = providerLib(name);
-      if (!lib) return { name, available: false, detail: `provider library not installed (see README: GPU execution providers)` };
+      if (!lib) return { name, available: false, detail: `provider library not installed (docs/gpu.md: CUDA and TensorRT)` };
       if (gpus === 0) return { name, available: false, detail: `provider library present but no NVIDIA GPU found` };
       return { name, available: true, detail: `${lib}, ${gpus} GPU(s)` };
     }
