@@ -1,0 +1,68 @@
+/**
+ * Three `tsi-node serve` replicas behind Debian's HAProxy (bench/replicas.ts): HTTP/1.1 and gRPC (h2)
+ * clients send `simple` through it, every answer checked against its own random inputs, while each
+ * replica in turn is sent SIGTERM, drains, exits 0 and is started again, as a Kubernetes rolling update
+ * does. Zero failed requests, with HAProxy retrying refused connections, connections closed without
+ * an answer and 503s (retry-on, redispatch): tsi's shutdown closes its listeners at SIGTERM, before a
+ * health check can see it not ready (issue 19 removes the need for those retries). Needs `haproxy`
+ * (.ci/run installs it; skipped with a message elsewhere) and the compiled CLI in dist/.
+ */
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Haproxy, hasHaproxy, makeRepository, rollingRestart, startLoad, startReplicas, type Replica } from '../../bench/replicas.js';
+
+const haproxy = hasHaproxy();
+if (!haproxy) {
+  if (process.env.CI) throw new Error('haproxy is missing: .ci/run installs it (apt-get install haproxy)');
+  console.warn('deploy-replicas: skipped, haproxy is not installed (apt-get install haproxy)');
+}
+
+describe.skipIf(!haproxy)('3 replicas behind HAProxy, restarted one at a time under load', () => {
+  let repo: ReturnType<typeof makeRepository>;
+  let replicas: Replica[] = [];
+  let h: Haproxy | undefined;
+
+  beforeAll(async () => {
+    repo = makeRepository(['simple']);
+    ({ replicas } = await startReplicas(3, repo.path, 30));
+    h = await Haproxy.start(replicas, { retries: true });
+  }, 120_000);
+
+  afterAll(async () => {
+    await h?.stop();
+    for (const r of replicas) r.kill();
+    repo?.cleanup();
+  });
+
+  it('loses no request and every answer matches its inputs; each replica exits 0 and comes back', async () => {
+    const load = startLoad(h!, { httpClients: 16, grpcClients: 4 });
+    await new Promise((r) => setTimeout(r, 500));
+    const served: number[] = [];
+    const timings = [];
+    for (const r of replicas) {
+      const before = load.http.ok + load.grpc.ok;
+      timings.push(...await rollingRestart([r], h!));
+      served.push(load.http.ok + load.grpc.ok - before);
+    }
+    await new Promise((r) => setTimeout(r, 500));
+    const { http, grpc } = await load.finish();
+    console.log(`rolling restart: HTTP ${http.requests} requests, gRPC ${grpc.requests}; ` +
+      timings.map((t) => `${t.replica} drained in ${t.drainMs.toFixed(0)} ms, ready ${t.startupMs.toFixed(0)} ms after start, UP in HAProxy ${t.backInRotationMs.toFixed(0)} ms later`).join('; '));
+    expect(http.failures).toEqual({});
+    expect(grpc.failures).toEqual({});
+    expect(http.ok).toBe(http.requests);
+    expect(grpc.ok).toBe(grpc.requests);
+    expect(http.ok).toBeGreaterThan(100);
+    expect(grpc.ok).toBeGreaterThan(20);
+    // Traffic went on while each replica was away.
+    for (const n of served) expect(n).toBeGreaterThan(0);
+    for (const t of timings) expect(t.exitCode).toBe(0);
+    // Every replica served both frontends' traffic (HAProxy's per-server session totals).
+    const csv = (await h!.command('show stat')).trim().split('\n');
+    const cols = csv[0]!.replace(/^# /, '').split(',');
+    const [px, sv, stot] = ['pxname', 'svname', 'stot'].map((c) => cols.indexOf(c));
+    for (const line of csv.slice(1).map((l) => l.split(','))) {
+      if (line[sv!]!.startsWith('r')) expect(Number(line[stot!]), `${line[px!]}/${line[sv!]}`).toBeGreaterThan(0);
+    }
+  }, 180_000);
+});
