@@ -4,6 +4,7 @@
  * core, so this file only wires backends, repositories and listeners together.
  */
 
+import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import {
   BackendRegistry, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, controllableLogger, createHttpApp,
@@ -87,9 +88,37 @@ export function stderrLogger(verbose = 0) {
   return createLogger((_level, line) => process.stderr.write(line + '\n'), verbose);
 }
 
+/**
+ * The cores this process may use: the machine's, capped by a cgroup CPU quota (a container's or a
+ * Kubernetes pod's CPU limit), which availableParallelism() does not see. A pod limited to 2 CPUs on a
+ * 64-core node would otherwise size onnxruntime's thread pools for 64 and be throttled.
+ */
+export function usableCores(): number {
+  const cores = availableParallelism();
+  const quota = (text: string | undefined): number | undefined => {
+    const m = text ? /^(\d+)\s+(\d+)/.exec(text.trim()) : null;
+    return m && Number(m[2]) > 0 ? Number(m[1]) / Number(m[2]) : undefined;
+  };
+  const read = (p: string) => {
+    try {
+      return readFileSync(p, 'utf8');
+    } catch {
+      return undefined;
+    }
+  };
+  // cgroup v2: "max 100000" (no limit) or "<quota> <period>"; v1: two files, quota -1 for none.
+  let limit = quota(read('/sys/fs/cgroup/cpu.max'));
+  if (limit === undefined) {
+    const q = Number(read('/sys/fs/cgroup/cpu/cpu.cfs_quota_us'));
+    const p = Number(read('/sys/fs/cgroup/cpu/cpu.cfs_period_us'));
+    if (q > 0 && p > 0) limit = q / p;
+  }
+  return limit !== undefined ? Math.max(1, Math.min(cores, Math.ceil(limit))) : cores;
+}
+
 export function createNodeBackends(log: Logger, backendConfig: NodeServerOptions['backendConfig'] = {}): BackendRegistry {
   const backends = new BackendRegistry();
-  backends.register('onnxruntime', () => createOnnxBackend({ log, cores: availableParallelism() }));
+  backends.register('onnxruntime', () => createOnnxBackend({ log, cores: usableCores() }));
   backends.register('javascript', () => createJsBackend({ log }));
   // Loaded when a model first needs it: servers without Python models never touch it.
   backends.register('python', async () => (await import('./python/index.js')).createPythonBackend({ log, config: { ...backendConfig['*'], ...backendConfig.python } }));
