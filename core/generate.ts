@@ -158,6 +158,9 @@ async function single(server: InferenceServer, request: InferRequest, signal: Ab
   return new Response(rendered[0]!.text, { status, headers: JSON_HEADERS });
 }
 
+/** Responses a generate_stream client may leave unread before its request is cancelled. */
+const MAX_UNSENT_BYTES = 256 * 1024 * 1024;
+
 function stream(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
   const encoder = new TextEncoder();
   let controller!: ReadableStreamDefaultController<Uint8Array>;
@@ -173,7 +176,7 @@ function stream(server: InferenceServer, request: InferRequest, signal: AbortSig
       cancelled = true;
       cancelRequest?.();
     },
-  });
+  }, new ByteLengthQueuingStrategy({ highWaterMark: 1 << 20 }));
   return new Promise<Response>((resolve) => {
     let started = false;
     const begin = (ok: boolean) => {
@@ -186,7 +189,16 @@ function stream(server: InferenceServer, request: InferRequest, signal: AbortSig
       if (!flagOnly) {
         const { text, ok } = render(r);
         begin(ok);
-        if (!cancelled) controller.enqueue(encoder.encode(`data: ${text}\n\n`));
+        if (!cancelled) {
+          controller.enqueue(encoder.encode(`data: ${text}\n\n`));
+          // A client that stops reading while the model keeps sending: past this much unsent, give up on
+          // it (cancel the request, end the stream) rather than hold the model's output in memory.
+          if ((controller.desiredSize ?? 0) < -MAX_UNSENT_BYTES) {
+            cancelled = true;
+            cancelRequest?.();
+            controller.error(new Error(`generate_stream: the client read nothing while ${MAX_UNSENT_BYTES} bytes of responses waited`));
+          }
+        }
       }
       if (final) {
         begin(true);

@@ -16,6 +16,10 @@ export { ModelVersion, type ModelState } from './model.js';
 export { ModelStats, type FailureReason } from './stats.js';
 export { PendingRequest, validateRequest, requestPrefix, type SequenceFlags } from './request.js';
 export {
+  describeValue, checkJsonParam, checkProtoParam, checkDatatype, checkShape, REQUEST_PARAMS, INPUT_PARAMS, OUTPUT_PARAMS,
+  TRITON_GRPC_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, type ParamRules,
+} from './request-params.js';
+export {
   createHttpApp, inferEndpoint, chooseEncoding, errorResponse, errorReply, json, readBody, tooLarge, DEFAULT_MAX_INPUT_SIZE,
   type HttpOptions, type HttpReply, type InferHttpRequest,
 } from './http.js';

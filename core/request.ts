@@ -8,6 +8,7 @@
 import type { BackendRequest, ResponsePayload } from './backend.js';
 import { TsiError, invalidArg } from './errors.js';
 import type { ModelConfig, ModelInput } from './model-config.js';
+import { UINT64, describeValue, jsonKinds } from './request-params.js';
 import { dataLength, shapeToString } from './tensor.js';
 import type { DataType, InferRequest, Parameters, ParamValue, Tensor } from './types.js';
 import { configTypeToDatatype } from './config.js';
@@ -146,16 +147,18 @@ export class PendingRequest implements BackendRequest {
   }
 }
 
-function paramInt(name: string, v: ParamValue, prefix: string): number {
-  if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
-  if (typeof v === 'bigint' && v >= 0n) return Number(v);
-  if (typeof v === 'string' && /^\d+$/.test(v)) return Number(v);
-  throw invalidArg(`${prefix}parameter '${name}' must be a non-negative integer, got ${JSON.stringify(String(v))}`);
+/** A client's value quoted for a message, safely (describeValue for anything that is not a scalar). */
+const quoted = (v: unknown) => JSON.stringify(typeof v === 'object' && v !== null ? describeValue(v) : String(v));
+
+/** An unsigned 64-bit parameter (priority, timeout): Triton's uint64, here as a number. */
+function paramUint(name: string, v: ParamValue, prefix: string): number {
+  if ((jsonKinds(v) & UINT64) !== 0) return Number(v);
+  throw invalidArg(`${prefix}parameter '${name}' must be a non-negative integer, got ${quoted(v)}`);
 }
 
 function paramBool(name: string, v: ParamValue, prefix: string): boolean {
   if (typeof v === 'boolean') return v;
-  throw invalidArg(`${prefix}parameter '${name}' must be a boolean, got ${JSON.stringify(String(v))}`);
+  throw invalidArg(`${prefix}parameter '${name}' must be a boolean, got ${quoted(v)}`);
 }
 
 export interface ValidateOptions {
@@ -235,15 +238,18 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
       }
       const prefix = requestPrefix(req.id);
       switch (k) {
-        case 'priority': priority = paramInt(k, v, prefix); break;
-        case 'timeout': timeoutUs = paramInt(k, v, prefix); break;
+        case 'priority': priority = paramUint(k, v, prefix); break;
+        case 'timeout': timeoutUs = paramUint(k, v, prefix); break;
         case 'sequence_start': seqStart = paramBool(k, v, prefix); break;
         case 'sequence_end': seqEnd = paramBool(k, v, prefix); break;
+        case 'binary_data_output': paramBool(k, v, prefix); break;
         case 'sequence_id':
           if (typeof v === 'string') seqId = v;
-          else if (typeof v === 'bigint' && v >= 0n) seqId = v;
+          else if (typeof v === 'bigint' && v >= 0n && v < 1n << 64n) seqId = v;
           else if (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) seqId = BigInt(v);
-          else throw fail(req, `parameter 'sequence_id' must be an unsigned integer or a string, got ${JSON.stringify(String(v))}`);
+          else if (typeof v === 'number' && Number.isInteger(v) && v > 0 && v < 2 ** 64) {
+            throw fail(req, `parameter 'sequence_id' ${v} is past 2^53 and has lost digits as a JSON number: send it as a string`);
+          } else throw fail(req, `parameter 'sequence_id' must be an unsigned integer or a string, got ${quoted(v)}`);
           break;
         default: break;
       }
@@ -275,6 +281,9 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
     let count = 1;
     for (let d = 0; shapeOk && d < shape.length; d++) {
       const n = shape[d]!;
+      if (n === -1) {
+        throw fail(req, `All input dimensions should be specified for input '${t.name}' for model '${modelName}', got ${shapeToString(shape)}`);
+      }
       if (!(Number.isInteger(n) && n >= 0 && (full[d] === -1 || full[d] === n))) shapeOk = false;
       count *= n;
     }
@@ -286,6 +295,9 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
           + ' See the model configuration docs for more info on max_batch_size.';
       }
       throw fail(req, msg);
+    }
+    if (count >= 2 ** 63) {
+      throw fail(req, `invalid shape for input '${t.name}': shape ${shapeToString(shape)} causes total element count to exceed maximum size of 9223372036854775807`);
     }
     const got = dataLength(t.data);
     if (got !== count) {
@@ -330,7 +342,7 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
       if (requestedOutputs.includes(o.name)) throw fail(req, `output '${o.name}' is requested more than once for model '${modelName}'`);
       const cls = o.parameters?.classification;
       if (cls !== undefined && !(typeof cls === 'number' && Number.isInteger(cls) && cls > 0)) {
-        throw fail(req, `output '${o.name}': 'classification' must be a positive integer, got ${JSON.stringify(String(cls))}`);
+        throw fail(req, `output '${o.name}': 'classification' must be a positive integer, got ${quoted(cls)}`);
       }
       requestedOutputs.push(o.name);
     }

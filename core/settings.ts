@@ -9,6 +9,8 @@
 import { TsiError } from './errors.js';
 import type { Logger } from './types.js';
 import type { TraceLevel, TraceManager, TraceSetting, TraceSettingUpdate } from './trace.js';
+// Client values in messages go through describeValue: JSON.stringify of a deeply nested one overflows the stack.
+import { describeValue } from './request-params.js';
 
 export interface LogSwitches {
   info: boolean;
@@ -65,20 +67,20 @@ export class LogSettings {
     for (const [key, field] of [['log_info', 'info'], ['log_warning', 'warning'], ['log_error', 'error']] as const) {
       const v = u[key];
       if (v === undefined || v === null) continue;
-      if (typeof v !== 'boolean') throw new TsiError('INVALID_ARG', `expected a boolean for '${key}', got ${JSON.stringify(v)}`);
+      if (typeof v !== 'boolean') throw new TsiError('INVALID_ARG', `expected a boolean for '${key}', got ${describeValue(v)}`);
       next[field] = v;
     }
     const level = u.log_verbose_level;
     if (level !== undefined && level !== null) {
       if (typeof level !== 'number' || !Number.isInteger(level) || level < 0 || level > 0xffffffff) {
-        throw new TsiError('INVALID_ARG', `expected an unsigned integer for 'log_verbose_level', got ${JSON.stringify(level)}`);
+        throw new TsiError('INVALID_ARG', `expected an unsigned integer for 'log_verbose_level', got ${describeValue(level)}`);
       }
       next.verboseLevel = level;
     }
     const format = u.log_format;
     if (format !== undefined && format !== null) {
       if (format !== 'default' && format !== 'ISO8601') {
-        throw new TsiError('UNAVAILABLE', `invalid argument for --log_format, got: ${typeof format === 'string' ? format : JSON.stringify(format)}`);
+        throw new TsiError('UNAVAILABLE', `invalid argument for --log_format, got: ${typeof format === 'string' && format.length <= 60 ? format : describeValue(format)}`);
       }
       next.format = format;
     }
@@ -125,7 +127,7 @@ export function parseTraceUpdate(u: Record<string, string | string[] | null>): T
       if (v.length !== 1) throw new TsiError('INVALID_ARG', `expected a single value for '${k}', got ${v.length}`);
       return v[0]!;
     }
-    if (typeof v !== 'string') throw new TsiError('INVALID_ARG', `expected a string value for '${k}', got ${JSON.stringify(v)}`);
+    if (typeof v !== 'string') throw new TsiError('INVALID_ARG', `expected a string value for '${k}', got ${describeValue(v)}`);
     return v;
   };
   if ('trace_level' in u) {

@@ -5,6 +5,7 @@
  */
 
 import { invalidArg } from './errors.js';
+import { JSON_DEPTH_MESSAGE, MAX_JSON_DEPTH, describeValue } from './request-params.js';
 import type { DataType, NumericArray, Tensor, TensorData } from './types.js';
 
 const ELEMENT_SIZE: Record<DataType, number> = {
@@ -97,12 +98,15 @@ export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
   return out;
 }
 
+/** Splits 4-byte length-prefixed BYTES elements (callers name the tensor in their messages). */
 export function decodeBytesElements(bytes: Uint8Array, expected?: number): Uint8Array[] {
   const out: Uint8Array[] = [];
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let off = 0;
   while (off < bytes.byteLength) {
-    if (off + 4 > bytes.byteLength) throw invalidArg('truncated BYTES element: missing 4-byte length prefix');
+    if (off + 4 > bytes.byteLength) {
+      throw invalidArg(`truncated BYTES element ${out.length}: its 4-byte length prefix has only ${bytes.byteLength - off} byte(s)`);
+    }
     const len = view.getUint32(off, true);
     off += 4;
     if (off + len > bytes.byteLength) {
@@ -123,8 +127,10 @@ const utf8d = new TextDecoder();
 export const encodeString = (s: string): Uint8Array => utf8.encode(s);
 export const decodeString = (b: Uint8Array): string => utf8d.decode(b);
 
-function flatten(v: unknown, out: unknown[]): void {
-  if (Array.isArray(v)) for (const x of v) flatten(x, out);
+/** Nested arrays flattened in row-major order, at most MAX_JSON_DEPTH deep (Triton's bound and text). */
+function flatten(v: unknown, out: unknown[], depth: number, what: string): void {
+  if (depth >= MAX_JSON_DEPTH) throw invalidArg(`${what}: ${JSON_DEPTH_MESSAGE}`);
+  if (Array.isArray(v)) for (const x of v) flatten(x, out, depth + 1, what);
   else out.push(v);
 }
 
@@ -134,9 +140,9 @@ function flatten(v: unknown, out: unknown[]): void {
  */
 export function fromJsonValues(dt: DataType, json: unknown, what: string): TensorData {
   const flat: unknown[] = [];
-  flatten(json, flat);
+  flatten(json, flat, 0, what);
   const bad = (i: number, expected: string) =>
-    invalidArg(`${what}: element ${i} is ${JSON.stringify(flat[i])}, expected ${expected} for datatype ${dt}`);
+    invalidArg(`${what}: element ${i} is ${describeValue(flat[i])}, expected ${expected} for datatype ${dt}`);
   switch (dt) {
     case 'BYTES':
       return flat.map((v, i) => {
@@ -159,12 +165,16 @@ export function fromJsonValues(dt: DataType, json: unknown, what: string): Tenso
     case 'INT64':
     case 'UINT64': {
       const out = dt === 'INT64' ? new BigInt64Array(flat.length) : new BigUint64Array(flat.length);
+      const [lo, hi] = dt === 'INT64' ? [-(1n << 63n), (1n << 63n) - 1n] : [0n, (1n << 64n) - 1n];
       flat.forEach((v, i) => {
-        if (typeof v === 'number' && Number.isInteger(v)) out[i] = BigInt(v);
-        else if (typeof v === 'bigint') out[i] = v;
-        else if (typeof v === 'string' && /^-?\d+$/.test(v)) out[i] = BigInt(v);
+        let b: bigint;
+        if (typeof v === 'number' && Number.isInteger(v)) b = BigInt(v);
+        else if (typeof v === 'bigint') b = v;
+        else if (typeof v === 'string' && /^-?\d{1,20}$/.test(v)) b = BigInt(v);
         else throw bad(i, 'an integer');
-        if (dt === 'UINT64' && (typeof v === 'number' ? v < 0 : BigInt(v as string | bigint) < 0n)) throw bad(i, 'a non-negative integer');
+        // A typed array would wrap an out-of-range value silently.
+        if (b < lo || b > hi) throw bad(i, `a value in [${lo}, ${hi}]`);
+        out[i] = b;
       });
       return out;
     }

@@ -2,14 +2,19 @@
  * The KServe v2 HTTP body formats: JSON tensors and Triton's binary tensor data extension
  * (`Inference-Header-Content-Length`, `binary_data_size`, BYTES length prefixes, raw single-input
  * bodies), both ways. Pure functions over bytes, shared by the Node server, the browser's `fetch` and
- * the Service Worker, so every runtime frames tensors identically.
+ * the Service Worker, so every runtime frames tensors identically. Every field a client controls is
+ * checked by the rules of request-params.ts before it is used, with Triton's HTTP texts.
  */
 
 import { TsiError, invalidArg } from './errors.js';
 import type { ModelConfig } from './model-config.js';
 import { configTypeToDatatype } from './config.js';
+import {
+  INPUT_PARAMS, OUTPUT_PARAMS, REQUEST_PARAMS, RESERVED_PREFIX_MESSAGE, checkDatatype, checkJsonParam, checkJsonShape, describeValue,
+  jsonKinds, type ParamRules, type ParamSite,
+} from './request-params.js';
 import { byteSize, concatBytes, elementCount, elementSize, fromBytes, fromJsonValues, toBytes, toJsonValues } from './tensor.js';
-import { DATATYPES, type DataType, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput } from './types.js';
+import type { InferInput, InferRequest, InferResponse, Parameters, ParamValue, RequestedOutput } from './types.js';
 
 export const HEADER_LENGTH = 'Inference-Header-Content-Length';
 
@@ -29,25 +34,40 @@ export interface DecodedRequest {
 
 const utf8 = new TextDecoder();
 const utf8Encoder = new TextEncoder();
-const DATATYPE_SET: ReadonlySet<string> = new Set(DATATYPES);
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-function jsonParams(v: unknown, where: string): Parameters | undefined {
-  if (v === undefined) return undefined;
-  if (!isObj(v)) throw invalidArg(`${where}: 'parameters' must be a JSON object`);
+/**
+ * A `parameters` object, each key checked by its rule (request-params.ts). On the request every
+ * other key must be a scalar (it reaches the backend); on a tensor Triton ignores keys it does not know,
+ * so non-scalar ones are dropped rather than refused.
+ */
+function jsonParams(v: unknown, rules: ParamRules, site: ParamSite, tensorLevel: boolean): Parameters {
   const out: Parameters = {};
+  if (v === undefined) return out;
+  if (!isObj(v)) {
+    throw invalidArg(
+      `failed to get ${site.tensor ? `parameters of ${site.tensor}` : 'request params'}.: attempt to get members for non-object (model '${site.model}': got ${describeValue(v)})`,
+    );
+  }
   for (const k in v) {
     const x = v[k];
-    if (typeof x === 'string' || typeof x === 'number' || typeof x === 'boolean') out[k] = x as ParamValue;
-    else throw invalidArg(`${where}: parameter '${k}' must be a string, number or boolean`);
+    if (!tensorLevel && k.startsWith('triton_')) throw invalidArg(RESERVED_PREFIX_MESSAGE);
+    if (tensorLevel && !(k in rules) && jsonKinds(x) === 0) continue;
+    checkJsonParam(rules, k, x, site);
+    out[k] = x as ParamValue;
   }
   return out;
 }
 
+const unableToParse = (field: string, complaint: string, where: string, got: unknown) =>
+  invalidArg(`Unable to parse '${field}': attempt to access JSON ${complaint} (${where}: got ${describeValue(got)})`);
+
 /**
  * Parses a v2 infer body. `headerLength` is the Inference-Header-Content-Length header (undefined when
- * absent). `model` is needed only for the raw binary form (header length 0).
+ * absent). `model` is needed only for the raw binary form (header length 0). Every field a client
+ * controls is checked here or in request-params.ts before anything else reads it; texts are Triton's
+ * (http_server.cc) with where and what tsi found added.
  */
 export function decodeInferRequest(
   body: Uint8Array, headerLength: string | undefined, modelName: string, modelVersion: string | undefined,
@@ -56,7 +76,7 @@ export function decodeInferRequest(
   let jsonEnd = body.byteLength;
   if (headerLength !== undefined) {
     const n = /^\s*\d+\s*$/.test(headerLength) ? Number(headerLength) : NaN;
-    if (!Number.isSafeInteger(n)) throw invalidArg(`Unable to parse ${HEADER_LENGTH}, got: ${headerLength}`);
+    if (!Number.isSafeInteger(n)) throw invalidArg(`Unable to parse ${HEADER_LENGTH}, got: ${headerLength.slice(0, 64)}`);
     if (n === 0) return decodeRawBinary(body, modelName, modelVersion, config());
     if (n < 0 || n > body.byteLength) {
       throw invalidArg(`inference header size should be in range (0, ${body.byteLength}), got: ${n}`);
@@ -69,37 +89,31 @@ export function decodeInferRequest(
   } catch (err) {
     throw invalidArg(`failed to parse the request JSON buffer: ${(err as Error).message}`);
   }
-  if (!isObj(header)) throw invalidArg('failed to parse the request JSON buffer: the request must be a JSON object');
+  const model = modelName;
+  if (!isObj(header)) throw invalidArg(`failed to parse the request JSON buffer: the request must be a JSON object, got ${describeValue(header)}`);
   const id = header.id;
-  if (id !== undefined && typeof id !== 'string') throw invalidArg(`'id' must be a string, got ${JSON.stringify(id)}`);
-  const parameters = jsonParams(header.parameters, 'request') ?? {};
-  for (const k in parameters) {
-    if (k.startsWith('triton_')) {
-      throw invalidArg(`parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.`);
-    }
+  if (id !== undefined && typeof id !== 'string') throw unableToParse('id', 'non-string as string', `request for model '${model}'`, id);
+  const parameters = jsonParams(header.parameters, REQUEST_PARAMS, { model }, false);
+  if (!Array.isArray(header.inputs)) {
+    const complaint = header.inputs === undefined ? `access non-existing object member 'inputs'` : `access JSON non-array as array`;
+    throw invalidArg(`Unable to parse 'inputs': attempt to ${complaint} (request for model '${model}': expected an array of tensors, got ${describeValue(header.inputs)})`);
   }
-  if (!Array.isArray(header.inputs)) throw invalidArg(`Unable to find 'inputs' in the request JSON: it must be an array of tensors`);
   let offset = jsonEnd;
   const inputs: InferInput[] = [];
   const shmInputs: DecodedRequest['shmInputs'] = [];
   const rawInputs: unknown[] = header.inputs;
   for (let index = 0; index < rawInputs.length; index++) {
     const raw = rawInputs[index];
-    if (!isObj(raw)) throw invalidArg(`input ${index} must be a JSON object`);
+    if (!isObj(raw)) throw invalidArg(`input ${index} for model '${model}' must be a JSON object, got ${describeValue(raw)}`);
     const name = raw.name;
-    if (typeof name !== 'string' || name === '') throw invalidArg(`input ${index} must have a string 'name'`);
-    const datatype = raw.datatype;
-    if (typeof datatype !== 'string' || !DATATYPE_SET.has(datatype)) {
-      throw invalidArg(`input '${name}': invalid datatype ${JSON.stringify(datatype)}, expected one of ${DATATYPES.join(', ')}`);
-    }
-    const dt = datatype as DataType;
-    const shape = raw.shape;
-    if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
-      throw invalidArg(`input '${name}': 'shape' must be an array of non-negative integers, got ${JSON.stringify(shape)}`);
-    }
-    const params = jsonParams(raw.parameters, `input '${name}'`) ?? {};
-    const binSize = params.binary_data_size;
-    const shm = params.shared_memory_region;
+    if (typeof name !== 'string' || name === '') throw unableToParse('name', 'non-string as string', `input ${index} for model '${model}'`, name);
+    const what = `input '${name}'`;
+    const dt = checkDatatype(raw.datatype, what, model);
+    const count = checkJsonShape(raw.shape, name, model);
+    const shape = raw.shape as number[];
+    const params = jsonParams(raw.parameters, INPUT_PARAMS, { model, tensor: what }, true);
+    const binSize = params.binary_data_size as number | undefined;
+    const shm = params.shared_memory_region as string | undefined;
     const set: string[] = [];
     if (raw.data !== undefined) set.push(`'data'`);
     if (binSize !== undefined) set.push(`'binary_data_size' in 'parameters'`);
@@ -109,17 +123,13 @@ export function decodeInferRequest(
         `Input '${name}' must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But ${set.length === 0 ? 'no field is set' : `${set.join(' and ')} are set`}`,
       );
     }
-    const count = elementCount(shape as number[]);
     const rest: Parameters = {};
     for (const k in params) {
       if (k !== 'binary_data_size' && k !== 'shared_memory_region' && k !== 'shared_memory_offset' && k !== 'shared_memory_byte_size') rest[k] = params[k]!;
     }
     if (raw.data !== undefined) {
-      inputs.push({ name, datatype: dt, shape: shape as number[], data: fromJsonValues(dt, raw.data, `input '${name}'`), parameters: rest });
+      inputs.push({ name, datatype: dt, shape, data: fromJsonValues(dt, raw.data, `${what} for model '${model}'`), parameters: rest });
     } else if (binSize !== undefined) {
-      if (typeof binSize !== 'number' || !Number.isSafeInteger(binSize) || binSize < 0) {
-        throw invalidArg(`input '${name}': 'binary_data_size' must be a non-negative integer`);
-      }
       if (offset + binSize > body.byteLength) {
         throw invalidArg(
           `unexpected end of binary data for input '${name}': 'binary_data_size' is ${binSize} but only ${body.byteLength - offset} byte(s) remain in the request body`,
@@ -129,48 +139,66 @@ export function decodeInferRequest(
       offset += binSize;
       if (dt !== 'BYTES' && binSize !== count * elementSize(dt)) {
         throw invalidArg(
-          `input byte size mismatch for input '${name}' for model '${modelName}'. Expected ${count * elementSize(dt)}, got ${binSize}`,
+          `input byte size mismatch for input '${name}' for model '${model}'. Expected ${count * elementSize(dt)}, got ${binSize}`,
         );
       }
-      inputs.push({ name, datatype: dt, shape: shape as number[], data: fromBytes(dt, bytes), parameters: rest });
-    } else {
-      if (typeof shm !== 'string') throw invalidArg(`input '${name}': 'shared_memory_region' must be a string`);
-      const off = params.shared_memory_offset ?? 0;
-      const size = params.shared_memory_byte_size;
-      if (typeof off !== 'number' || typeof size !== 'number') {
-        throw invalidArg(`input '${name}': 'shared_memory_byte_size' (and optional 'shared_memory_offset') must be integers`);
+      let data;
+      try {
+        data = fromBytes(dt, bytes);
+      } catch (err) {
+        throw invalidArg(`${what} for model '${model}': ${(err as Error).message}`);
       }
-      shmInputs.push({ index: inputs.length, region: shm, offset: off, byteSize: size });
-      inputs.push({ name, datatype: dt, shape: shape as number[], data: new Uint8Array(0), parameters: rest });
+      inputs.push({ name, datatype: dt, shape, data, parameters: rest });
+    } else {
+      const size = params.shared_memory_byte_size as number | undefined;
+      if (size === undefined) {
+        throw invalidArg(`'shared_memory_byte_size' must be specified along with 'shared_memory_region' for ${what} for model '${model}'`);
+      }
+      shmInputs.push({ index: inputs.length, region: shm!, offset: (params.shared_memory_offset as number | undefined) ?? 0, byteSize: size });
+      inputs.push({ name, datatype: dt, shape, data: new Uint8Array(0), parameters: rest });
     }
   }
   if (offset !== body.byteLength) {
-    throw invalidArg(`unexpected additional input data for model '${modelName}': ${body.byteLength - offset} byte(s) of binary data were not claimed by any input's 'binary_data_size'`);
+    throw invalidArg(`unexpected additional input data for model '${model}': ${body.byteLength - offset} byte(s) of binary data were not claimed by any input's 'binary_data_size'`);
   }
   const binaryDefault = parameters.binary_data_output === true;
   const encoding: OutputEncoding = { binaryDefault, binary: new Map() };
   const shmOutputs: DecodedRequest['shmOutputs'] = new Map();
   let outputs: RequestedOutput[] | undefined;
   if (header.outputs !== undefined) {
-    if (!Array.isArray(header.outputs)) throw invalidArg(`'outputs' must be an array`);
-    outputs = header.outputs.map((raw: unknown, i: number) => {
-      if (!isObj(raw) || typeof raw.name !== 'string') throw invalidArg(`output ${i} must be an object with a string 'name'`);
-      const p = jsonParams(raw.parameters, `output '${raw.name}'`) ?? {};
-      if (p.binary_data !== undefined) encoding.binary.set(raw.name, p.binary_data === true);
+    if (!Array.isArray(header.outputs)) {
+      throw invalidArg(`Unable to parse 'outputs': attempt to access JSON non-array as array (request for model '${model}': got ${describeValue(header.outputs)})`);
+    }
+    const rawOutputs: unknown[] = header.outputs;
+    outputs = [];
+    for (let i = 0; i < rawOutputs.length; i++) {
+      const raw = rawOutputs[i];
+      if (!isObj(raw) || typeof raw.name !== 'string') {
+        throw unableToParse('name', 'non-string as string', `output ${i} for model '${model}'`, isObj(raw) ? raw.name : raw);
+      }
+      const name = raw.name;
+      const what = `output '${name}'`;
+      const p = jsonParams(raw.parameters, OUTPUT_PARAMS, { model, tensor: what }, true);
       if (p.shared_memory_region !== undefined) {
         if (p.classification !== undefined) {
-          throw invalidArg(`output '${raw.name}': 'classification' cannot be combined with 'shared_memory_region'`);
+          throw invalidArg(`Output can't set both 'shared_memory_region' and 'classification' (${what} for model '${model}')`);
         }
-        shmOutputs.set(raw.name, {
-          region: String(p.shared_memory_region), offset: Number(p.shared_memory_offset ?? 0), byteSize: Number(p.shared_memory_byte_size ?? 0),
+        if (p.binary_data === true) {
+          throw invalidArg(`Output can't set both 'shared_memory_region' and 'binary_data' (${what} for model '${model}')`);
+        }
+        shmOutputs.set(name, {
+          region: p.shared_memory_region as string, offset: (p.shared_memory_offset as number | undefined) ?? 0,
+          byteSize: (p.shared_memory_byte_size as number | undefined) ?? 0,
         });
       }
+      if (p.binary_data !== undefined) encoding.binary.set(name, p.binary_data === true);
       const keep: Parameters = {};
-      if (p.classification !== undefined) keep.classification = p.classification;
-      return { name: raw.name, parameters: keep };
-    });
+      // Triton reads a classification of 0 as "no classification".
+      if (p.classification !== undefined && p.classification !== 0) keep.classification = p.classification;
+      outputs.push({ name, parameters: keep });
+    }
   }
-  const request: InferRequest = { model_name: modelName, model_version: modelVersion, inputs, parameters };
+  const request: InferRequest = { model_name: model, model_version: modelVersion, inputs, parameters };
   if (typeof id === 'string') request.id = id;
   if (outputs) request.outputs = outputs;
   return { request, encoding, shmInputs, shmOutputs };

@@ -4,12 +4,14 @@
  * bytes are Buffers, an unset message field is null) — and core's InferRequest / InferResponse. Inputs
  * may come as typed `contents`, as `raw_input_contents` (HTTP's binary layout) or from a shared-memory
  * region; responses always carry `raw_output_contents`, one entry per output, as Triton's gRPC server
- * does (FP16/BF16 have no typed list). Error texts are Triton's infer_handler.cc texts where clients
- * may match on them.
+ * does (FP16/BF16 have no typed list). Parameters and tensor descriptions are checked by core's shared
+ * rules (request-params.ts: kinds, reserved `triton_` keys, shapes, datatypes) with Triton's gRPC texts
+ * (infer_handler.cc, grpc_utils.cc), where clients may match on them.
  */
 
 import {
-  DATATYPES, TsiError, fromBytes, toBytes,
+  TsiError, elementSize, fromBytes, toBytes,
+  INPUT_PARAMS, OUTPUT_PARAMS, REQUEST_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, TRITON_GRPC_PARAMS, checkDatatype, checkProtoParam, checkShape,
   type DataType, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput, type ShmRef, type TensorData,
 } from '../core/index.js';
 
@@ -48,24 +50,27 @@ export function toProtoParams(p: Parameters | undefined): Obj {
   return out;
 }
 
-/** Reserved request parameters must have Triton's types (infer_handler.cc SetInferenceRequestMetadata). */
-const RESERVED_TYPES: Record<string, { choices: string[]; expected: string }> = {
-  sequence_id: { choices: ['int64_param', 'uint64_param', 'string_param'], expected: 'int64_param or string_param' },
-  sequence_start: { choices: ['bool_param'], expected: 'bool_param' },
-  sequence_end: { choices: ['bool_param'], expected: 'bool_param' },
-  priority: { choices: ['int64_param', 'uint64_param'], expected: 'int64_param' },
-  timeout: { choices: ['int64_param', 'uint64_param'], expected: 'int64_param' },
-};
-
+/**
+ * The request's parameters, each checked by core's table (request-params.ts) with Triton's gRPC texts
+ * (infer_handler.cc SetInferenceRequestMetadata): reserved ones by their types, `triton_` keys refused
+ * unless Triton lets gRPC clients send them, custom ones as int64, bool, string or double.
+ */
 function requestParams(p: Obj | null | undefined): Parameters {
   const out: Parameters = {};
-  for (const [k, v] of Object.entries(p ?? {})) {
-    const rule = RESERVED_TYPES[k];
-    if (rule && !rule.choices.includes(v?.parameter_choice)) {
-      throw new TsiError('INVALID_ARG', `invalid value type for '${k}' parameter, expected ${rule.expected}.`);
+  if (!p) return out;
+  for (const k in p) {
+    const v = p[k] as Obj | null;
+    const choice = v?.parameter_choice;
+    if (k.startsWith('triton_')) {
+      if (!(k in TRITON_GRPC_PARAMS)) throw new TsiError('INVALID_ARG', RESERVED_PREFIX_MESSAGE_GRPC);
+      checkProtoParam(TRITON_GRPC_PARAMS, k, choice);
+    } else {
+      checkProtoParam(REQUEST_PARAMS, k, choice);
+      if (k === 'priority' && choice === 'int64_param' && String(v!.int64_param).startsWith('-')) {
+        throw new TsiError('INVALID_ARG', `invalid value for 'priority', expected value >= 0.`);
+      }
     }
-    const x = paramValue(v);
-    if (x !== undefined) out[k] = x;
+    out[k] = paramValue(v)!;
   }
   return out;
 }
@@ -80,16 +85,16 @@ function shmParams(name: string, p: Obj | null | undefined): ShmRef | undefined 
     if (size) throw new TsiError('INVALID_ARG', `'shared_memory_byte_size' can not be specified without 'shared_memory_region' parameter for tensor '${name}'`);
     return undefined;
   }
-  if (region.parameter_choice !== 'string_param') {
-    throw new TsiError('INVALID_ARG', `invalid value type for 'shared_memory_region' parameter for tensor '${name}', expected string_param.`);
-  }
-  for (const [key, v] of [['shared_memory_offset', offset], ['shared_memory_byte_size', size]] as const) {
-    if (v && v.parameter_choice !== 'int64_param' && v.parameter_choice !== 'uint64_param') {
-      throw new TsiError('INVALID_ARG', `invalid value type for '${key}' parameter for tensor '${name}', expected int64_param.`);
-    }
-  }
+  checkProtoParam(INPUT_PARAMS, 'shared_memory_region', region.parameter_choice, name);
+  if (offset) checkProtoParam(INPUT_PARAMS, 'shared_memory_offset', offset.parameter_choice, name);
+  if (size) checkProtoParam(INPUT_PARAMS, 'shared_memory_byte_size', size.parameter_choice, name);
   if (!size) throw new TsiError('INVALID_ARG', `'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '${name}'`);
-  return { region: region.string_param, offset: offset ? Number(paramValue(offset)) : 0, byteSize: Number(paramValue(size)) };
+  const off = offset ? Number(paramValue(offset)) : 0;
+  const bytes = Number(paramValue(size));
+  if (off < 0 || bytes < 0) {
+    throw new TsiError('INVALID_ARG', `invalid shared memory offset ${off} or byte size ${bytes} for tensor '${name}': expected non-negative integers`);
+  }
+  return { region: region.string_param, offset: off, byteSize: bytes };
 }
 
 const CONTENT_LIST: Partial<Record<DataType, string>> = {
@@ -140,16 +145,18 @@ export interface DecodedGrpcRequest {
 /** A ModelInferRequest message as core's InferRequest plus its shared-memory references. */
 export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
   const model: string = msg.model_name ?? '';
+  // Parameters first, as Triton reads them before the tensors.
+  const parameters = requestParams(msg.parameters);
   const raw: Buffer[] = msg.raw_input_contents ?? [];
   let rawIndex = 0;
   const shmInputs: DecodedGrpcRequest['shmInputs'] = [];
   const inputs = (msg.inputs ?? []).map((io: Obj, index: number) => {
     const name: string = io.name;
-    const dt = io.datatype as DataType;
-    if (!(DATATYPES as readonly string[]).includes(dt)) {
-      throw new TsiError('INVALID_ARG', `invalid datatype '${io.datatype}' for input '${name}' for model '${model}'`);
-    }
-    const shape = (io.shape ?? []).map((d: string) => Number(d));
+    const dt = checkDatatype(io.datatype, `input '${name}'`, model);
+    const dims: string[] = io.shape ?? [];
+    const shape = new Array<number>(dims.length);
+    for (let d = 0; d < dims.length; d++) shape[d] = Number(dims[d]);
+    const count = checkShape(shape, name, model);
     const tensorParams: Parameters = {};
     for (const [k, v] of Object.entries(io.parameters ?? {})) {
       if (!k.startsWith('shared_memory_')) {
@@ -171,7 +178,15 @@ export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
       data = typedContents(name, model, dt, io.contents);
     } else if (rawIndex < raw.length) {
       const b = raw[rawIndex++]!;
-      data = fromBytes(dt, new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
+      const es = elementSize(dt);
+      if (es > 0 && b.byteLength !== count * es) {
+        throw new TsiError('INVALID_ARG', `input byte size mismatch for input '${name}' for model '${model}'. Expected ${count * es}, got ${b.byteLength}`);
+      }
+      try {
+        data = fromBytes(dt, new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
+      } catch (err) {
+        throw new TsiError('INVALID_ARG', `input '${name}' for model '${model}': ${(err as Error).message}`);
+      }
     } else {
       throw new TsiError('INVALID_ARG', `unable to find data for input tensor '${name}' for model '${model}' in request.`);
     }
@@ -187,9 +202,7 @@ export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
     const cls = o.parameters?.classification;
     const keep: Parameters = {};
     if (cls) {
-      if (cls.parameter_choice !== 'int64_param') {
-        throw new TsiError('INVALID_ARG', `invalid value type for 'classification' parameter, expected int64_param`);
-      }
+      checkProtoParam(OUTPUT_PARAMS, 'classification', cls.parameter_choice);
       const n = Number(cls.int64_param);
       if (n <= 0) throw new TsiError('INVALID_ARG', `invalid value for 'classification' parameter, expected >= 0`);
       if (shm) throw new TsiError('INVALID_ARG', `output can't set both 'shared_memory_region' and 'classification'`);
@@ -199,7 +212,7 @@ export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
     return { name: o.name, parameters: keep };
   });
   const request: InferRequest = {
-    model_name: model, model_version: msg.model_version ?? '', inputs, parameters: requestParams(msg.parameters),
+    model_name: model, model_version: msg.model_version ?? '', inputs, parameters,
   };
   if (msg.id) request.id = msg.id;
   if (outputs.length > 0) request.outputs = outputs;

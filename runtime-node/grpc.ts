@@ -10,6 +10,14 @@
  * as its responses arrive (a decoupled model may send several), a failed request becomes a message
  * with `error_message` while the stream stays open, and the stream closes once the client has
  * half-closed and every request on it has had its final response.
+ *
+ * Requests reach the handlers as bytes and are decoded there, not in grpc-js's deserializer (whose
+ * failures become INTERNAL "Error deserializing request"): bytes that are not the message they should
+ * be are the client's error, INVALID_ARGUMENT naming the message and what was wrong with it. A stream
+ * whose client stops reading stops being read once its unsent responses pass a high-water mark (the
+ * client's further requests wait in HTTP/2 flow control), and is ended with RESOURCE_EXHAUSTED if a
+ * decoupled model keeps producing past a hard cap, so a stalled client cannot make the server buffer
+ * without bound.
  */
 
 import { existsSync } from 'node:fs';
@@ -89,6 +97,32 @@ export interface GrpcListener {
   close(timeoutMs?: number): Promise<void>;
 }
 
+/** Turns bytes into a request message; throws INVALID_ARG naming the message and the flaw. */
+export type RequestDecoder = (bytes: Buffer) => Obj;
+
+/**
+ * The service with every request left as bytes by grpc-js (an identity deserializer), and per method
+ * the decoder proto-loader made for it, for the handler to call where it can answer a failure.
+ */
+export function rawRequestService(def: protoLoader.ServiceDefinition): { service: grpc.ServiceDefinition; decoders: Record<string, RequestDecoder> } {
+  const service: Record<string, grpc.MethodDefinition<Buffer, Obj>> = {};
+  const decoders: Record<string, RequestDecoder> = {};
+  for (const [name, m] of Object.entries(def)) {
+    const decode = m.requestDeserialize as (b: Buffer) => Obj;
+    const pkg = m.path.slice(1, m.path.indexOf('/', 1));
+    const type = `${pkg.slice(0, pkg.lastIndexOf('.') + 1)}${(m.requestType.type as { name?: string }).name ?? name}`;
+    decoders[name] = (bytes) => {
+      try {
+        return decode(bytes);
+      } catch (err) {
+        throw new TsiError('INVALID_ARG', `unable to decode the request as ${type} (${bytes.byteLength} bytes): ${(err as Error).message}`);
+      }
+    };
+    service[name] = { ...(m as unknown as grpc.MethodDefinition<Buffer, Obj>), requestDeserialize: (b: Buffer) => b };
+  }
+  return { service: service as unknown as grpc.ServiceDefinition, decoders };
+}
+
 export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Promise<GrpcListener> {
   const { inference, health } = loadProtos();
   const g = new grpc.Server({
@@ -96,8 +130,10 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
     'grpc.default_compression_algorithm': COMPRESSION[opts.responseCompression ?? 'none'],
   });
-  g.addService(inference, inferenceService(server, opts));
-  g.addService(health, healthService(server));
+  const inf = rawRequestService(inference);
+  const hl = rawRequestService(health);
+  g.addService(inf.service, inferenceService(server, opts, inf.decoders));
+  g.addService(hl.service, healthService(server, hl.decoders));
   const host = opts.address.includes(':') && !opts.address.startsWith('[') ? `[${opts.address}]` : opts.address;
   const port = await new Promise<number>((resolve, reject) => {
     g.bindAsync(`${host}:${opts.port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p)));
@@ -130,12 +166,13 @@ function restriction(method: string, metadata: grpc.Metadata, r?: Restrictions):
   return { code: grpc.status.UNAVAILABLE, details: `This protocol is restricted, expecting header '${rule.key}'` };
 }
 
-function inferenceService(server: InferenceServer, opts: GrpcOptions): grpc.UntypedServiceImplementation {
+function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: Record<string, RequestDecoder>): grpc.UntypedServiceImplementation {
   const ext = opts.extensions;
-  const unary = (method: string, fn: (req: Obj) => Obj | Promise<Obj>): grpc.handleUnaryCall<Obj, Obj> => (call, callback) => {
+  const unary = (method: string, fn: (req: Obj) => Obj | Promise<Obj>): grpc.handleUnaryCall<Buffer, Obj> => (call, callback) => {
     const denied = restriction(method, call.metadata, opts.restrictedProtocol);
     if (denied) return callback(denied);
-    Promise.resolve().then(() => fn(call.request)).then((res) => callback(null, res), (err) => callback(toStatus(err)));
+    const decode = decoders[method]!;
+    Promise.resolve().then(() => fn(decode(call.request))).then((res) => callback(null, res), (err) => callback(toStatus(err)));
   };
   const noRepositoryName = (req: Obj) => {
     if (req.repository_name) throw new TsiError('UNSUPPORTED', `'repository_name' specification is not supported`);
@@ -158,22 +195,28 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions): grpc.Unty
     ModelMetadata: unary('ModelMetadata', (req) => server.modelMetadata(req.name, req.version || undefined)),
     ModelConfig: unary('ModelConfig', (req) => ({ config: server.modelConfig(req.name, req.version || undefined) })),
     ModelStatistics: unary('ModelStatistics', (req) => server.statistics(req.name || undefined, req.version || undefined)),
-    ModelInfer: (call: grpc.ServerUnaryCall<Obj, Obj>, callback: grpc.sendUnaryData<Obj>) => {
+    ModelInfer: (call: grpc.ServerUnaryCall<Buffer, Obj>, callback: grpc.sendUnaryData<Obj>) => {
       const denied = restriction('ModelInfer', call.metadata, opts.restrictedProtocol);
       if (denied) return callback(denied);
       const onCancel = (cancel: () => void) => {
         if (call.cancelled) cancel();
         else call.once('cancelled', cancel);
       };
-      modelInfer(server, ext, call.request, onCancel).then((res) => callback(null, res), (err) => callback(toStatus(err)));
+      let msg: Obj;
+      try {
+        msg = decoders.ModelInfer!(call.request);
+      } catch (err) {
+        return callback(toStatus(err));
+      }
+      modelInfer(server, ext, msg, onCancel).then((res) => callback(null, res), (err) => callback(toStatus(err)));
     },
-    ModelStreamInfer: (call: grpc.ServerDuplexStream<Obj, Obj>) => {
+    ModelStreamInfer: (call: grpc.ServerDuplexStream<Buffer, Obj>) => {
       const denied = restriction('ModelStreamInfer', call.metadata, opts.restrictedProtocol);
       if (denied) {
         call.emit('error', denied);
         return;
       }
-      streamInfer(server, ext, call);
+      streamInfer(server, ext, call, decoders.ModelStreamInfer!);
     },
     RepositoryIndex: unary('RepositoryIndex', async (req) => {
       noRepositoryName(req);
@@ -267,14 +310,66 @@ async function modelInfer(server: InferenceServer, ext: ServerExtensions, msg: O
   }
 }
 
-function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.ServerDuplexStream<Obj, Obj>): void {
+/**
+ * How much one stream may hold. A stream is not read while it has `inflight` requests being answered,
+ * or while its unsent responses pass `high` bytes (until they drain below `low`): the client's further
+ * requests then wait in HTTP/2 flow control, not in this process. Past `cap` unsent bytes — only a
+ * decoupled model that keeps producing for a client that keeps not reading gets there — the stream's
+ * requests are cancelled and the call ends with RESOURCE_EXHAUSTED. Tests lower them.
+ */
+export const STREAM_LIMITS = { inflight: 1024, high: 8 * 1024 * 1024, low: 2 * 1024 * 1024, cap: 256 * 1024 * 1024 };
+
+/** About how many bytes a response message takes on the wire (its tensors, plus a little for the rest). */
+function messageBytes(m: Obj): number {
+  let n = 256;
+  const raw = m.infer_response?.raw_output_contents as Uint8Array[] | undefined;
+  if (raw) for (let i = 0; i < raw.length; i++) n += raw[i]!.byteLength;
+  return n;
+}
+
+function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.ServerDuplexStream<Buffer, Obj>, decode: RequestDecoder): void {
   let pending = 0;
   let halfClosed = false;
   let closed = false;
+  /** Bytes written to the call and not yet handed to HTTP/2, and whether reading is paused. */
+  let backlog = 0;
+  let paused = false;
   /** Cancels every request of the stream still running when the client cancels the call. */
   const cancels = new Set<() => void>();
+  const cancelAll = () => {
+    for (const c of cancels) c();
+    cancels.clear();
+  };
+  /** Reading stops while too much is in flight or unsent, and starts again once both have come down. */
+  const flow = () => {
+    if (closed) return;
+    if (!paused && (pending >= STREAM_LIMITS.inflight || backlog > STREAM_LIMITS.high)) {
+      paused = true;
+      call.pause();
+    } else if (paused && pending < STREAM_LIMITS.inflight && backlog <= STREAM_LIMITS.low) {
+      paused = false;
+      call.resume();
+    }
+  };
+  const sent = (n: number) => () => {
+    backlog -= n;
+    flow();
+  };
   const write = (m: Obj) => {
-    if (!closed && !call.cancelled) call.write(m);
+    if (closed || call.cancelled) return;
+    const n = messageBytes(m);
+    backlog += n;
+    if (backlog > STREAM_LIMITS.cap) {
+      closed = true;
+      cancelAll();
+      call.emit('error', {
+        code: grpc.status.RESOURCE_EXHAUSTED,
+        details: `stream closed: the client has not read ${backlog} bytes of responses (limit ${STREAM_LIMITS.cap})`,
+      });
+      return;
+    }
+    call.write(m, sent(n));
+    flow();
   };
   const maybeEnd = () => {
     if (halfClosed && pending === 0 && !closed) {
@@ -287,7 +382,15 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
     infer_response: { id: msg.id ?? '', model_name: msg.model_name ?? '', model_version: msg.model_version ?? '' },
   });
 
-  const handle = async (msg: Obj): Promise<void> => {
+  const handle = async (bytes: Buffer): Promise<void> => {
+    let msg: Obj;
+    try {
+      msg = decode(bytes);
+    } catch (err) {
+      // Nothing of the request is known: the error alone answers it, and the stream goes on.
+      fail({}, err);
+      return;
+    }
     const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
     // Responses of one request are written in order even though shared-memory writes are async.
     let chain = Promise.resolve();
@@ -333,10 +436,12 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
     }
   };
 
-  call.on('data', (msg: Obj) => {
+  call.on('data', (bytes: Buffer) => {
     pending++;
-    void handle(msg).finally(() => {
+    flow();
+    void handle(bytes).finally(() => {
       pending--;
+      flow();
       maybeEnd();
     });
   });
@@ -346,27 +451,39 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
   });
   call.on('cancelled', () => {
     closed = true;
-    for (const c of cancels) c();
-    cancels.clear();
+    cancelAll();
   });
   call.on('error', () => {
     closed = true;
   });
 }
 
-function healthService(server: InferenceServer): grpc.UntypedServiceImplementation {
+function healthService(server: InferenceServer, decoders: Record<string, RequestDecoder>): grpc.UntypedServiceImplementation {
   const status = () => (server.isReady() ? 'SERVING' : 'NOT_SERVING');
   const known = (service: string) => service === '' || service === 'inference.GRPCInferenceService';
   return {
-    Check: (call: grpc.ServerUnaryCall<Obj, Obj>, callback: grpc.sendUnaryData<Obj>) => {
-      if (!known(call.request.service)) return callback({ code: grpc.status.NOT_FOUND, details: `unknown service '${call.request.service}'` });
+    Check: (call: grpc.ServerUnaryCall<Buffer, Obj>, callback: grpc.sendUnaryData<Obj>) => {
+      let req: Obj;
+      try {
+        req = decoders.Check!(call.request);
+      } catch (err) {
+        return callback(toStatus(err));
+      }
+      if (!known(req.service)) return callback({ code: grpc.status.NOT_FOUND, details: `unknown service '${req.service}'` });
       callback(null, { status: status() });
     },
-    Watch: (call: grpc.ServerWritableStream<Obj, Obj>) => {
-      let last = known(call.request.service) ? status() : 'SERVICE_UNKNOWN';
+    Watch: (call: grpc.ServerWritableStream<Buffer, Obj>) => {
+      let req: Obj;
+      try {
+        req = decoders.Watch!(call.request);
+      } catch (err) {
+        call.emit('error', toStatus(err));
+        return;
+      }
+      let last = known(req.service) ? status() : 'SERVICE_UNKNOWN';
       call.write({ status: last });
       const timer = setInterval(() => {
-        if (!known(call.request.service)) return;
+        if (!known(req.service)) return;
         const now = status();
         if (now !== last) call.write({ status: (last = now) });
       }, 500);

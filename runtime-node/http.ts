@@ -9,7 +9,14 @@
  * throughput (bench:batching, 64 clients: +18–28 % with this server). What is parsed here is RFC 9112's
  * request side as clients send it: Content-Length and chunked bodies, `Expect: 100-continue`,
  * keep-alive and `Connection: close`, HTTP/1.0, pipelined requests (answered in order, one at a time);
- * malformed requests get node:http's answers (400, 431, 417) and a closed connection.
+ * malformed requests get node:http's answers (400, 431, 417) and a closed connection, with a
+ * `{"error": ...}` body saying what was wrong, like every other error of the API.
+ *
+ * Slow and stalled clients cost a connection, never unbounded memory or a request held forever: a
+ * request head must be complete within `headersTimeoutMs` of its first byte, and the whole request
+ * within `requestTimeoutMs` (node:http's defaults, 60 s and 300 s; 408 and the connection closed,
+ * checked by one timer for all connections); pipelined requests are not read while the answers before
+ * them wait for a client that does not read them (the socket is paused until it drains).
  */
 
 import { STATUS_CODES } from 'node:http';
@@ -48,26 +55,46 @@ export interface HttpServerOptions {
   cors?: boolean;
   /** Errors no response can carry (a failing handler, a broken write). */
   onError?: (err: Error) => void;
+  /** How long a request's head may take to arrive from its first byte (node:http's headersTimeout). */
+  headersTimeoutMs?: number;
+  /** How long a whole request (head and body) may take to arrive (node:http's requestTimeout). */
+  requestTimeoutMs?: number;
 }
 
 /** node:http's defaults: header section size, and how long an idle keep-alive connection stays open. */
 const MAX_HEAD = 16 * 1024;
 const KEEP_ALIVE_MS = 65_000;
+const HEADERS_TIMEOUT_MS = 60_000;
+const REQUEST_TIMEOUT_MS = 300_000;
+
+type ConnectionOptions = HttpServerOptions & { onError: (err: Error) => void; headersTimeoutMs: number; requestTimeoutMs: number };
 
 export async function listen(port: number, address: string, opts: HttpServerOptions): Promise<Listener> {
   const connections = new Set<Connection>();
   let stopping = false;
+  const copts: ConnectionOptions = {
+    onError: () => {}, ...opts,
+    headersTimeoutMs: opts.headersTimeoutMs ?? HEADERS_TIMEOUT_MS, requestTimeoutMs: opts.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
+  };
   const server = createServer({ noDelay: true }, (socket) => {
     if (stopping) {
       socket.destroy();
       return;
     }
-    const c = new Connection(socket, { onError: () => {}, ...opts }, address, () => stopping);
+    const c = new Connection(socket, copts, address, () => stopping);
     connections.add(c);
     socket.once('close', () => connections.delete(c));
   });
   const info = await listenOn(server, port, address);
   server.on('error', (err) => opts.onError?.(err));
+  // One timer for every connection's deadlines (as node:http's connectionsCheckingInterval), so a
+  // request costs a timestamp rather than a timer of its own.
+  const checkEvery = Math.max(10, Math.min(1000, Math.min(copts.headersTimeoutMs, copts.requestTimeoutMs) / 4));
+  const checker = setInterval(() => {
+    const now = Date.now();
+    for (const c of connections) c.checkDeadlines(now);
+  }, checkEvery);
+  checker.unref();
   let closed: Promise<void> | undefined;
   const stopAccepting = () => {
     stopping = true;
@@ -80,6 +107,7 @@ export async function listen(port: number, address: string, opts: HttpServerOpti
     stopAccepting,
     close: async () => {
       stopAccepting();
+      clearInterval(checker);
       for (const c of connections) c.socket.destroy();
       await closed;
     },
@@ -93,6 +121,7 @@ const REQUEST_LINE = /^([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP\/1\.([01])$/;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const HOST = /^[\w.\-]+(?::\d+)?$|^\[[\da-fA-F:.]+\](?::\d+)?$/;
 const CRLF2 = Buffer.from('\r\n\r\n');
+const HEAD_TOO_LARGE = `the request line and headers are larger than ${MAX_HEAD} bytes`;
 
 interface Head {
   method: string;
@@ -104,8 +133,11 @@ interface Head {
   raw: [string, string][];
 }
 
+type RefusalStatus = 400 | 408 | 417 | 431;
+
+/** A request this layer refuses itself; the message becomes the `{"error": ...}` body. */
 class BadRequest extends Error {
-  constructor(readonly status: 400 | 417 | 431, message: string) {
+  constructor(readonly status: RefusalStatus, message: string) {
     super(message);
   }
 }
@@ -113,7 +145,7 @@ class BadRequest extends Error {
 function parseHead(text: string): Head {
   const lines = text.split('\r\n');
   const m = REQUEST_LINE.exec(lines[0]!);
-  if (!m) throw new BadRequest(400, 'malformed request line');
+  if (!m) throw new BadRequest(400, `malformed request line: expected '<method> <target> HTTP/1.1' (or HTTP/1.0)`);
   const headers = new Map<string, string>();
   const raw: [string, string][] = [];
   for (let i = 1; i < lines.length; i++) {
@@ -121,11 +153,11 @@ function parseHead(text: string): Head {
     const colon = line.indexOf(':');
     const name = colon > 0 ? line.slice(0, colon) : '';
     // No obsolete line folding, no space before the colon (RFC 9112 §5.1–5.2).
-    if (!TOKEN.test(name)) throw new BadRequest(400, 'malformed header line');
+    if (!TOKEN.test(name)) throw new BadRequest(400, `malformed header line ${i}: expected '<name>: <value>' with a token for a name and no space before the colon`);
     const value = line.slice(colon + 1).trim();
     const key = name.toLowerCase();
     const prev = headers.get(key);
-    if (prev !== undefined && key === 'content-length') throw new BadRequest(400, 'duplicate Content-Length');
+    if (prev !== undefined && key === 'content-length') throw new BadRequest(400, 'more than one Content-Length header');
     headers.set(key, prev === undefined ? value : `${prev}, ${value}`);
     raw.push([name, value]);
   }
@@ -242,9 +274,13 @@ class Connection {
   private aborted?: AbortController;
   /** Cancels the infer request being answered on this connection, if its client hangs up first. */
   private cancelInfer?: () => void;
+  /** When the request now arriving sent its first byte (Date.now()), 0 when none is arriving. */
+  private since = 0;
+  /** The answers written so far wait for the client to read them: the next request waits too. */
+  private draining = false;
 
   constructor(
-    readonly socket: Socket, private readonly opts: HttpServerOptions & { onError: (err: Error) => void }, private readonly address: string,
+    readonly socket: Socket, private readonly opts: ConnectionOptions, private readonly address: string,
     private readonly stopping: () => boolean,
   ) {
     // A connection silent for this long between requests, or in the middle of sending one, is dropped;
@@ -254,9 +290,10 @@ class Connection {
     });
     socket.on('data', (d: Buffer) => {
       this.buf = this.buf ? Buffer.concat([this.buf, d]) : d;
+      if (this.since === 0 && this.phase === 'head') this.since = Date.now();
       this.advance();
       // Pipelined requests wait their turn in the buffer; a client that keeps sending is paused.
-      if (this.phase === 'wait' && this.buf && this.buf.length > MAX_HEAD) socket.pause();
+      if ((this.phase === 'wait' || this.draining) && this.buf && this.buf.length > MAX_HEAD) socket.pause();
     });
     socket.on('error', () => {});
     socket.once('close', () => {
@@ -271,20 +308,36 @@ class Connection {
     if (this.phase === 'head') this.socket.destroy();
   }
 
+  /** Called by the listener's timer: refuses a request whose head or body is taking too long to arrive. */
+  checkDeadlines(now: number): void {
+    // While the client does not read its answers, its next request is not being read either: not its delay.
+    if (this.since === 0 || this.draining || this.gone()) return;
+    const elapsed = now - this.since;
+    if (this.phase === 'head' && elapsed > this.opts.headersTimeoutMs) {
+      this.refuse(408, `the request head did not arrive within ${this.opts.headersTimeoutMs} ms`);
+    } else if (this.phase === 'body' && elapsed > this.opts.requestTimeoutMs) {
+      // An answer already sent (an early error) leaves nothing to say: the connection just goes.
+      if (this.responded) this.socket.destroy();
+      else this.refuse(408, `the request body did not arrive within ${this.opts.requestTimeoutMs} ms`);
+    }
+  }
+
   private advance(): void {
     try {
       for (;;) {
+        if (this.draining) return;
         if (this.phase === 'head') {
+          if (this.buf && this.since === 0) this.since = Date.now();
           // An empty line before a request line is ignored (RFC 9112 §2.2): some clients send one after a body.
           while (this.buf && this.buf.length >= 2 && this.buf[0] === 13 && this.buf[1] === 10) this.take(2);
           if (!this.buf) return;
           const end = this.buf.indexOf(CRLF2, Math.max(0, this.scanned - 3));
           if (end < 0) {
             this.scanned = this.buf.length;
-            if (this.buf.length > MAX_HEAD) throw new BadRequest(431, 'header section too large');
+            if (this.buf.length > MAX_HEAD) throw new BadRequest(431, HEAD_TOO_LARGE);
             return;
           }
-          if (end > MAX_HEAD) throw new BadRequest(431, 'header section too large');
+          if (end > MAX_HEAD) throw new BadRequest(431, HEAD_TOO_LARGE);
           const head = parseHead(this.buf.toString('latin1', 0, end));
           this.take(end + 4);
           this.scanned = 0;
@@ -297,7 +350,7 @@ class Connection {
       }
     } catch (err) {
       if (!(err instanceof BadRequest)) this.opts.onError(err as Error);
-      this.refuse(err instanceof BadRequest ? err.status : 400);
+      this.refuse(err instanceof BadRequest ? err.status : 400, (err as Error).message);
     }
   }
 
@@ -316,15 +369,16 @@ class Connection {
   /** Frames the body and hands the request on. */
   private start(head: Head): void {
     const h = head.headers;
-    if (head.minor === 1 && !h.has('host')) throw new BadRequest(400, 'missing Host');
+    if (head.minor === 1 && !h.has('host')) throw new BadRequest(400, 'an HTTP/1.1 request must have a Host header');
     const te = h.get('transfer-encoding');
     const cl = h.get('content-length');
     if (te !== undefined) {
-      if (cl !== undefined || !/(?:^|,)\s*chunked\s*$/i.test(te)) throw new BadRequest(400, 'bad Transfer-Encoding');
+      if (cl !== undefined) throw new BadRequest(400, 'a request must not have both Content-Length and Transfer-Encoding');
+      if (!/(?:^|,)\s*chunked\s*$/i.test(te)) throw new BadRequest(400, `unsupported Transfer-Encoding '${te.slice(0, 64)}': its last coding must be chunked`);
       this.remaining = -1;
       this.chunk = 'size';
     } else if (cl !== undefined) {
-      if (!/^\d+$/.test(cl)) throw new BadRequest(400, 'bad Content-Length');
+      if (!/^\d+$/.test(cl)) throw new BadRequest(400, `invalid Content-Length '${cl.slice(0, 64)}': expected a decimal number of bytes`);
       this.remaining = Number(cl);
     } else {
       this.remaining = 0;
@@ -333,7 +387,7 @@ class Connection {
     this.keepAlive = head.minor === 1 ? !conn?.includes('close') : !!conn?.includes('keep-alive');
     const expect = h.get('expect');
     if (expect !== undefined) {
-      if (expect.toLowerCase() !== '100-continue') throw new BadRequest(417, 'unsupported Expect');
+      if (expect.toLowerCase() !== '100-continue') throw new BadRequest(417, `unsupported Expect '${expect.slice(0, 64)}': only 100-continue is`);
       if (head.minor === 1) this.socket.write('HTTP/1.1 100 Continue\r\n\r\n');
     }
     this.body = new Body();
@@ -369,16 +423,16 @@ class Connection {
       }
       const eol = this.buf.indexOf('\r\n');
       if (eol < 0) {
-        if (this.buf.length > MAX_HEAD) throw new BadRequest(400, 'chunk line too long');
+        if (this.buf.length > MAX_HEAD) throw new BadRequest(400, `a chunk-size line of the chunked body is longer than ${MAX_HEAD} bytes`);
         return false;
       }
       const line = this.take(eol + 2).toString('latin1', 0, eol);
       if (this.chunk === 'data-end') {
-        if (line !== '') throw new BadRequest(400, 'missing CRLF after chunk data');
+        if (line !== '') throw new BadRequest(400, 'malformed chunked body: a chunk is not followed by CRLF');
         this.chunk = 'size';
       } else if (this.chunk === 'size') {
         const size = line.split(';', 1)[0]!.trim();
-        if (!/^[0-9a-fA-F]{1,12}$/.test(size)) throw new BadRequest(400, 'bad chunk size');
+        if (!/^[0-9a-fA-F]{1,12}$/.test(size)) throw new BadRequest(400, `malformed chunked body: invalid chunk size '${size.slice(0, 32)}'`);
         this.chunkLeft = parseInt(size, 16);
         this.chunk = this.chunkLeft === 0 ? 'trailer' : 'data';
       } else if (line === '') {
@@ -390,6 +444,7 @@ class Connection {
 
   private bodyDone(): boolean {
     this.body!.end();
+    this.since = 0;
     this.phase = 'wait';
     this.maybeNext();
     return (this.phase as string) === 'head';
@@ -406,6 +461,18 @@ class Connection {
       return;
     }
     this.phase = 'head';
+    if (this.socket.writableNeedDrain) {
+      // The client is not reading its answers: its next request is read once it has.
+      this.draining = true;
+      this.socket.pause();
+      const go = () => {
+        this.socket.off('drain', go);
+        this.draining = false;
+        this.since = 0;
+        this.nextRequest();
+      };
+      this.socket.on('drain', go);
+    }
   }
 
   private responseDone(): void {
@@ -413,10 +480,12 @@ class Connection {
     this.aborted = undefined;
     if (this.phase === 'body') this.body!.discard = true;
     this.maybeNext();
-    if (this.phase === 'head') {
-      if (this.socket.isPaused()) this.socket.resume();
-      if (this.buf) this.advance();
-    }
+    if (this.phase === 'head' && !this.draining) this.nextRequest();
+  }
+
+  private nextRequest(): void {
+    if (this.socket.isPaused()) this.socket.resume();
+    if (this.buf) this.advance();
   }
 
   /** Date, and whether the connection stays open after this response. */
@@ -487,7 +556,7 @@ class Connection {
       const e = err as Error;
       if (!(e instanceof TypeError)) this.opts.onError(e);
       // The Request constructor refuses what no client should send (a bad URL or header value).
-      response = Response.json({ error: e instanceof TypeError ? 'Bad Request' : e.message }, { status: e instanceof TypeError ? 400 : 500 });
+      response = Response.json({ error: e instanceof TypeError ? `invalid request: ${e.message}` : e.message }, { status: e instanceof TypeError ? 400 : 500 });
     }
     try {
       await this.writeResponse(head, response);
@@ -566,13 +635,17 @@ class Connection {
     });
   }
 
-  /** node:http's answer to a request it cannot parse, and the end of the connection. */
-  private refuse(status: 400 | 417 | 431): void {
+  /** node:http's status for a request it cannot take, a `{"error": ...}` body, and the end of the connection. */
+  private refuse(status: RefusalStatus, message: string): void {
     this.buf = undefined;
     this.phase = 'wait';
-    this.body?.fail(new Error('bad request'));
+    this.since = 0;
+    this.body?.fail(new Error(message));
     if (this.gone()) return;
-    this.socket.end(`${statusLine(status)}Connection: close\r\n\r\n`, 'latin1');
+    const body = JSON.stringify({ error: message });
+    this.socket.end(
+      `${statusLine(status)}Content-Type: application/json\r\nDate: ${httpDate()}\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
     this.socket.destroySoon();
   }
 }

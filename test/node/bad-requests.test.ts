@@ -45,8 +45,8 @@ describe('bad requests', () => {
     }), 400, /inference request batch-size must be <= 8 for 'simple'/],
     ['malformed JSON', () => infer('{"inputs": [', 'simple'), 400, /failed to parse the request JSON buffer/],
     ['non-array inputs', () => infer({ inputs: 3 }), 400, /'inputs'/],
-    ['bad datatype name', () => infer(withInput(0, { datatype: 'FLOAT' })), 400, /input 'INPUT0': invalid datatype "FLOAT"/],
-    ['data of the wrong type', () => infer(withInput(0, { data: row.map(String) })), 400, /input 'INPUT0': element 0 is "0", expected an integer for datatype INT32/],
+    ['bad datatype name', () => infer(withInput(0, { datatype: 'FLOAT' })), 400, /^input 'INPUT0' for model 'simple': invalid datatype "FLOAT", expected one of BOOL/],
+    ['data of the wrong type', () => infer(withInput(0, { data: row.map(String) })), 400, /^input 'INPUT0' for model 'simple': element 0 is "0", expected an integer for datatype INT32$/],
     ['out-of-range integer', () => infer(withInput(0, { data: row.map(() => 2 ** 40) })), 400, /expected a value in \[-2147483648, 2147483647\]/],
     ['both data and binary_data_size', () => infer(withInput(0, { parameters: { binary_data_size: 64 } })), 400,
       /Input 'INPUT0' must set only one of the following fields/],
@@ -129,10 +129,149 @@ describe('bad requests', () => {
     }
   });
 
+});
+
+/** Nested `depth` levels deep: [[[...]]] around `inner`. */
+const nested = (depth: number, inner = '1') => `${'['.repeat(depth)}${inner}${']'.repeat(depth)}`;
+const rawBody = (parts: Record<string, string>) =>
+  `{${Object.entries(parts).map(([k, v]) => `${JSON.stringify(k)}:${v}`).join(',')}}`;
+const goodInputs = JSON.stringify(good.inputs);
+
+describe('parameters and tensor descriptions: types and ranges, as Triton checks them', () => {
+  const withOutputs = (outputs: unknown) => ({ ...good, outputs });
+  const cases: [string, unknown, RegExp][] = [
+    ['binary_data_output that is not a boolean', { ...good, parameters: { binary_data_output: 'yes' } },
+      /^Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean \(request parameter 'binary_data_output' for model 'simple': expected a boolean, got "yes"\)$/],
+    ['an output binary_data that is not a boolean', withOutputs([{ name: 'OUTPUT0', parameters: { binary_data: 'yes' } }]),
+      /^Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean \(parameter 'binary_data' of output 'OUTPUT0' for model 'simple': expected a boolean, got "yes"\)$/],
+    ['a priority of 1e30', { ...good, parameters: { priority: 1e30 } },
+      /^Unable to parse 'priority': attempt to access JSON non-unsigned-integer as unsigned-integer \(request parameter 'priority' for model 'simple': expected an unsigned integer, got 1e\+30\)$/],
+    ['a negative priority', { ...good, parameters: { priority: -1 } }, /Unable to parse 'priority': .* got -1\)$/],
+    ['a fractional timeout', { ...good, parameters: { timeout: 2.5 } }, /Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as unsigned-integer .* got 2\.5\)$/],
+    ['a timeout as a string', { ...good, parameters: { timeout: '10' } }, /Unable to parse 'timeout': .* got "10"\)$/],
+    ['a sequence_id that is an object', { ...good, parameters: { sequence_id: { a: 1 } } },
+      /^Unable to parse 'sequence_id': attempt to access JSON non-string as string \(request parameter 'sequence_id' for model 'simple': expected an unsigned integer or a string, got \{"a":1\}\)$/],
+    ['a sequence_start that is a string', { ...good, parameters: { sequence_start: 'true' } }, /^Unable to parse 'sequence_start': attempt to access JSON non-boolean as boolean/],
+    ['a sequence_end that is a number', { ...good, parameters: { sequence_end: 1 } }, /^Unable to parse 'sequence_end': attempt to access JSON non-boolean as boolean/],
+    ['a custom parameter that is an object', { ...good, parameters: { mine: { deep: [1] } } },
+      /^parameter 'mine' has invalid type\. It should be either 'int', 'bool', or 'string'\. \(request parameter 'mine' for model 'simple': expected a string, number or boolean, got \{"deep":\[1\]\}\)$/],
+    ['parameters that are not an object', { ...good, parameters: [1, 2] }, /^failed to get request params\.: attempt to get members for non-object \(model 'simple': got \[1,2\]\)$/],
+    ['a classification that is a string', withOutputs([{ name: 'OUTPUT0', parameters: { classification: '2' } }]),
+      /^Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer \(parameter 'classification' of output 'OUTPUT0' for model 'simple'/],
+    ['a negative classification', withOutputs([{ name: 'OUTPUT0', parameters: { classification: -3 } }]), /^Unable to set 'classification': .* got -3\)$/],
+    ['a binary_data_size that is a string', withInput(0, { data: undefined, parameters: { binary_data_size: '64' } }),
+      /^Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as unsigned-integer \(parameter 'binary_data_size' of input 'INPUT0' for model 'simple'/],
+    ['a negative binary_data_size', withInput(0, { data: undefined, parameters: { binary_data_size: -64 } }), /^Unable to parse 'binary_data_size': .* got -64\)$/],
+    ['a shared_memory_region that is a number', withInput(0, { data: undefined, parameters: { shared_memory_region: 5, shared_memory_byte_size: 64 } }),
+      /^Unable to parse 'shared_memory_region': attempt to access JSON non-string as string \(parameter 'shared_memory_region' of input 'INPUT0' for model 'simple'/],
+    ['an id that is not a string', { ...good, id: { a: 1 } }, /^Unable to parse 'id': attempt to access JSON non-string as string \(request for model 'simple': got \{"a":1\}\)$/],
+    ['a negative dimension', withInput(0, { shape: [1, -16] }),
+      /^Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer \(input 'INPUT0' for model 'simple': expected an array of non-negative integers, got \[1,-16\]\)$/],
+    ['a fractional dimension', withInput(0, { shape: [1, 15.5] }), /^Unable to parse 'shape': .* got \[1,15\.5\]\)$/],
+    ['a dimension past uint64', withInput(0, { shape: [1, 1e30] }), /^Unable to parse 'shape': .* got \[1,1e\+30\]\)$/],
+    ['a shape whose element count overflows int64', withInput(0, { shape: [2 ** 40, 2 ** 40], data: [1] }),
+      /^invalid shape for input 'INPUT0': shape \[1099511627776,1099511627776\] causes total element count to exceed maximum size of 9223372036854775807$/],
+    ['a datatype that is not a string', withInput(0, { datatype: ['INT32'] }), /^input 'INPUT0' for model 'simple': invalid datatype \["INT32"\], expected one of BOOL, UINT8/],
+    ['an INT32 value given as an object', withInput(0, { data: [{ a: 1 }, ...row.slice(1)] }),
+      /^input 'INPUT0' for model 'simple': element 0 is \{"a":1\}, expected an integer for datatype INT32$/],
+    ['an input given twice', { inputs: [good.inputs[0], good.inputs[0], good.inputs[1]] }, /input 'INPUT0' is specified more than once for model 'simple'/],
+    ['an output asked for twice', withOutputs([{ name: 'OUTPUT0' }, { name: 'OUTPUT0' }]), /output 'OUTPUT0' is requested more than once for model 'simple'/],
+    ['an output without a name', withOutputs([{ parameters: {} }]), /^Unable to parse 'name': attempt to access JSON non-string as string \(output 0 for model 'simple': got nothing\)$/],
+    ['shared memory and classification on one output', withOutputs([{ name: 'OUTPUT0', parameters: { shared_memory_region: 'r', shared_memory_byte_size: 64, classification: 1 } }]),
+      /^Output can't set both 'shared_memory_region' and 'classification' \(output 'OUTPUT0' for model 'simple'\)$/],
+  ];
+  for (const [name, body, message] of cases) {
+    it(`answers 400 to ${name}`, async () => {
+      const r = await infer(body);
+      expect(r.status, JSON.stringify(r.body)).toBe(400);
+      expect(r.body.error).toMatch(message);
+    });
+  }
+
+  it('reads a classification of 0 as none, as Triton does', async () => {
+    const r = await infer(withOutputs([{ name: 'OUTPUT0', parameters: { classification: 0 } }]));
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body.outputs[0]).toMatchObject({ name: 'OUTPUT0', datatype: 'INT32', data: row.map((v) => v * 2) });
+  });
+
+  it('still takes every parameter of the right type', async () => {
+    const r = await infer({
+      ...good, id: 'ok', parameters: { binary_data_output: false, priority: 0, timeout: 1_000_000, custom: 'x', n: 2.5, flag: true },
+      outputs: [{ name: 'OUTPUT0', parameters: { binary_data: false } }, { name: 'OUTPUT1', parameters: { classification: 2 } }],
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body.outputs[0].data).toEqual(row.map((v) => v * 2));
+    expect(r.body.outputs[1]).toMatchObject({ name: 'OUTPUT1', datatype: 'BYTES', shape: [1, 2] });
+  });
+});
+
+describe('JSON nested deeper than Triton allows', () => {
+  it('answers 400 with Triton\'s text for tensor data 10,000 levels deep', async () => {
+    const r = await infer(rawBody({ inputs: `[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":${nested(10_000)}},${JSON.stringify(good.inputs[1])}]` }));
+    expect(r.status, JSON.stringify(r.body)).toBe(400);
+    expect(r.body.error).toBe(`input 'INPUT0' for model 'simple': JSON nesting depth exceeds maximum allowed limit (100)`);
+  });
+
+  it('takes data nested as deep as the limit allows', async () => {
+    // 99 arrays around one value: the data array is level 0 and the value level 99, as Triton counts.
+    const one = rawBody({ inputs: `[{"name":"INPUT0","datatype":"BYTES","shape":[1,1],"data":${nested(99, '"x"')}}]` });
+    const r = await infer(one, 'simple_identity');
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const over = await infer(rawBody({ inputs: `[{"name":"INPUT0","datatype":"BYTES","shape":[1,1],"data":${nested(100, '"x"')}}]` }), 'simple_identity');
+    expect(over.status).toBe(400);
+    expect(over.body.error).toMatch(/JSON nesting depth exceeds maximum allowed limit \(100\)/);
+  });
+
+  // A deep value anywhere else is a value of the wrong type, and its message stays short.
+  const deep = nested(10_000);
+  for (const [where, body] of [
+    ['id', rawBody({ id: deep, inputs: goodInputs })],
+    ['a request parameter', rawBody({ parameters: `{"priority":${deep}}`, inputs: goodInputs })],
+    ['a custom parameter', rawBody({ parameters: `{"mine":${deep}}`, inputs: goodInputs })],
+    ['shape', rawBody({ inputs: `[{"name":"INPUT0","datatype":"INT32","shape":${deep},"data":[1]}]` })],
+    ['datatype', rawBody({ inputs: `[{"name":"INPUT0","datatype":${deep},"shape":[1,16],"data":[1]}]` })],
+    ['name', rawBody({ inputs: `[{"name":${deep},"datatype":"INT32","shape":[1,16],"data":[1]}]` })],
+    ['inputs', rawBody({ inputs: `[${deep}]` })],
+    ['outputs', rawBody({ inputs: goodInputs, outputs: deep })],
+    ['an output parameter', rawBody({ inputs: goodInputs, outputs: `[{"name":"OUTPUT0","parameters":{"binary_data":${deep}}}]` })],
+    ['the whole body', deep],
+    ['an INT64 value', rawBody({ inputs: `[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[${deep}]}]` })],
+  ] as const) {
+    it(`answers 400, briefly, to a deep value in ${where}`, async () => {
+      const r = await infer(body);
+      expect(r.status, JSON.stringify(r.body).slice(0, 500)).toBe(400);
+      expect(typeof r.body.error).toBe('string');
+      expect(r.body.error.length).toBeGreaterThan(10);
+      expect(r.body.error.length).toBeLessThan(400);
+    });
+  }
+});
+
+describe('the server after all of that', () => {
   it('keeps serving correct answers after all of that', async () => {
     const r = await infer(good);
     expect(r.status).toBe(200);
     expect(r.body.outputs[0].data).toEqual(row.map((v) => v * 2));
     expect((await fetch(`${s.url}/v2/health/ready`)).status).toBe(200);
+  });
+});
+
+describe('logging and trace settings with hostile values', () => {
+  it('answers 400, not 500, to a deeply nested value and keeps serving', async () => {
+    const { startTestServer, tempRepo } = await import('../helpers/server.js');
+    const repo = tempRepo({});
+    const s = await startTestServer({ modelRepositories: [repo.path] });
+    try {
+      const deep = '['.repeat(10_000) + ']'.repeat(10_000);
+      for (const [path, body] of [['/v2/logging', `{"log_info": ${deep}}`], ['/v2/logging', `{"log_verbose_level": ${deep}}`], ['/v2/trace/setting', `{"trace_rate": ${deep}}`]] as const) {
+        const r = await fetch(`${s.url}${path}`, { method: 'POST', body });
+        expect(r.status, `${path} ${body.slice(0, 20)}`).toBe(400);
+        expect(((await r.json()) as { error: string }).error.length).toBeGreaterThan(0);
+      }
+      expect((await fetch(`${s.url}/v2/health/live`)).status).toBe(200);
+    } finally {
+      await s.stop();
+      repo.cleanup();
+    }
   });
 });
