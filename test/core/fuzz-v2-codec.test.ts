@@ -12,6 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { TsiError } from '../../core/errors.js';
 import type { ModelConfig } from '../../core/model-config.js';
 import { validateRequest } from '../../core/request.js';
+import { encodeBytesElements } from '../../core/tensor.js';
 import { bodyBytes, decodeInferRequest, encodeInferResponse } from '../../core/v2-codec.js';
 import type { InferRequest } from '../../core/types.js';
 
@@ -136,18 +137,8 @@ function le(kind: Kind, values: unknown[]): Uint8Array {
     case 'F': return new Uint8Array(Float32Array.from(values as number[]).buffer);
     case 'L': return new Uint8Array(BigInt64Array.from(values as bigint[]).buffer);
     case 'B': return Uint8Array.from(values as boolean[], (b) => (b ? 1 : 0));
-    default: {
-      const parts = (values as string[]).map((s) => enc.encode(s));
-      const out = new Uint8Array(parts.reduce((n, p) => n + 4 + p.byteLength, 0));
-      const dv = new DataView(out.buffer);
-      let off = 0;
-      for (const p of parts) {
-        dv.setUint32(off, p.byteLength, true);
-        out.set(p, off + 4);
-        off += 4 + p.byteLength;
-      }
-      return out;
-    }
+    default:
+      return encodeBytesElements((values as string[]).map((s) => enc.encode(s)));
   }
 }
 

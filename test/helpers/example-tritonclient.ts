@@ -10,6 +10,7 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { status } from '@grpc/grpc-js';
 import type { GrpcTestClient, Obj } from './grpc.js';
+import { lengthPrefixedBytes } from './server.js';
 
 export type NumpyArray =
   | Int8Array | Int16Array | Int32Array | BigInt64Array | Uint8Array | Uint16Array | Uint32Array | BigUint64Array
@@ -61,15 +62,7 @@ export class PyServerError extends Error {
 
 /** utils.serialize_byte_tensor: each element as a 4-byte little-endian length and its bytes. */
 export function serializeByteTensor(elements: readonly Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(elements.reduce((n, e) => n + 4 + e.byteLength, 0));
-  const view = new DataView(out.buffer);
-  let off = 0;
-  for (const e of elements) {
-    view.setUint32(off, e.byteLength, true);
-    out.set(e, off + 4);
-    off += 4 + e.byteLength;
-  }
-  return out;
+  return lengthPrefixedBytes(elements);
 }
 
 /** utils.deserialize_bytes_tensor (at most `count` elements). */

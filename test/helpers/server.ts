@@ -99,7 +99,11 @@ export function binaryOutputs(json: any, binary: Uint8Array): Map<string, Uint8A
 }
 
 export function lengthPrefixed(strings: string[]): Uint8Array {
-  const parts = strings.map((s) => new TextEncoder().encode(s));
+  return lengthPrefixedBytes(strings.map((s) => new TextEncoder().encode(s)));
+}
+
+/** BYTES elements on the wire: each as a 4-byte little-endian length and its bytes (tritonclient's serialize_byte_tensor). */
+export function lengthPrefixedBytes(parts: readonly Uint8Array[]): Uint8Array {
   const out = new Uint8Array(parts.reduce((n, p) => n + 4 + p.byteLength, 0));
   const dv = new DataView(out.buffer);
   let off = 0;
