@@ -94,6 +94,8 @@ export function buildCli(): Command {
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
     .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)
     .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', parseIntArg, 64 * 1024 * 1024)
+    .addOption(new Option('--http-compression <mode>', 'compress infer responses for clients that accept it: auto (JSON of at least --http-compression-min-bytes), always (as Triton), off').choices(['auto', 'always', 'off']).default('auto'))
+    .option('--http-compression-min-bytes <bytes>', 'smallest JSON infer response compressed in auto mode', parseIntArg, 65536)
     .option('--exit-timeout-secs <secs>', 'how long shutdown waits for in-flight requests', parseIntArg, 30)
     .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 or python,executable=/usr/bin/python3.11 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
@@ -151,6 +153,7 @@ export function buildCli(): Command {
           backendConfig,
           corsOrigin: o.httpCorsOrigin,
           maxInputSize: o.httpMaxInputSize,
+          httpCompression: { mode: o.httpCompression, minBytes: o.httpCompressionMinBytes },
           id: o.id,
           browserDemo: o.browserDemo,
           responseCacheBytes: cache?.size,

@@ -11,7 +11,8 @@ import { classifierPattern } from '../../scripts/gen-models.js';
 
 let s: TestServer;
 beforeAll(async () => {
-  s = await startTestServer({ modelRepositories: [MODELS], corsOrigin: 'http://app.example' });
+  // Compression as Triton does it (whatever the client accepts); test/node/compression.test.ts covers tsi's default.
+  s = await startTestServer({ modelRepositories: [MODELS], corsOrigin: 'http://app.example', httpCompression: { mode: 'always', minBytes: 0 } });
 });
 afterAll(async () => s?.stop());
 

@@ -327,7 +327,7 @@ async function conn(): Promise<Conn> {
 }
 
 beforeAll(async () => {
-  s = await startTestServer({ modelRepositories: [MODELS] });
+  s = await startTestServer({ modelRepositories: [MODELS], httpCompression: { mode: 'always', minBytes: 0 } });
 });
 afterAll(async () => {
   for (const c of conns) c.destroy();
