@@ -61,6 +61,8 @@ export async function startClientServers(): Promise<ClientServers> {
     startTestServer({
       modelRepositories: [MODELS, extra.path], grpcPort: 0, grpcAddress: '127.0.0.1', allowClientShm: true,
       extraBackends: { repeat_js: repeatBackend },
+      // The clients' response decompression needs compressed answers of any size (Triton's way).
+      httpCompression: { mode: 'always', minBytes: 0 },
     }),
     startTestServer({ modelRepositories: [MODELS], modelControlMode: 'explicit', loadModels: ['simple'], grpcPort: 0, grpcAddress: '127.0.0.1' }),
   ]);
