@@ -4,6 +4,8 @@
  * proto files (wire-compatible with Triton's), so it works against tsi and Triton alike; answers are
  * normalised to the same types the HTTP client returns, non-OK statuses become InferenceServerError
  * with the gRPC code and the server's details, and ModelStreamInfer is an async iterator with callbacks.
+ * TLS takes tritonclient's options (`ssl`, root certificates, and a private key and certificate chain
+ * for mutual TLS); an API key travels as `authorization: Bearer <key>` metadata.
  */
 
 import * as grpc from '@grpc/grpc-js';
@@ -12,6 +14,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InferenceServerError } from './errors.js';
+import { readPem, type PemSource } from './node-fetch.js';
 import { buildInferRequest, fromInferParameters, parseInferResponse } from './grpc-codec.js';
 import { dropNulls, indexEntry, modelMetadata, modelStatistics, num, shmRegion } from './normalize.js';
 import { nowNs, type InferResult } from './tensor.js';
@@ -26,8 +29,17 @@ export { InferenceServerError } from './errors.js';
 export interface GrpcClientOptions {
   /** `host:port` (a `grpc://` prefix is accepted). */
   url: string;
-  /** Default: insecure (plaintext), as tritonclient's default. */
+  /** Default: insecure (plaintext), as tritonclient's default; or TLS from `ssl` and the certificates below. */
   credentials?: grpc.ChannelCredentials;
+  /** Connect over TLS (tritonclient's `ssl=True`), verifying the server against `rootCertificates` or Node's roots. */
+  ssl?: boolean;
+  /** CA certificate(s) of the server (tritonclient's `root_certificates`): PEM, or a PEM file's path. */
+  rootCertificates?: PemSource;
+  /** Client key and certificate chain for mutual TLS (tritonclient's `private_key`, `certificate_chain`). */
+  privateKey?: PemSource;
+  certificateChain?: PemSource;
+  /** An API key (`tsi-node serve --api-key`), sent as `authorization: Bearer <key>` metadata. */
+  apiKey?: string;
   channelOptions?: grpc.ChannelOptions;
   /** Metadata sent with every call. */
   headers?: Record<string, string>;
@@ -80,6 +92,20 @@ function grpcError(err: grpc.ServiceError): InferenceServerError {
 
 const COMPRESSION = { deflate: 1, gzip: 2 } as const;
 
+function channelCredentials(o: GrpcClientOptions): grpc.ChannelCredentials {
+  if (!o.ssl) {
+    if (o.rootCertificates !== undefined || o.privateKey !== undefined || o.certificateChain !== undefined) {
+      throw new InferenceServerError({ source: 'client', status: 0, message: 'rootCertificates, privateKey and certificateChain need ssl: true' });
+    }
+    return grpc.credentials.createInsecure();
+  }
+  if ((o.privateKey === undefined) !== (o.certificateChain === undefined)) {
+    throw new InferenceServerError({ source: 'client', status: 0, message: 'mutual TLS needs both privateKey and certificateChain' });
+  }
+  const pem = (s: PemSource | undefined) => (s === undefined ? null : readPem(s));
+  return grpc.credentials.createSsl(pem(o.rootCertificates), pem(o.privateKey), pem(o.certificateChain));
+}
+
 export class GrpcClient implements InferenceClient {
   readonly protocol = 'grpc' as const;
   readonly url: string;
@@ -99,11 +125,12 @@ export class GrpcClient implements InferenceClient {
       ...this.opts.channelOptions,
     };
     if (this.opts.compression) channel['grpc.default_compression_algorithm'] = COMPRESSION[this.opts.compression];
-    this.stub = new Service(this.url, this.opts.credentials ?? grpc.credentials.createInsecure(), channel) as grpc.Client & Obj;
+    this.stub = new Service(this.url, this.opts.credentials ?? channelCredentials(this.opts), channel) as grpc.Client & Obj;
   }
 
   private metadata(opts?: CallOptions): grpc.Metadata {
     const md = new grpc.Metadata();
+    if (this.opts.apiKey !== undefined) md.set('authorization', `Bearer ${this.opts.apiKey}`);
     for (const [k, v] of Object.entries({ ...this.opts.headers, ...opts?.headers })) md.set(k, v);
     return md;
   }

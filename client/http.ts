@@ -34,11 +34,17 @@ export interface ResponseLike {
 export type FetchLike = (url: string, init: RequestInit) => Promise<ResponseLike>;
 
 export interface HttpClientOptions {
-  /** `http://host:port` (a bare `host:port` means http). */
+  /** `http://host:port` or `https://host:port` (a bare `host:port` means http). */
   url: string;
   /** Headers sent with every call (auth, restricted-API keys). */
   headers?: Record<string, string>;
-  /** A fetch to use instead of the global one (tests, custom agents, nodeHttpFetch). */
+  /** An API key (`tsi-node serve --api-key`), sent as `Authorization: Bearer <key>` with every call. */
+  apiKey?: string;
+  /**
+   * A fetch to use instead of the global one (tests, custom agents, nodeHttpFetch). In Node, HTTPS with
+   * a private CA or a client certificate goes through `nodeHttpFetch({ ca, cert, key })`; browsers use
+   * the certificates the browser trusts.
+   */
   fetch?: FetchLike;
   /** Compress request bodies. */
   requestCompression?: 'gzip' | 'deflate';
@@ -61,12 +67,14 @@ export class HttpClient implements InferenceClient {
   readonly url: string;
   private readonly opts: HttpClientOptions;
   private readonly fetchFn: FetchLike;
+  private readonly auth: Record<string, string>;
 
   constructor(options: HttpClientOptions | string) {
     this.opts = typeof options === 'string' ? { url: options } : options;
     const u = this.opts.url.replace(/\/+$/, '');
     this.url = /^https?:\/\//i.test(u) ? u : `http://${u}`;
     this.fetchFn = this.opts.fetch ?? ((input, init) => fetch(input, init));
+    this.auth = this.opts.apiKey !== undefined ? { Authorization: `Bearer ${this.opts.apiKey}` } : {};
   }
 
   /** Sends one request; non-2xx answers are thrown unless `allowStatus` accepts them. */
@@ -74,7 +82,7 @@ export class HttpClient implements InferenceClient {
     method: Method, path: string, body: Uint8Array | string | undefined, opts: CallOptions = {}, headers: Record<string, string> = {},
     allowStatus?: (s: number) => boolean, compressible = true,
   ): Promise<ResponseLike> {
-    const h: Record<string, string> = { ...this.opts.headers, ...headers, ...opts.headers };
+    const h: Record<string, string> = { ...this.auth, ...this.opts.headers, ...headers, ...opts.headers };
     let payload: BodyInit | undefined;
     if (body !== undefined) {
       let bytes = typeof body === 'string' ? new TextEncoder().encode(body) : body;

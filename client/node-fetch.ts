@@ -6,16 +6,37 @@
  * thousands of requests a second (`tsi-node perf` uses it by default). It implements what HttpClient
  * needs, not all of fetch: string or byte bodies, headers, abort signals, and transparent
  * gzip/deflate/br response decoding as fetch does. Node-only: exported from `tsi-node/client/node`.
+ *
+ * It is also how a Node HttpClient speaks HTTPS to a server whose certificate a private CA signed, or
+ * that requires a client certificate (`tsi-node serve --http-use-ssl-mutual`): `ca`, `cert` and `key`
+ * go to the https agent. Server certificates are always verified; there is no switch to turn that off.
  */
 
 import { Agent as HttpAgent, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { readFileSync } from 'node:fs';
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import type { ResponseLike } from './http.js';
+
+/** PEM bytes, PEM text (`-----BEGIN ...`), or the path of a PEM file. */
+export type PemSource = string | Uint8Array;
+
+/** Reads a PemSource: text that starts like PEM is PEM, any other string a file path. */
+export function readPem(src: PemSource): Buffer {
+  if (typeof src !== 'string') return Buffer.from(src.buffer, src.byteOffset, src.byteLength);
+  return src.trimStart().startsWith('-----BEGIN') ? Buffer.from(src) : readFileSync(src);
+}
 
 export interface NodeFetchOptions {
   /** Sockets kept per host (default: unlimited, so `n` concurrent calls get `n` connections). */
   maxSockets?: number;
+  /** CA certificate(s) that sign the server's certificate, instead of Node's built-in roots. */
+  ca?: PemSource;
+  /** Client certificate (chain) for servers that require one (mutual TLS), with its `key`. */
+  cert?: PemSource;
+  key?: PemSource;
+  /** The name to check the server's certificate against when it differs from the URL's host. */
+  servername?: string;
 }
 
 function decode(body: Buffer, encoding: string | undefined): Buffer {
@@ -77,7 +98,13 @@ function abortError(reason: unknown): Error {
 export function nodeHttpFetch(opts: NodeFetchOptions = {}): (url: string, init?: RequestInit) => Promise<NodeResponse> {
   const agents = {
     'http:': new HttpAgent({ keepAlive: true, maxSockets: opts.maxSockets ?? Infinity }),
-    'https:': new HttpsAgent({ keepAlive: true, maxSockets: opts.maxSockets ?? Infinity }),
+    'https:': new HttpsAgent({
+      keepAlive: true, maxSockets: opts.maxSockets ?? Infinity,
+      ca: opts.ca === undefined ? undefined : readPem(opts.ca),
+      cert: opts.cert === undefined ? undefined : readPem(opts.cert),
+      key: opts.key === undefined ? undefined : readPem(opts.key),
+      servername: opts.servername,
+    }),
   };
   return (input: string, init: RequestInit = {}) => new Promise<NodeResponse>((resolve, reject) => {
     const url = new URL(input);

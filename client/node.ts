@@ -6,4 +6,4 @@
 
 export * from './index.js';
 export { GrpcClient, InferStream, defaultProtoDir, type GrpcClientOptions, type StreamHandlers, type StreamItem } from './grpc.js';
-export { nodeHttpFetch, NodeResponse, type NodeFetchOptions } from './node-fetch.js';
+export { nodeHttpFetch, NodeResponse, readPem, type NodeFetchOptions, type PemSource } from './node-fetch.js';

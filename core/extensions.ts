@@ -3,12 +3,15 @@
  * settings, explicit model control — gathered in one object that every transport of a server shares, so
  * a region registered over HTTP is usable over gRPC and a verbose level set over gRPC shows over HTTP.
  * Also the restricted-API table (`--http-restricted-api`, `--grpc-restricted-protocol`): Triton's
- * category names and which endpoints each covers, parsed once for both transports.
+ * category names and which endpoints each covers, parsed once for both transports; and API keys
+ * (`--api-key`, `--api-key-file`), scoped by the same categories. Comparing a presented key with the
+ * configured ones is the runtime's (in constant time, which needs its crypto): core parses the specs
+ * and decides what a request may do once the runtime says which scope, if any, its key has.
  */
 
 import { TsiError } from './errors.js';
 import { controllableLogger, LogSettings } from './settings.js';
-import { ModelControl, memoryStager, type ModelFileStager } from './model-control.js';
+import { ModelControl, memoryStager, type ModelCodePolicy, type ModelFileStager } from './model-control.js';
 import type { InferenceServer } from './server.js';
 import { SharedMemoryManager, type SystemShmProvider } from './shared-memory.js';
 import { TraceManager, type TraceSetting, type TraceWriter } from './trace.js';
@@ -22,6 +25,8 @@ export interface ExtensionOptions {
   traceWriter?: TraceWriter;
   /** How `file:` overrides of an explicit load become a model folder (default: in memory). */
   stageModelFiles?: ModelFileStager;
+  /** What a load request may bring besides weights and configs (default: no code, see model-control.ts). */
+  modelCode?: ModelCodePolicy;
   /** The log file path to report in `/v2/logging` ('' = console). */
   logFile?: string;
 }
@@ -38,7 +43,7 @@ export class ServerExtensions {
     });
     this.traces = new TraceManager(opts.trace ?? {}, server.clock, opts.traceWriter, server.log);
     this.logging = new LogSettings(controllableLogger(server.log).settings, opts.logFile ?? '');
-    this.modelControl = new ModelControl(server, opts.stageModelFiles ?? memoryStager);
+    this.modelControl = new ModelControl(server, opts.stageModelFiles ?? memoryStager, opts.modelCode);
   }
 
   /** Writes pending traces, unregisters regions and discards staged model folders. */
@@ -89,6 +94,8 @@ export function httpCategory(path: string): ApiCategory | undefined {
   if (path.startsWith('/v2/repository')) return 'model-repository';
   if (path.startsWith('/v2/systemsharedmemory') || path.startsWith('/v2/cudasharedmemory')) return 'shared-memory';
   if (path === '/v2/models/stats') return 'statistics';
+  // tsi's dashboard (runtime-node/dashboard) shows what the statistics API does.
+  if (path === '/dashboard' || path.startsWith('/dashboard/')) return 'statistics';
   if (path.startsWith('/v2/models/')) {
     const m = /^\/v2\/models\/[^/]+(?:\/versions\/[^/]+)?(?:\/(.*))?$/.exec(path);
     const tail = m?.[1] ?? '';
@@ -116,4 +123,92 @@ export function grpcCategory(method: string): ApiCategory | undefined {
     default:
       return method.includes('SharedMemory') ? 'shared-memory' : undefined;
   }
+}
+
+/** The API categories a key opens: some, or all of them. */
+export type ApiKeyScope = ReadonlySet<ApiCategory> | 'all';
+
+export interface ApiKeyRule {
+  key: string;
+  scope: ApiKeyScope;
+}
+
+/**
+ * Parses `[<category>[,<category>...]:]<key>` (`--api-key`, or a line of `--api-key-file`): without
+ * categories, or with `*`, the key opens every API. Health is never behind a key (probes and load
+ * balancers must reach it), so naming it is an error rather than a silent no-op. `source` names the
+ * flag or file line in errors, which never repeat the key.
+ */
+export function parseApiKey(spec: string, source: string): ApiKeyRule {
+  const colon = spec.indexOf(':');
+  const key = colon < 0 ? spec.trim() : spec.slice(colon + 1).trim();
+  let scope: ApiKeyScope = 'all';
+  if (colon >= 0) {
+    const names = spec.slice(0, colon).split(',').map((n) => n.trim());
+    if (!(names.length === 1 && names[0] === '*')) {
+      const set = new Set<ApiCategory>();
+      for (const n of names) {
+        if (n === 'health') throw new TsiError('INVALID_ARG', `${source}: health endpoints never need an API key (probes must reach them); leave 'health' out`);
+        if (!API_CATEGORIES.includes(n as ApiCategory)) {
+          throw new TsiError('INVALID_ARG', `${source}: unknown API category '${n}'; expected [<category>[,<category>...]:]<key> with categories among ${API_CATEGORIES.filter((c) => c !== 'health').join(', ')} (or * for all)`);
+        }
+        set.add(n as ApiCategory);
+      }
+      scope = set;
+    }
+  }
+  // It travels in an HTTP header and gRPC metadata: visible ASCII only.
+  if (!/^[\x21-\x7e]+$/.test(key)) throw new TsiError('INVALID_ARG', `${source}: an API key must be one or more visible ASCII characters, without spaces`);
+  return { key, scope };
+}
+
+/** An API key file: one `[<categories>:]<key>` a line; blank lines and `#` comments are skipped. */
+export function parseApiKeyFile(text: string, file: string): ApiKeyRule[] {
+  const out: ApiKeyRule[] = [];
+  text.split(/\r?\n/).forEach((line, i) => {
+    const t = line.trim();
+    if (t !== '' && !t.startsWith('#')) out.push(parseApiKey(t, `${file}:${i + 1}`));
+  });
+  return out;
+}
+
+/** The key of an `Authorization: Bearer <key>` value (scheme case-insensitive, RFC 6750). */
+export function bearerKey(authorization: string | undefined): string | undefined {
+  const m = authorization === undefined ? null : /^\s*Bearer +(\S+)\s*$/i.exec(authorization);
+  return m ? m[1] : undefined;
+}
+
+/** Why a request may not go on: no or an unknown key (HTTP 401, gRPC UNAUTHENTICATED), or a key without this API (403, PERMISSION_DENIED). */
+export interface AuthRefusal {
+  status: 'unauthenticated' | 'forbidden';
+  message: string;
+}
+
+/**
+ * Whether a request may reach `category` with its Authorization value. `category` undefined is a path
+ * outside Triton's categories (an unknown path, a route a runtime added): only a key for every API
+ * opens it. `match` returns the scope of a configured key equal to the presented one, or undefined.
+ */
+export function checkApiKey(
+  category: ApiCategory | undefined, authorization: string | undefined, match: (key: string) => ApiKeyScope | undefined,
+): AuthRefusal | undefined {
+  if (category === 'health') return undefined;
+  const key = bearerKey(authorization);
+  if (key === undefined) {
+    return {
+      status: 'unauthenticated',
+      message: authorization === undefined
+        ? `this API needs an API key: send it as 'Authorization: Bearer <key>'`
+        : `the Authorization value must be 'Bearer <key>'`,
+    };
+  }
+  const scope = match(key);
+  if (scope === undefined) return { status: 'unauthenticated', message: 'the API key is not valid' };
+  if (scope === 'all' || (category !== undefined && scope.has(category))) return undefined;
+  return {
+    status: 'forbidden',
+    message: category !== undefined
+      ? `the API key does not give access to the '${category}' API`
+      : 'this path is outside the API categories, and the API key only gives access to some of them',
+  };
 }

@@ -7,10 +7,21 @@
  * can place a file outside that folder whatever the stager does. As in Triton the override folder
  * replaces the repository's folder for that load, and it is discarded once a later load or an unload
  * replaces it.
+ *
+ * A load request must not be a way to run code on the server. Unless the operator allows it
+ * (`--allow-model-code-upload`), a load is refused with PERMISSION_DENIED before anything is staged
+ * or parsed by a backend when its files would be served by a backend that runs them (anything but
+ * ONNX weights and ensembles: the JavaScript and Python backends import the uploaded file, and Python
+ * auto-complete runs it during the load itself), when it uploads a file of a kind some backend imports
+ * or executes (so auto-detection cannot pick a code backend either), or when its config override points
+ * a path setting the server acts on — the Python interpreter (`EXECUTION_ENV_PATH`), a TensorRT engine
+ * cache — anywhere the repository's own config for that model does not.
  */
 
 import type { ModelFiles } from './backend.js';
+import { parseModelConfig } from './config.js';
 import { TsiError, asTsiError } from './errors.js';
+import type { ModelConfig } from './model-config.js';
 import type { LoadOverrides } from './repository.js';
 import type { InferenceServer } from './server.js';
 
@@ -92,11 +103,118 @@ export function decodeBase64(s: string, what: string): Uint8Array {
   return out;
 }
 
+/** What a load request may bring besides ONNX weights and configs. */
+export interface ModelCodePolicy {
+  /** `--allow-model-code-upload`: load requests may bring code and point path settings anywhere (default false). */
+  allowCodeUpload?: boolean;
+  /** Backends whose model files are data the server only reads (default: onnxruntime and llm; ensembles always are). */
+  dataBackends?: readonly string[];
+}
+
+export const CODE_UPLOAD_FLAG = '--allow-model-code-upload';
+// llm reads ONNX weights, JSON and a chat template that @huggingface/jinja interprets in its own
+// sandbox (no host objects, no imports): data, like onnxruntime's.
+const DATA_BACKENDS = ['onnxruntime', 'llm'];
+/**
+ * Files some backend imports or executes: Python sources and bytecode, JavaScript modules, native
+ * libraries (Python extensions, Node addons, custom-op libraries).
+ */
+const CODE_FILE = /\.(?:py|pyc|pyo|pyd|pyx|pth|js|mjs|cjs|ts|mts|cts|node|so(?:\.\d+)*|dylib|dll|sh)$/i;
+/** Config settings naming a path the server opens or runs, by where they sit in the config. */
+const PATH_PARAMETERS = ['EXECUTION_ENV_PATH'];
+const PATH_ACCELERATOR_PARAMETERS = ['trt_engine_cache_path'];
+const MODEL_DIR = '$$TRITON_MODEL_DIRECTORY';
+
+/** The backend a config names, as the repository resolves it (undefined: detected from the files). */
+function declaredBackend(c: ModelConfig): string | undefined {
+  if (c.platform === 'ensemble') return 'ensemble';
+  if (c.backend) return c.backend;
+  if (c.platform === 'onnxruntime_onnx' || c.default_model_filename === 'model.onnx') return 'onnxruntime';
+  return c.platform || undefined;
+}
+
+/** Every path setting of a config, as `where → value`. */
+function pathSettings(c: ModelConfig | undefined): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const k of PATH_PARAMETERS) {
+    const v = c?.parameters?.[k]?.string_value;
+    if (v) out.set(`parameters.${k}`, v);
+  }
+  for (const a of c?.optimization?.execution_accelerators?.gpu_execution_accelerator ?? []) {
+    for (const k of PATH_ACCELERATOR_PARAMETERS) {
+      const v = a.parameters?.[k];
+      if (v) out.set(`gpu_execution_accelerator '${a.name ?? ''}' ${k}`, v);
+    }
+  }
+  return out;
+}
+
+function codeRefused(model: string, why: string): TsiError {
+  return new TsiError('PERMISSION_DENIED',
+    `failed to load '${model}', ${why}: model code cannot be uploaded through the model load API unless the server `
+    + `runs with ${CODE_UPLOAD_FLAG}=true, which lets every client of that API run code as the server's user`);
+}
+
 /** Explicit load / unload with staging and clean-up of override folders. */
 export class ModelControl {
   private readonly staged = new Map<string, StagedFiles>();
+  private readonly dataBackends: ReadonlySet<string>;
 
-  constructor(private readonly server: InferenceServer, private readonly stage: ModelFileStager = memoryStager) {}
+  constructor(
+    private readonly server: InferenceServer, private readonly stage: ModelFileStager = memoryStager,
+    private readonly policy: ModelCodePolicy = {},
+  ) {
+    this.dataBackends = new Set(['ensemble', ...(policy.dataBackends ?? DATA_BACKENDS)]);
+  }
+
+  /**
+   * Refuses a load that would run code the client sent or chose (see the file comment). Runs before
+   * staging, so nothing of a refused request reaches the disk or a backend.
+   */
+  private async checkCode(name: string, configJson: string | undefined, files: ReadonlyMap<string, Uint8Array>): Promise<void> {
+    if (this.policy.allowCodeUpload || configJson === undefined) return;
+    let config: ModelConfig;
+    try {
+      config = parseModelConfig(configJson, `${name}/config.json (load override)`);
+    } catch {
+      return; // not a config at all: the repository refuses it with the parser's message
+    }
+    if (files.size > 0) {
+      const backend = declaredBackend(config);
+      if (backend !== undefined && !this.dataBackends.has(backend)) {
+        throw codeRefused(name, `its files would be run by the '${backend}' backend`);
+      }
+      for (const rel of files.keys()) {
+        if (CODE_FILE.test(rel)) throw codeRefused(name, `'file:${rel}' is a file that backends import or execute`);
+      }
+    }
+    const wanted = pathSettings(config);
+    if (wanted.size === 0) return;
+    const own = await this.repositoryConfig(name);
+    for (const [where, value] of wanted) {
+      if (own.get(where) === value) continue;
+      // Inside the repository's own model folder (the runtime refuses a path that leaves it): the operator's files.
+      if (where === 'parameters.EXECUTION_ENV_PATH' && value.startsWith(MODEL_DIR) && files.size === 0) continue;
+      throw codeRefused(name, `its config override sets ${where} to '${value}', which the repository's config does not`);
+    }
+  }
+
+  /** The path settings of the model's config as the operator wrote it: loaded from the repository, else on disk. */
+  private async repositoryConfig(name: string): Promise<Map<string, string>> {
+    const loaded = this.server.repository.readyVersions(name)[0];
+    if (loaded && !this.staged.has(name)) return pathSettings(loaded.config);
+    const source = (await this.server.repository.scan()).get(name);
+    if (!source || source instanceof Error) return new Map();
+    const files = source.files(name);
+    for (const file of ['config.pbtxt', 'config.json']) {
+      try {
+        if (await files.exists(file)) return pathSettings(parseModelConfig(new TextDecoder().decode(await files.read(file)), `${name}/${file}`));
+      } catch {
+        return new Map();
+      }
+    }
+    return new Map();
+  }
 
   private checkMode(): void {
     if (this.server.options.modelControlMode !== 'explicit') {
@@ -118,6 +236,7 @@ export class ModelControl {
         files.set(checkOverridePath(key), value);
       }
     }
+    await this.checkCode(name, configJson, files);
     let staged: StagedFiles | undefined;
     if (files.size > 0) {
       if (configJson === undefined) throw new TsiError('INVALID_ARG', `Load parameter 'config' must be specified for model file override`);
