@@ -1,22 +1,24 @@
 /**
- * Replicas behind a real load balancer (issue 15): N `tsi-node serve` processes behind Debian's
- * HAProxy, an HTTP/1.1 frontend and a gRPC (h2) frontend, servers health-checked on
+ * Replicas behind a real load balancer (issues 15 and 19): N `tsi-node serve` processes behind
+ * Debian's HAProxy, an HTTP/1.1 frontend and a gRPC (h2) frontend, servers health-checked on
  * GET /v2/health/ready. Two measurements:
- *  - a rolling restart under load: HTTP and gRPC clients send `simple` through HAProxy, every answer
+ *  - rolling restarts under load: HTTP and gRPC clients send `simple` through HAProxy, every answer
  *    checked against its own random inputs (OUTPUT0 = a + b, OUTPUT1 = a − b), while each replica in
- *    turn gets SIGTERM, drains, exits and is started again, as a Kubernetes rolling update does;
- *    printed: requests, failures by kind, each replica's drain and start-up time;
+ *    turn gets SIGTERM, drains in phases (not ready for --drain-delay-secs, listeners closed, in-flight
+ *    work drained), exits and is started again, as a Kubernetes rolling update does; with HAProxy
+ *    not retrying anything (`retries 0`, no retry-on, no redispatch, like kube-proxy) and retrying,
+ *    at each client count; printed: requests, failures by kind, each replica's phases and start-up;
  *  - scale-out: the same closed-loop load on `mlp_batch` with 1, 2 and 3 replicas enabled in
  *    HAProxy, in interleaved rounds. On a 2-core machine this shows the mechanism (requests spread,
  *    every replica batching), not linear scaling: one replica's model instance already takes a core.
- * With today's shutdown (listeners close at SIGTERM, in-flight requests drain) HAProxy must retry
- * refused connections and connections closed before answering (`retry-on conn-failure empty-response
- * 503`, `option redispatch 1`); `--no-retries` shows what is lost without them (issue 19).
+ * The drain delay must outlast the balancer's detection (here 250 ms checks, one failure marks a
+ * server down); --drain-delay-secs 0 shows what is lost without phase a (listeners closing at SIGTERM).
  *
  * Run:   npm run bench:replicas                            (needs `apt-get install haproxy` and a build: npm run build)
- * Flags: --replicas 3  --http-clients 16  --grpc-clients 4  --restarts 1 (full rolling restarts)
- *        --no-retries  --scale-clients 64  --scale-duration 3 (s)  --rounds 3  --skip-rolling  --skip-scale
- *        --exit-timeout-secs 30  --json <file>
+ * Flags: --replicas 3  --clients 16,64 (each count: half HTTP/1.1 keep-alive clients, half gRPC calls)
+ *        --restarts 3 (full rolling restarts per mode and client count)  --modes no-retries,retries
+ *        --drain-delay-secs 1  --exit-timeout-secs 30
+ *        --scale-clients 64  --scale-duration 3 (s)  --rounds 3  --skip-rolling  --skip-scale  --json <file>
  * test/node/deploy-replicas.test.ts runs a short rolling restart with these functions.
  */
 
@@ -68,7 +70,7 @@ export class Replica {
   child?: ChildProcess;
   private log: string[] = [];
   constructor(readonly name: string, readonly httpPort: number, readonly grpcPort: number, readonly metricsPort: number,
-    private readonly repo: string, private readonly exitTimeoutSecs: number) {}
+    private readonly repo: string, private readonly shutdown: ShutdownFlags) {}
 
   /** Starts the process; resolves with the ms from spawn until /v2/health/ready answers 200. */
   async start(): Promise<number> {
@@ -77,9 +79,11 @@ export class Replica {
     const t0 = performance.now();
     const child = spawn(process.execPath, [cli, 'serve', `--model-repository=${this.repo}`,
       '--http-address=127.0.0.1', `--http-port=${this.httpPort}`, '--grpc-address=127.0.0.1', `--grpc-port=${this.grpcPort}`,
-      `--metrics-port=${this.metricsPort}`, '--allow-gpu-metrics=false', `--exit-timeout-secs=${this.exitTimeoutSecs}`],
+      `--metrics-port=${this.metricsPort}`, '--allow-gpu-metrics=false', `--exit-timeout-secs=${this.shutdown.exitTimeoutSecs}`,
+      `--drain-delay-secs=${this.shutdown.drainDelaySecs}`],
     { stdio: ['ignore', 'ignore', 'pipe'], cwd: ROOT });
     this.child = child;
+    this.log = [];
     child.stderr!.on('data', (d: Buffer) => this.log.push(d.toString()));
     let exited: number | null | undefined;
     child.once('exit', (code) => (exited = code));
@@ -90,8 +94,11 @@ export class Replica {
     }
   }
 
-  /** SIGTERM; resolves with the ms until the process exited and its exit code. */
-  async stop(): Promise<{ drainMs: number; code: number | null }> {
+  /**
+   * SIGTERM; resolves with the ms until the process exited, its exit code, and the phases its log
+   * reported: not ready until the listeners closed, in-flight work drained, models unloaded.
+   */
+  async stop(): Promise<{ drainMs: number; code: number | null; phases?: { notReadyMs: number; drainedMs: number; unloadMs: number } }> {
     const child = this.child!;
     const t0 = performance.now();
     const code = await new Promise<number | null>((resolve) => {
@@ -99,7 +106,11 @@ export class Replica {
       child.once('exit', (c) => resolve(c));
       child.kill('SIGTERM');
     });
-    return { drainMs: performance.now() - t0, code };
+    const log = this.log.join('');
+    const b = /shutdown \(b\) at ([\d.]+) s/.exec(log);
+    const c = /drained in ([\d.]+) s, models unloaded in ([\d.]+) s/.exec(log);
+    const phases = b && c ? { notReadyMs: 1000 * Number(b[1]), drainedMs: 1000 * Number(c[1]), unloadMs: 1000 * Number(c[2]) } : undefined;
+    return { drainMs: performance.now() - t0, code, phases };
   }
 
   kill(): void {
@@ -111,9 +122,15 @@ export class Replica {
   }
 }
 
-export async function startReplicas(n: number, repo: string, exitTimeoutSecs = 30): Promise<{ replicas: Replica[]; startupMs: number[] }> {
+/** `tsi-node serve`'s shutdown flags for the replicas. */
+export interface ShutdownFlags {
+  drainDelaySecs: number;
+  exitTimeoutSecs: number;
+}
+
+export async function startReplicas(n: number, repo: string, shutdown: ShutdownFlags): Promise<{ replicas: Replica[]; startupMs: number[] }> {
   const replicas: Replica[] = [];
-  for (let i = 0; i < n; i++) replicas.push(new Replica(`r${i}`, await freePort(), await freePort(), await freePort(), repo, exitTimeoutSecs));
+  for (let i = 0; i < n; i++) replicas.push(new Replica(`r${i}`, await freePort(), await freePort(), await freePort(), repo, shutdown));
   const startupMs = await Promise.all(replicas.map((r) => r.start()));
   return { replicas, startupMs };
 }
@@ -122,14 +139,18 @@ export async function startReplicas(n: number, repo: string, exitTimeoutSecs = 3
  * The HAProxy configuration: round robin, health checks on GET /v2/health/ready every 250 ms (one
  * failure marks a server down, one success brings it back), gRPC servers checked on their HTTP port.
  * With `retries`, requests that met a refused connection, a connection closed without an answer, or a
- * 503 go to another server (what tsi's shutdown needs until issue 19's drain phases land).
+ * 503 go to another server; without, nothing is retried (`retries 0`, no retry-on, no redispatch):
+ * what a client behind kube-proxy gets, and what tsi's drain phases must make lossless by themselves.
  */
 export function haproxyConfig(replicas: Replica[], ports: { http: number; grpc: number }, socket: string, retries: boolean): string {
   const retry = retries
     ? ['  retries 3', '  option redispatch 1', '  retry-on conn-failure empty-response response-timeout 503']
     : ['  retries 0', '  no option redispatch'];
+  // A check times out after 2 s, not after its 250 ms interval (HAProxy's default): on a loaded machine
+  // a slow answer would otherwise take healthy replicas out too, all at once; not ready (400) or a
+  // refused connection still takes one out at the first check.
   const check = ['  option httpchk', '  http-check send meth GET uri /v2/health/ready', '  http-check expect status 200',
-    '  default-server inter 250ms fastinter 250ms downinter 250ms fall 1 rise 1'];
+    '  timeout check 2s', '  default-server inter 250ms fastinter 250ms downinter 250ms fall 1 rise 1'];
   return [
     'global',
     `  stats socket ${socket} level admin`,
@@ -181,6 +202,16 @@ export class Haproxy {
       await sleep(50);
     }
     return h;
+  }
+
+  /** Times HAProxy took a server out, by reason (its own log lines). */
+  downReasons(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const m of this.log.join('').matchAll(/Server (\S+) is DOWN, reason: ([^,]+)/g)) {
+      const k = m[2]!.trim();
+      out[k] = (out[k] ?? 0) + 1;
+    }
+    return out;
   }
 
   /** One command on the admin socket. */
@@ -255,7 +286,8 @@ export function simpleProbe(): Probe {
   return {
     body, headers: { 'Content-Type': 'application/json' },
     check(status, res) {
-      if (status !== 200) return `http ${status}`;
+      // Whose refusal it was: HAProxy answers in HTML, tsi with {"error": ...}.
+      if (status !== 200) return `http ${status}: ${res.toString().replace(/\s+/g, ' ').slice(0, 70)}`;
       const out = JSON.parse(res.toString()).outputs as { name: string; data: number[] }[];
       const o0 = out.find((o) => o.name === 'OUTPUT0')?.data;
       const o1 = out.find((o) => o.name === 'OUTPUT1')?.data;
@@ -415,6 +447,10 @@ export interface RestartTiming {
   replica: string;
   /** SIGTERM until the process exited. */
   drainMs: number;
+  /** SIGTERM until HAProxy had it out of both backends (undefined: not before it exited). */
+  outOfRotationMs?: number;
+  /** As the replica logged them: not ready (phase a), in-flight work drained (c), models unloaded. */
+  phases?: { notReadyMs: number; drainedMs: number; unloadMs: number };
   exitCode: number | null;
   /** Spawn until /v2/health/ready answered 200. */
   startupMs: number;
@@ -426,11 +462,23 @@ export interface RestartTiming {
 export async function rollingRestart(replicas: Replica[], h: Haproxy): Promise<RestartTiming[]> {
   const out: RestartTiming[] = [];
   for (const r of replicas) {
-    const { drainMs, code } = await r.stop();
+    const t1 = performance.now();
+    const stopping = r.stop();
+    // How long HAProxy took to take it out of both backends: the drain delay has to be longer.
+    let outOfRotationMs: number | undefined;
+    void (async () => {
+      for (let settled = false; !settled;) {
+        const st = await h.status().catch(() => undefined);
+        if (st && st.get(`tsi_http/${r.name}`) !== 'UP' && st.get(`tsi_grpc/${r.name}`) !== 'UP') outOfRotationMs = performance.now() - t1;
+        settled = outOfRotationMs !== undefined || r.child?.exitCode !== null;
+        await sleep(10);
+      }
+    })();
+    const { drainMs, code, phases } = await stopping;
     const startupMs = await r.start();
     const t0 = performance.now();
     while (!(await h.allUp([r.name]))) await sleep(25);
-    out.push({ replica: r.name, drainMs, exitCode: code, startupMs, backInRotationMs: performance.now() - t0 });
+    out.push({ replica: r.name, drainMs, phases, outOfRotationMs, exitCode: code, startupMs, backInRotationMs: performance.now() - t0 });
   }
   return out;
 }
@@ -449,34 +497,66 @@ const fmt = (s: LoadStats) => `${s.requests} requests, ${s.ok} right, ${s.reques
 async function main(): Promise<void> {
   const { values: a } = parseArgs({
     options: {
-      replicas: { type: 'string', default: '3' }, 'http-clients': { type: 'string', default: '16' }, 'grpc-clients': { type: 'string', default: '4' },
-      restarts: { type: 'string', default: '1' }, 'no-retries': { type: 'boolean', default: false },
+      replicas: { type: 'string', default: '3' }, clients: { type: 'string', default: '16,64' },
+      restarts: { type: 'string', default: '3' }, modes: { type: 'string', default: 'no-retries,retries' },
+      'drain-delay-secs': { type: 'string', default: '1' }, 'exit-timeout-secs': { type: 'string', default: '30' },
       'scale-clients': { type: 'string', default: '64' }, 'scale-duration': { type: 'string', default: '3' }, rounds: { type: 'string', default: '3' },
-      'skip-rolling': { type: 'boolean', default: false }, 'skip-scale': { type: 'boolean', default: false },
-      'exit-timeout-secs': { type: 'string', default: '30' }, json: { type: 'string' },
+      'skip-rolling': { type: 'boolean', default: false }, 'skip-scale': { type: 'boolean', default: false }, json: { type: 'string' },
     },
   });
   if (!hasHaproxy()) throw new Error('haproxy is not installed (apt-get install haproxy)');
   const n = Number(a.replicas);
+  const shutdown = { drainDelaySecs: Number(a['drain-delay-secs']), exitTimeoutSecs: Number(a['exit-timeout-secs']) };
   const repo = makeRepository(['simple', 'mlp_batch']);
-  const { replicas, startupMs } = await startReplicas(n, repo.path, Number(a['exit-timeout-secs']));
-  const h = await Haproxy.start(replicas, { retries: !a['no-retries'] });
-  const results: Record<string, unknown> = { replicas: n, retries: !a['no-retries'], startupMs };
-  process.stdout.write(`${n} replicas up (start-up ${startupMs.map((x) => x.toFixed(0)).join(', ')} ms), HAProxy ${spawnSync('haproxy', ['-v']).stdout.toString().split('\n')[0]}, retries ${a['no-retries'] ? 'off' : 'on'}\n`);
+  const { replicas, startupMs } = await startReplicas(n, repo.path, shutdown);
+  const results: Record<string, unknown> = { replicas: n, shutdown, startupMs };
+  process.stdout.write(`${n} replicas up (start-up ${startupMs.map((x) => x.toFixed(0)).join(', ')} ms), HAProxy ${spawnSync('haproxy', ['-v']).stdout.toString().split('\n')[0]}, ` +
+    `--drain-delay-secs=${shutdown.drainDelaySecs} --exit-timeout-secs=${shutdown.exitTimeoutSecs}\n`);
+  let h: Haproxy | undefined;
   try {
     if (!a['skip-rolling']) {
-      const load = startLoad(h, { httpClients: Number(a['http-clients']), grpcClients: Number(a['grpc-clients']) });
-      await sleep(1000);
-      const timings: RestartTiming[] = [];
-      for (let k = 0; k < Number(a.restarts); k++) timings.push(...await rollingRestart(replicas, h));
-      await sleep(1000);
-      const { http, grpc } = await load.finish();
-      process.stdout.write(`\nrolling restart x${a.restarts} under ${a['http-clients']} HTTP + ${a['grpc-clients']} gRPC clients (${http.seconds.toFixed(1)} s)\n`);
-      process.stdout.write(`  HTTP: ${fmt(http)}\n  gRPC: ${fmt(grpc)}\n`);
-      process.stdout.write('  replica  drain ms  exit  start-up ms  back in HAProxy ms\n');
-      for (const t of timings) process.stdout.write(`  ${t.replica.padEnd(7)}  ${t.drainMs.toFixed(0).padStart(8)}  ${String(t.exitCode).padStart(4)}  ${t.startupMs.toFixed(0).padStart(11)}  ${t.backInRotationMs.toFixed(0).padStart(18)}\n`);
-      results.rolling = { http, grpc, timings };
+      const rolling: Record<string, unknown>[] = [];
+      process.stdout.write(`\nrolling restarts: ${a.restarts} full rolling restarts of ${n} replicas per row; each count of clients is half HTTP/1.1 keep-alive clients, half concurrent gRPC calls (4 per h2 connection)\n`);
+      process.stdout.write('  HAProxy     clients  seconds  HTTP requests  gRPC requests  failed  mismatched  failures by kind\n');
+      const allTimings: RestartTiming[] = [];
+      for (const mode of a.modes!.split(',')) {
+        h = await Haproxy.start(replicas, { retries: mode === 'retries' });
+        for (const clients of a.clients!.split(',').map(Number)) {
+          const load = startLoad(h, { httpClients: Math.ceil(clients / 2), grpcClients: Math.floor(clients / 2) });
+          await sleep(1000);
+          for (let k = 0; k < Number(a.restarts); k++) allTimings.push(...await rollingRestart(replicas, h));
+          await sleep(1000);
+          const { http, grpc } = await load.finish();
+          const failures: Record<string, number> = {};
+          for (const [p, st] of [['http', http], ['grpc', grpc]] as const) {
+            for (const [kind, c] of Object.entries(st.failures)) failures[`${p}: ${kind}`] = c;
+          }
+          const failed = http.requests - http.ok + grpc.requests - grpc.ok;
+          const mismatched = (http.failures.mismatch ?? 0) + (grpc.failures.mismatch ?? 0);
+          process.stdout.write(`  ${mode.padEnd(10)}  ${String(clients).padStart(7)}  ${http.seconds.toFixed(1).padStart(7)}  ${String(http.requests).padStart(13)}  ${String(grpc.requests).padStart(13)}  ${String(failed).padStart(6)}  ${String(mismatched).padStart(10)}  ${Object.keys(failures).length ? JSON.stringify(failures) : '-'}\n`);
+          rolling.push({ mode, clients, http, grpc, failed, mismatched });
+        }
+        process.stdout.write(`  ${mode}: HAProxy took servers out ${JSON.stringify(h.downReasons())}\n`);
+        await h.stop();
+        h = undefined;
+      }
+      const exits = [...new Set(allTimings.map((t) => t.exitCode))];
+      const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] ?? NaN;
+      const range = (xs: number[]) => `${med(xs).toFixed(0)} (${Math.min(...xs).toFixed(0)}-${Math.max(...xs).toFixed(0)})`;
+      const ph = allTimings.filter((t) => t.phases).map((t) => t.phases!);
+      process.stdout.write(`\n  ${allTimings.length} replica restarts, exit codes ${exits.join(', ')}; median (min-max) ms:\n`);
+      process.stdout.write(`    SIGTERM to exit ${range(allTimings.map((t) => t.drainMs))}: not ready while serving ${range(ph.map((p) => p.notReadyMs))}, ` +
+        `in-flight drained ${range(ph.map((p) => p.drainedMs))}, models unloaded ${range(ph.map((p) => p.unloadMs))}\n`);
+      const outs = allTimings.map((t) => t.outOfRotationMs);
+      process.stdout.write(`    SIGTERM to out of rotation in HAProxy ${range(outs.filter((x) => x !== undefined) as number[])}${outs.includes(undefined) ? `, ${outs.filter((x) => x === undefined).length} not before exit` : ''}\n`);
+      process.stdout.write(`    start-up to ready ${range(allTimings.map((t) => t.startupMs))}, then UP in HAProxy ${range(allTimings.map((t) => t.backInRotationMs))}\n`);
+      for (const r of replicas) {
+        const ts = allTimings.filter((t) => t.replica === r.name);
+        process.stdout.write(`    ${r.name}: SIGTERM to exit ${ts.map((t) => t.drainMs.toFixed(0)).join(', ')}; start-up ${ts.map((t) => t.startupMs.toFixed(0)).join(', ')}\n`);
+      }
+      results.rolling = { rows: rolling, timings: allTimings };
     }
+    h = await Haproxy.start(replicas, { retries: true });
     if (!a['skip-scale']) {
       const probe = await mlpProbes(replicas[0]!.httpPort);
       const perN: Record<number, number[]> = {};
@@ -516,7 +596,7 @@ async function main(): Promise<void> {
       results.scale = { perN, batch, share, failures };
     }
   } finally {
-    await h.stop();
+    await h?.stop();
     await Promise.all(replicas.map((r) => r.child && r.child.exitCode === null ? r.stop() : undefined));
     repo.cleanup();
   }

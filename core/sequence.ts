@@ -124,6 +124,8 @@ export class SequenceBatcher implements Scheduler {
   private readonly backlog: { key: string; items: Item[] }[] = [];
   private readonly reaper: WakeTimer;
   private stopping = false;
+  /** Only sequences in progress may go on (a stopping server); see `closeSequences`. */
+  private closing = false;
   private drained?: () => void;
   private dispatching = false;
   private again = false;
@@ -186,6 +188,7 @@ export class SequenceBatcher implements Scheduler {
     }
     const key = typeof flags.id === 'bigint' ? `n${flags.id}` : `s${flags.id}`;
     let seq = this.seqs.get(key);
+    if (this.closing && (flags.start || !seq)) return fail(new TsiError('UNAVAILABLE', STOPPING_MESSAGE));
     if (!flags.start && !seq) {
       return fail(invalidArg(`${prefix}inference request for sequence ${flags.id} to model '${this.model}' must specify the START flag on the first request of the sequence`));
     }
@@ -423,6 +426,14 @@ export class SequenceBatcher implements Scheduler {
       this.maybeRelease(slot);
     }
     this.dispatch();
+  }
+
+  liveSequences(): number {
+    return this.seqs.size;
+  }
+
+  closeSequences(): void {
+    this.closing = true;
   }
 
   async stop(): Promise<void> {

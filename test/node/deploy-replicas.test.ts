@@ -2,10 +2,10 @@
  * Three `tsi-node serve` replicas behind Debian's HAProxy (bench/replicas.ts): HTTP/1.1 and gRPC (h2)
  * clients send `simple` through it, every answer checked against its own random inputs, while each
  * replica in turn is sent SIGTERM, drains, exits 0 and is started again, as a Kubernetes rolling update
- * does. Zero failed requests, with HAProxy retrying refused connections, connections closed without
- * an answer and 503s (retry-on, redispatch): tsi's shutdown closes its listeners at SIGTERM, before a
- * health check can see it not ready (issue 19 removes the need for those retries). Needs `haproxy`
- * (.ci/run installs it; skipped with a message elsewhere) and the compiled CLI in dist/.
+ * does. Zero failed requests with HAProxy retrying nothing (`retries 0`, no retry-on, no redispatch,
+ * like kube-proxy): tsi's drain phases alone make the restart lossless (not ready for the drain
+ * delay while HAProxy's health checks take it out, then listeners closed and in-flight work drained).
+ * Needs `haproxy` (.ci/run installs it; skipped with a message elsewhere) and the compiled CLI in dist/.
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,8 +24,9 @@ describe.skipIf(!haproxy)('3 replicas behind HAProxy, restarted one at a time un
 
   beforeAll(async () => {
     repo = makeRepository(['simple']);
-    ({ replicas } = await startReplicas(3, repo.path, 30));
-    h = await Haproxy.start(replicas, { retries: true });
+    // 1 s: four of HAProxy's 250 ms health checks.
+    ({ replicas } = await startReplicas(3, repo.path, { drainDelaySecs: 1, exitTimeoutSecs: 30 }));
+    h = await Haproxy.start(replicas, { retries: false });
   }, 120_000);
 
   afterAll(async () => {
@@ -56,7 +57,11 @@ describe.skipIf(!haproxy)('3 replicas behind HAProxy, restarted one at a time un
     expect(grpc.ok).toBeGreaterThan(20);
     // Traffic went on while each replica was away.
     for (const n of served) expect(n).toBeGreaterThan(0);
-    for (const t of timings) expect(t.exitCode).toBe(0);
+    for (const t of timings) {
+      expect(t.exitCode).toBe(0);
+      // Phase a lasted the drain delay: the replica served while HAProxy took it out.
+      expect(t.phases!.notReadyMs).toBeGreaterThanOrEqual(1000);
+    }
     // Every replica served both frontends' traffic (HAProxy's per-server session totals).
     const csv = (await h!.command('show stat')).trim().split('\n');
     const cols = csv[0]!.replace(/^# /, '').split(',');

@@ -3,12 +3,15 @@
  * until every model the repository scan found is loaded or has failed, although the listeners are
  * open and live answers from the start. Loads run four at a time, so with six slow models a server that
  * registered models only as their load began would call itself ready between two loads; from the first
- * 200 on, every model must answer.
+ * 200 on, every model must answer. The same after start-up: a load request, or a poll that finds new
+ * models (even while it first unloads removed ones), makes the server not ready until they serve.
  */
 
 import { describe, expect, it } from 'vitest';
 import { createServer } from 'node:net';
-import { createLogger } from '../../core/index.js';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { RepositoryPoller, createLogger } from '../../core/index.js';
 import { startServer } from '../../runtime-node/index.js';
 import { postJson, tempRepo } from '../helpers/server.js';
 
@@ -58,6 +61,64 @@ describe('readiness at start-up', () => {
       expect(answers.map((a) => a.status)).toEqual(names.map(() => 200));
     } finally {
       await (await starting).stop();
+      repo.cleanup();
+    }
+  });
+});
+
+describe('readiness while models a scan found are still to load', () => {
+  const config = (n: string) => `name: "${n}"\nbackend: "javascript"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }]\noutput [{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }]\n`;
+
+  it('is not ready from the moment a load request is made until that model serves', async () => {
+    const repo = tempRepo({ 'a/config.pbtxt': config('a'), 'a/1/model.js': slowModel(0), 'b/config.pbtxt': config('b'), 'b/1/model.js': slowModel(300) });
+    const s = await startServer({ modelRepositories: [repo.path], httpPort: 0, httpAddress: '127.0.0.1', modelControlMode: 'explicit', loadModels: ['a'], log: createLogger(() => {}, 0) });
+    try {
+      expect(s.server.isReady()).toBe(true);
+      const loading = s.server.loadModel('b');
+      // Before the load's turn has come (its repository scan is still ahead).
+      expect(s.server.isReady()).toBe(false);
+      await loading;
+      expect(s.server.isReady()).toBe(true);
+    } finally {
+      await s.stop();
+      repo.cleanup();
+    }
+  });
+
+  it('is not ready while a poll loads a new model, also while it first unloads a removed one', async () => {
+    const slowFinalize = `
+      export default class {
+        execute(requests) { return requests.map((r) => ({ outputs: { Y: r.input('X').data } })); }
+        async finalize() { await new Promise((r) => setTimeout(r, 400)); }
+      }`;
+    const repo = tempRepo({ 'old/config.pbtxt': config('old'), 'old/1/model.js': slowFinalize });
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    // Never polls by itself: the test runs the one poll.
+    const s = await startServer({ modelRepositories: [repo.path], httpPort: port, httpAddress: '127.0.0.1', modelControlMode: 'poll', repositoryPollSecs: 0, log: createLogger(() => {}, 0) });
+    try {
+      expect((await fetch(`${url}/v2/health/ready`)).status).toBe(200);
+      rmSync(join(repo.path, 'old'), { recursive: true });
+      mkdirSync(join(repo.path, 'new', '1'), { recursive: true });
+      writeFileSync(join(repo.path, 'new', 'config.pbtxt'), config('new'));
+      writeFileSync(join(repo.path, 'new', '1', 'model.js'), slowModel(300));
+      let polled = false;
+      const poll = new RepositoryPoller(s.server, 0).pollOnce().then(() => (polled = true));
+      let checks = 0;
+      while (!polled) {
+        const r = await fetch(`${url}/v2/health/ready`);
+        if (!polled) {
+          expect(r.status).toBe(400);
+          checks++;
+        }
+        await new Promise((res) => setTimeout(res, 5));
+      }
+      await poll;
+      expect(checks).toBeGreaterThan(5);
+      expect((await fetch(`${url}/v2/health/ready`)).status).toBe(200);
+      expect((await postJson(`${url}/v2/models/new/infer`, { inputs: [{ name: 'X', datatype: 'FP32', shape: [1], data: [3] }] })).body.outputs[0].data).toEqual([3]);
+    } finally {
+      await s.stop();
       repo.cleanup();
     }
   });

@@ -127,7 +127,8 @@ describe('tsi-node CLI', () => {
   });
 
   it('serves the default repository, then stops cleanly on SIGTERM', async () => {
-    const child = spawn(process.execPath, [bin, 'serve', '--http-port', '0', '--http-address', '127.0.0.1', '--grpc-port', '0', '--metrics-port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    // No drain delay: nothing balances over this server (the delay is test/node/shutdown-cli.test.ts's).
+    const child = spawn(process.execPath, [bin, 'serve', '--http-port', '0', '--http-address', '127.0.0.1', '--grpc-port', '0', '--metrics-port', '0', '--drain-delay-secs', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
     const port = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no start-up line; stderr: ${err}`)), 30_000);

@@ -25,7 +25,7 @@ describe('tsi-node serve with gRPC, metrics and management flags', () => {
       'serve', '--model-repository', repo.path, '--http-port', '0', '--grpc-port', '0', '--metrics-port', '0',
       '--http-address', '127.0.0.1', '--grpc-address', '127.0.0.1', '--model-control-mode', 'poll', '--repository-poll-secs', '1',
       '--trace-config', `triton,file=${join(dir, 'trace.json')}`, '--trace-config', 'level=TIMESTAMPS', '--trace-config', 'rate=1',
-      '--http-restricted-api', 'model-repository:admin=yes', '--allow-client-shm', 'true',
+      '--http-restricted-api', 'model-repository:admin=yes', '--allow-client-shm', 'true', '--drain-delay-secs', '0',
     ];
     const code = `import(${JSON.stringify(join(ROOT, 'runtime-node', 'cli.ts'))}).then((m) => m.main(['node', 'tsi-node', ...${JSON.stringify(args)}]))`;
     const child = spawn(process.execPath, ['--import', 'tsx', '-e', code], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
