@@ -6,12 +6,15 @@
  * with scripts/onnx-builder.ts. Input `image` FP32 [batch,3,size,size], output `logits` [batch,1000].
  * At the default width (64) it has 11.7 M parameters, like torchvision's resnet18, whatever the
  * resolution: `size` changes only the compute (1.8 GMAC an image at 224, 0.15 at 64), which is what
- * makes it practical on a software WebGPU device. Weights come from the builder's seeded PRNG, so the
+ * makes it practical on a software WebGPU device. With `dense: K` the classifier gives way to a dense
+ * (segmentation-style) head instead — a 1×1 conv to K classes on the last features, upsampled ×8
+ * (nearest) to a stride-4 map: output `scores` [batch,K,size/4,size/4], 1 MiB an image at size 128 and
+ * K 256, the shape of answer bench/protocols-served.ts needs; bench:gpu keeps the classifier. Weights come from the builder's seeded PRNG, so the
  * bytes are the same on every machine. Kept out of models/: the file is ~47 MB, written to a scratch
  * folder at bench time.
  *
  * Standalone check:  npx tsx bench/conv-model.ts [--size 64] [--width 64] [--blocks 2,2,2,2]
- *   [--out file.onnx] — builds the model, runs it on onnxruntime-node's CPU provider (finite outputs?)
+ *   [--dense 256] [--out file.onnx] — builds the model, runs it on onnxruntime-node's CPU provider (finite outputs?)
  *   and, when a WebGPU adapter is there, on WebGPU too, and prints the largest CPU/WebGPU difference.
  */
 
@@ -30,6 +33,8 @@ export interface ConvModelOptions {
   /** Residual blocks per stage (resnet18: 2,2,2,2; resnet34: 3,4,6,3, 21.8 M parameters). */
   blocks?: readonly number[];
   classes?: number;
+  /** Classes of a dense head replacing the classifier (output `scores` [batch,dense,size/4,size/4]); size must divide by 32. */
+  dense?: number;
   seed?: number;
 }
 
@@ -42,12 +47,16 @@ export interface ConvModel {
   width: number;
   blocks: readonly number[];
   classes: number;
+  /** The output's name and its shape for one image (without the batch dimension). */
+  output: string;
+  outputDims: number[];
   /** A one-line description for bench headers. */
   describe: string;
 }
 
 export const CONV_INPUT = 'image';
 export const CONV_OUTPUT = 'logits';
+export const CONV_DENSE_OUTPUT = 'scores';
 
 /** Builds the model's bytes (about 1 s and 50 MB of memory at width 64). */
 export function buildConvModel(opts: ConvModelOptions): ConvModel {
@@ -57,6 +66,7 @@ export function buildConvModel(opts: ConvModelOptions): ConvModel {
   const classes = opts.classes ?? 1000;
   if (!Number.isInteger(size) || size < 32) throw new Error(`conv model: size ${size} must be an integer ≥ 32`);
   if (!Number.isInteger(width) || width < 1) throw new Error(`conv model: width ${width} must be a positive integer`);
+  if (opts.dense !== undefined && size % 32 !== 0) throw new Error(`conv model: size ${size} must be a multiple of 32 for a dense head`);
   let seed = opts.seed ?? 1234;
   let params = 0;
   let macs = 0;
@@ -110,14 +120,28 @@ export function buildConvModel(opts: ConvModelOptions): ConvModel {
       cin = cout;
     }
   });
-  const pooled = g.op('Flatten', [g.op('GlobalAveragePool', [x])], { axis: 1 });
-  const a = Math.sqrt(3 / cin);
-  macs += cin * classes;
-  g.op('Gemm', [pooled, uniform('fc.weight', [classes, cin], -a, a), uniform('fc.bias', [classes], -0.01, 0.01)], { transB: 1 }, CONV_OUTPUT);
-  g.output(CONV_OUTPUT, 'FLOAT', ['batch', classes]);
+  let output: string;
+  let outputDims: number[];
+  if (opts.dense !== undefined) {
+    const k = opts.dense;
+    const a = Math.sqrt(3 / cin);
+    macs += cin * k * hw * hw;
+    const logits = g.op('Conv', [x, uniform('head.weight', [k, cin, 1, 1], -a, a), uniform('head.bias', [k], -0.01, 0.01)], { kernel_shape: [1, 1] });
+    const scales = g.initializer('head.scales', 'FLOAT', [4], Float32Array.from([1, 1, 8, 8]));
+    output = g.op('Resize', [logits, '', scales], { mode: 'nearest' }, CONV_DENSE_OUTPUT);
+    outputDims = [k, size / 4, size / 4];
+  } else {
+    const pooled = g.op('Flatten', [g.op('GlobalAveragePool', [x])], { axis: 1 });
+    const a = Math.sqrt(3 / cin);
+    macs += cin * classes;
+    output = g.op('Gemm', [pooled, uniform('fc.weight', [classes, cin], -a, a), uniform('fc.bias', [classes], -0.01, 0.01)], { transB: 1 }, CONV_OUTPUT);
+    outputDims = [classes];
+  }
+  g.output(output, 'FLOAT', ['batch', ...outputDims]);
   const bytes = g.encode();
-  const describe = `ResNet-style ${blocks.join('-')} blocks, width ${width}, ${size}×${size}: ${(params / 1e6).toFixed(2)} M parameters, ${(macs / 1e9).toFixed(3)} GMAC an image, ${(bytes.byteLength / 1e6).toFixed(1)} MB`;
-  return { bytes, params, macs, size, width, blocks, classes, describe };
+  const head = opts.dense !== undefined ? `, dense head [${outputDims.join(',')}]` : '';
+  const describe = `ResNet-style ${blocks.join('-')} blocks, width ${width}, ${size}×${size}${head}: ${(params / 1e6).toFixed(2)} M parameters, ${(macs / 1e9).toFixed(3)} GMAC an image, ${(bytes.byteLength / 1e6).toFixed(1)} MB`;
+  return { bytes, params, macs, size, width, blocks, classes, output, outputDims, describe };
 }
 
 /** Writes the model as `<dir>/model.onnx` (dir: a scratch folder of the caller's) and returns it. */
@@ -174,9 +198,9 @@ export function outputStats(x: Float32Array): { mean: number; std: number; finit
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { size: { type: 'string', default: '64' }, width: { type: 'string', default: '64' }, blocks: { type: 'string' }, out: { type: 'string' } },
+    options: { size: { type: 'string', default: '64' }, width: { type: 'string', default: '64' }, blocks: { type: 'string' }, dense: { type: 'string' }, out: { type: 'string' } },
   });
-  const opts: ConvModelOptions = { size: Number(values.size), width: Number(values.width), blocks: values.blocks?.split(',').map(Number) };
+  const opts: ConvModelOptions = { size: Number(values.size), width: Number(values.width), blocks: values.blocks?.split(',').map(Number), dense: values.dense ? Number(values.dense) : undefined };
   const dir = mkdtempSync(join(tmpdir(), 'tsi-conv-'));
   try {
     const t0 = performance.now();
@@ -188,13 +212,13 @@ async function main(): Promise<void> {
     const feeds = { [CONV_INPUT]: new ort.Tensor('float32', convImages(m.size, batch), [batch, 3, m.size, m.size]) };
     const run = async (ep: string) => {
       const s = await ort.InferenceSession.create(m.path, { executionProviders: [ep], graphOptimizationLevel: 'all' });
-      const out = (await s.run(feeds))[CONV_OUTPUT]!.data as Float32Array;
+      const out = (await s.run(feeds))[m.output]!.data as Float32Array;
       await s.release();
       return out;
     };
     const cpu = await run('cpu');
     const st = outputStats(cpu);
-    process.stdout.write(`cpu: logits [${batch},${m.classes}] mean ${st.mean.toFixed(3)} std ${st.std.toFixed(3)} ${st.finite ? 'all finite' : 'NOT FINITE'}\n`);
+    process.stdout.write(`cpu: ${m.output} [${batch},${m.outputDims.join(',')}] mean ${st.mean.toFixed(3)} std ${st.std.toFixed(3)} ${st.finite ? 'all finite' : 'NOT FINITE'}\n`);
     let gpu: Float32Array;
     try {
       gpu = await run('webgpu');

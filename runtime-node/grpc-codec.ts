@@ -1,12 +1,14 @@
 /**
- * Conversions between the `inference.*` gRPC messages — as @grpc/proto-loader presents them with
- * `keepCase, longs: String, enums: String, defaults: true, oneofs: true` (int64s are decimal strings,
- * bytes are Buffers, an unset message field is null) — and core's InferRequest / InferResponse. Inputs
- * may come as typed `contents`, as `raw_input_contents` (HTTP's binary layout) or from a shared-memory
- * region; responses always carry `raw_output_contents`, one entry per output, as Triton's gRPC server
- * does (FP16/BF16 have no typed list). Parameters and tensor descriptions are checked by core's shared
- * rules (request-params.ts: kinds, reserved `triton_` keys, shapes, datatypes) with Triton's gRPC texts
- * (infer_handler.cc, grpc_utils.cc), where clients may match on them.
+ * Conversions between the `inference.*` gRPC messages and core's InferRequest / InferResponse. Requests
+ * arrive in proto-loader's plain shape (`keepCase, defaults, oneofs`: an unset message field is null,
+ * each parameter names its `parameter_choice`), as grpc-wire.ts reads ModelInferRequest: int64s are
+ * numbers (bigints past 2^53), bytes are Buffers viewing the received message, typed `contents` lists
+ * are typed arrays. Inputs may come as typed `contents`, as `raw_input_contents` (HTTP's binary layout)
+ * or from a shared-memory region; responses always carry `raw_output_contents`, one entry per output,
+ * as Triton's gRPC server does (FP16/BF16 have no typed list), written by grpc-wire.ts. Parameters and
+ * tensor descriptions are checked by core's shared rules (request-params.ts: kinds, reserved `triton_`
+ * keys, shapes, datatypes) with Triton's gRPC texts (infer_handler.cc, grpc_utils.cc), where clients
+ * may match on them.
  */
 
 import {
@@ -14,12 +16,11 @@ import {
   INPUT_PARAMS, OUTPUT_PARAMS, REQUEST_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, TRITON_GRPC_PARAMS, checkDatatype, checkProtoParam, checkShape,
   type DataType, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput, type ShmRef, type TensorData,
 } from '../core/index.js';
+import { writeModelInferResponse, writeModelStreamInferResponse } from './grpc-wire.js';
 
 type Obj = Record<string, any>;
 
-const EMPTY = Buffer.alloc(0);
-
-/** 64-bit integers arrive as decimal strings: numbers when exact, bigints when not. */
+/** 64-bit integers: numbers when exact, bigints when not (proto-loader's decimal strings too). */
 function int64(s: unknown): number | bigint {
   const n = Number(s);
   return Number.isSafeInteger(n) ? n : BigInt(String(s));
@@ -35,19 +36,6 @@ export function paramValue(p: Obj | null | undefined): ParamValue | undefined {
     case 'double_param': return Number(p.double_param);
     default: return undefined;
   }
-}
-
-export function toProtoParam(v: ParamValue): Obj {
-  if (typeof v === 'boolean') return { bool_param: v };
-  if (typeof v === 'string') return { string_param: v };
-  if (typeof v === 'bigint') return { int64_param: v.toString() };
-  return Number.isInteger(v) ? { int64_param: String(v) } : { double_param: v };
-}
-
-export function toProtoParams(p: Parameters | undefined): Obj {
-  const out: Obj = {};
-  for (const [k, v] of Object.entries(p ?? {})) out[k] = toProtoParam(v);
-  return out;
 }
 
 /**
@@ -107,11 +95,13 @@ const LIST_TYPE: Record<string, string> = {
   fp32_contents: 'FP32', fp64_contents: 'FP64', bytes_contents: 'BYTES',
 };
 
+/** A typed list as read (a typed array, or a JS array from proto-loader's codec) or absent. */
+const listLength = (v: unknown): number => (v as ArrayLike<unknown> | undefined)?.length ?? 0;
+
 function typedContents(name: string, model: string, dt: DataType, c: Obj): TensorData {
-  const used = Object.keys(LIST_TYPE).filter((k) => Array.isArray(c[k]) && c[k].length > 0);
   const want = CONTENT_LIST[dt];
-  for (const k of used) {
-    if (k !== want) {
+  for (const k in LIST_TYPE) {
+    if (k !== want && listLength(c[k]) > 0) {
       throw new TsiError('INVALID_ARG',
         `unexpected explicit tensor data for input tensor '${name}' for model '${model}' of type '${LIST_TYPE[k]}', expected datatype '${dt}'`);
     }
@@ -119,20 +109,21 @@ function typedContents(name: string, model: string, dt: DataType, c: Obj): Tenso
   if (!want) {
     throw new TsiError('INVALID_ARG', `input tensor '${name}' for model '${model}' is ${dt}, which has no typed contents: send it in raw_input_contents`);
   }
-  const list: any[] = c[want] ?? [];
+  const list: ArrayLike<any> = c[want] ?? [];
+  // Lists whose wire type is the tensor's own (FP32, FP64, INT32, INT64, UINT32, UINT64) are used as read.
   switch (dt) {
-    case 'BOOL': return Uint8Array.from(list, (b: boolean) => (b ? 1 : 0));
+    case 'BOOL': return list instanceof Uint8Array ? list : Uint8Array.from(list, (b: boolean) => (b ? 1 : 0));
     case 'INT8': return Int8Array.from(list);
     case 'INT16': return Int16Array.from(list);
-    case 'INT32': return Int32Array.from(list);
+    case 'INT32': return list instanceof Int32Array ? list : Int32Array.from(list);
     case 'UINT8': return Uint8Array.from(list);
     case 'UINT16': return Uint16Array.from(list);
-    case 'UINT32': return Uint32Array.from(list);
-    case 'INT64': return BigInt64Array.from(list, (s: string) => BigInt(s));
-    case 'UINT64': return BigUint64Array.from(list, (s: string) => BigInt(s));
-    case 'FP32': return Float32Array.from(list);
-    case 'FP64': return Float64Array.from(list);
-    default: return (list as Buffer[]).map((b) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
+    case 'UINT32': return list instanceof Uint32Array ? list : Uint32Array.from(list);
+    case 'INT64': return list instanceof BigInt64Array ? list : BigInt64Array.from(list, (s) => BigInt(s));
+    case 'UINT64': return list instanceof BigUint64Array ? list : BigUint64Array.from(list, (s) => BigInt(s));
+    case 'FP32': return list instanceof Float32Array ? list : Float32Array.from(list);
+    case 'FP64': return list instanceof Float64Array ? list : Float64Array.from(list);
+    default: return Array.from(list as ArrayLike<Buffer>, (b) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
   }
 }
 
@@ -153,7 +144,7 @@ export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
   const inputs = (msg.inputs ?? []).map((io: Obj, index: number) => {
     const name: string = io.name;
     const dt = checkDatatype(io.datatype, `input '${name}'`, model);
-    const dims: string[] = io.shape ?? [];
+    const dims: (number | string)[] = io.shape ?? [];
     const shape = new Array<number>(dims.length);
     for (let d = 0; d < dims.length; d++) shape[d] = Number(dims[d]);
     const count = checkShape(shape, name, model);
@@ -219,25 +210,21 @@ export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
   return { request, shmInputs, shmOutputs };
 }
 
-/** A ModelInferResponse message; outputs written to shared memory get an empty raw entry. */
-export function encodeInferResponse(resp: InferResponse, inShm?: ReadonlySet<string>, extra?: Parameters): Obj {
-  const raw: Uint8Array[] = [];
-  const outputs = resp.outputs.map((t) => {
-    if (inShm?.has(t.name)) raw.push(EMPTY);
-    else {
-      const b = toBytes(t.data);
-      raw.push(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
-    }
-    return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: toProtoParams(t.parameters) };
-  });
-  return {
-    model_name: resp.model_name,
-    model_version: resp.model_version,
-    id: resp.id ?? '',
-    parameters: toProtoParams({ ...(resp.parameters ?? {}), ...(extra ?? {}) }),
-    outputs,
-    raw_output_contents: raw,
-  };
+/** A ModelInferResponse's bytes; outputs written to shared memory get an empty raw entry. */
+export function encodeInferResponse(resp: InferResponse, inShm?: ReadonlySet<string>, extra?: Parameters): Buffer {
+  return writeModelInferResponse(resp, inShm, extra);
+}
+
+/** A ModelStreamInferResponse's bytes: the answer to one request of a stream. */
+export function encodeStreamResponse(resp: InferResponse, inShm?: ReadonlySet<string>, extra?: Parameters): Buffer {
+  return writeModelStreamInferResponse(resp, '', inShm, extra);
+}
+
+/** A ModelStreamInferResponse carrying an error, with what is known of the request it answers. */
+export function encodeStreamError(msg: Obj, err: TsiError): Buffer {
+  return writeModelStreamInferResponse(
+    { id: msg.id ?? '', model_name: msg.model_name ?? '', model_version: msg.model_version ?? '', outputs: [] }, err.message,
+  );
 }
 
 /** LogSettings values (oneof bool/uint32/string) as plain JSON-like values, and back. */

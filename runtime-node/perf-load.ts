@@ -8,6 +8,7 @@
 
 import type { InferenceClient, InferInputSpec, InferOptions } from '../client/types.js';
 import { InferenceServerError } from '../client/errors.js';
+import type { WireSender } from './perf-wire.js';
 
 export interface RequestRecord {
   startNs: number;
@@ -31,6 +32,8 @@ export interface LoadOptions {
   inputSets: InferInputSpec[][];
   callOptions: InferOptions;
   sequences?: SequenceOptions;
+  /** Pre-encoded requests on raw connections (perf-wire.ts); used for every request outside a sequence. */
+  wire?: WireSender;
 }
 
 const nowNs = () => performance.now() * 1e6;
@@ -61,10 +64,10 @@ export class LoadRunner {
     this.nextSeqId = o.sequences?.idStart ?? 1;
   }
 
-  private inputs(): InferInputSpec[] {
-    const set = this.o.inputSets[this.nextSet]!;
+  private nextIndex(): number {
+    const i = this.nextSet;
     this.nextSet = (this.nextSet + 1) % this.o.inputSets.length;
-    return set;
+    return i;
   }
 
   private sequenceFlags(slot: SequenceSlot): Partial<InferOptions> {
@@ -83,14 +86,15 @@ export class LoadRunner {
 
   /** Sends one request and records it; never throws (failures land in `error`). */
   private async one(slot?: SequenceSlot, record = true): Promise<void> {
-    const opts: InferOptions = { ...this.o.callOptions, version: this.o.version, ...(slot ? this.sequenceFlags(slot) : {}) };
-    const inputs = this.inputs();
+    const wire = slot ? undefined : this.o.wire;
+    const opts: InferOptions | undefined = wire ? undefined : { ...this.o.callOptions, version: this.o.version, ...(slot ? this.sequenceFlags(slot) : {}) };
+    const set = this.nextIndex();
     this.sent++;
     const t0 = nowNs();
     try {
-      const r = await this.o.client.infer(this.o.model, inputs, opts);
+      const timing = wire ? await wire.send(set) : (await this.o.client.infer(this.o.model, this.o.inputSets[set]!, opts)).timing;
       const t1 = nowNs();
-      if (record) this.records.push({ startNs: t0, endNs: t1, sendNs: r.timing.sendNs, recvNs: r.timing.recvNs });
+      if (record) this.records.push({ startNs: t0, endNs: t1, sendNs: timing.sendNs, recvNs: timing.recvNs });
     } catch (err) {
       this.error ??= err instanceof InferenceServerError ? err : new InferenceServerError({ source: 'client', status: 0, message: String(err) });
       this.stopped = true;

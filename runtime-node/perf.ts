@@ -14,6 +14,7 @@ import { InferenceServerError } from '../client/errors.js';
 import type { InferenceClient, InferOptions, ModelStatistics } from '../client/types.js';
 import { buildInputSets, describeModel, type ModelInfo } from './perf-data.js';
 import { LoadRunner, type RequestRecord } from './perf-load.js';
+import { wireSender, type WireSender } from './perf-wire.js';
 
 export interface Range {
   start: number;
@@ -58,6 +59,12 @@ export interface PerfOptions {
   grpcCompression?: 'gzip' | 'deflate';
   /** HTTP transport under the client: node:http (default, cheaper per call) or the platform fetch. */
   httpTransport?: 'node' | 'fetch';
+  /**
+   * How the load loop sends: 'wire' (default) pre-encodes each request and writes it on raw
+   * connections (perf-wire.ts; sequences, TLS and gRPC compression still use the client), 'client'
+   * sends every request through the full client as an application would.
+   */
+  loadPath?: 'wire' | 'client';
 }
 
 export interface ServerSplit {
@@ -185,6 +192,7 @@ function clientSummary(recs: RequestRecord[], durationS: number, batch: number, 
 /** Runs the whole session: every load point, in order. Throws InferenceServerError on a failed request. */
 export async function runPerf(o: PerfOptions, io: PerfIO): Promise<PerfReport> {
   const client = createClient(o);
+  let wire: WireSender | undefined;
   try {
     if (!(await client.isModelReady(o.model, o.version))) {
       throw new InferenceServerError({ source: 'client', status: 0, message: `model '${o.model}'${o.version ? ` version ${o.version}` : ''} is not ready on ${o.url}` });
@@ -215,8 +223,9 @@ export async function runPerf(o: PerfOptions, io: PerfIO): Promise<PerfReport> {
     }
     io.out(`*** Measurement Settings ***\n  Batch size: ${o.batchSize}\n  Service Kind: ${o.protocol.toUpperCase()}\n  Using "${o.measurementMode}" mode for stabilization\n  ${o.measurementMode === 'time_windows' ? `Measurement window: ${o.measurementIntervalMs} msec` : `Minimum number of samples in each window: ${o.measurementRequestCount}`}\n  Stabilizing using ${o.percentile ? `p${o.percentile} latency` : 'average latency'} and throughput\n`);
     let first = true;
+    wire = (o.loadPath ?? 'wire') === 'wire' && o.httpTransport !== 'fetch' ? wireSender({ ...o, inputSets, callOptions }) : undefined;
     for (let load = range.start; unbounded || load <= range.end + 1e-9; load += range.step) {
-      const runner = new LoadRunner({ client, model: o.model, version: o.version, inputSets, callOptions, sequences });
+      const runner = new LoadRunner({ client, model: o.model, version: o.version, inputSets, callOptions, sequences, wire });
       if (first && o.warmupRequestCount > 0) {
         io.progress(`Warming up with ${o.warmupRequestCount} request(s)`);
         await runner.warmup(o.warmupRequestCount);
@@ -239,6 +248,7 @@ export async function runPerf(o: PerfOptions, io: PerfIO): Promise<PerfReport> {
     }
     return report;
   } finally {
+    wire?.close();
     await client.close();
   }
 }
