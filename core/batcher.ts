@@ -251,10 +251,11 @@ export class DynamicBatchScheduler implements Scheduler {
     this.timer = new WakeTimer(ctx.clock, () => this.dispatch());
     const db = ctx.config.dynamic_batching;
     const p = db?.default_queue_policy;
-    this.mayQueueBehind = !db || (
+    // Never with the rate limiter: each batch must win its instance's resources on its own.
+    this.mayQueueBehind = ctx.rateLimit === undefined && (!db || (
       !(Number(db.priority_levels ?? 0) > 0) && Object.keys(db.priority_queue_policy ?? {}).length === 0
       && !(Number(p?.default_timeout_microseconds ?? 0) > 0) && !(Number(p?.max_queue_size ?? 0) > 0) && !p?.allow_timeout_override
-    );
+    ));
   }
 
   enqueue(request: PendingRequest, nowNs?: number): void {

@@ -15,7 +15,7 @@ import { parsePbtxt } from './pbtxt.js';
 
 export { ConfigError, type ConfigErrorWhere, type SourcePos } from './config-reflect.js';
 export { modelConfigToJson, parseConfigJson } from './config-json.js';
-export { parsePbtxt } from './pbtxt.js';
+export { formatPbtxt, parsePbtxt } from './pbtxt.js';
 export { validateModelConfig, type ValidateOptions } from './config-validate.js';
 export {
   autoCompleteConfig, checkConfigAgainstModel, configTypeToDatatype, datatypeToConfigType, fullDims,

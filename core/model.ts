@@ -20,6 +20,7 @@ import { linkTrace, tracedInstance } from './trace.js';
 import { warmUpInstance, warmupSamples } from './warmup.js';
 import type { ResponseCache } from './cache.js';
 import type { CustomMetrics } from './custom-metrics.js';
+import type { ModelRateLimit, RateLimiter } from './rate-limiter.js';
 
 export type ModelState = 'UNKNOWN' | 'LOADING' | 'READY' | 'UNAVAILABLE' | 'UNLOADING';
 
@@ -35,6 +36,8 @@ export interface LoadOptions {
   /** The server's response cache, used when the config enables `response_cache`. */
   cache?: ResponseCache;
   metrics?: CustomMetrics;
+  /** The server's rate limiter; the version's instances register with it while it is loaded. */
+  rateLimiter?: RateLimiter;
 }
 
 export class ModelVersion {
@@ -55,6 +58,7 @@ export class ModelVersion {
   private groupOf: number[] = [];
   private backendModel?: BackendModel;
   private scheduler?: Scheduler;
+  private rateLimit?: ModelRateLimit;
   private readonly clock: Clock;
   private readonly log: Logger;
   private cache?: ResponseCache;
@@ -115,9 +119,13 @@ export class ModelVersion {
         await Promise.all(mv.instances.map((inst) => warmUpInstance(opts.config, inst, samples, opts.log)));
         opts.log.info(`model '${mv.name}' version ${mv.version}: ${samples.length} warmup sample(s) ran on ${mv.instances.length} instance(s) in ${((opts.clock.nowNs() - t1) / 1e6).toFixed(0)} ms`);
       }
+      const groups = opts.config.instance_group ?? [];
+      mv.rateLimit = opts.rateLimiter?.register(mv.name, mv.version, mv.instances, mv.instances.map((_, i) => groups[mv.groupOf[i] ?? -1]));
+      const gate = mv.rateLimit;
+      if (gate) mv.stats.sections.set('rate_limiter', () => gate.toJson());
       const sctx = {
         modelName: mv.name, version: mv.version, config: opts.config, instances: mv.instances, stats: mv.stats,
-        clock: opts.clock, log: opts.log, decoupled: mv.decoupled,
+        clock: opts.clock, log: opts.log, decoupled: mv.decoupled, rateLimit: mv.rateLimit,
       };
       mv.scheduler = mv.backendModel.createScheduler?.(sctx) ?? createScheduler(sctx);
       mv.loadedConfig = mv.configAsLoaded();
@@ -277,6 +285,16 @@ export class ModelVersion {
     return this.stats.inflight;
   }
 
+  /** Sequences in progress (sequence batching only). */
+  liveSequences(): number {
+    return this.scheduler?.liveSequences?.() ?? 0;
+  }
+
+  /** A stopping server: only requests continuing a sequence in progress are taken from now on. */
+  closeSequences(): void {
+    this.scheduler?.closeSequences?.();
+  }
+
   /** Stops accepting, drains queued and executing requests, frees instances and the backend model. */
   async unload(): Promise<void> {
     this.state = 'UNLOADING';
@@ -287,6 +305,8 @@ export class ModelVersion {
   }
 
   private async freeParts(): Promise<void> {
+    this.rateLimit?.unregister();
+    this.rateLimit = undefined;
     for (const inst of this.instances) {
       try {
         await inst.unload();

@@ -346,3 +346,58 @@ export function parsePbtxt(text: string, file = 'config.pbtxt'): ModelConfig {
   attachSource(cfg, { file, positions: parser.positions });
   return cfg;
 }
+
+/**
+ * Writes a ModelConfig as config.pbtxt text in Triton's own layout (`dims: [ 16 ]`, `input [ {…} ]`,
+ * map entries as `parameters { key: "…" value { … } }`), fields in the .proto's order, with `comments`
+ * as `#` lines on top. parsePbtxt reads it back to the same object; fields not in model_config.proto
+ * are left out. Empty messages are kept (`dynamic_batching { }` turns batching on).
+ */
+export function formatPbtxt(cfg: ModelConfig, comments: readonly string[] = []): string {
+  const out = comments.flatMap((c) => c.split('\n')).map((c) => (c ? `# ${c}` : '#'));
+  writeMessage(cfg as Record<string, unknown>, modelConfigDesc, 0, out);
+  return out.join('\n') + '\n';
+}
+
+function writeMessage(obj: Record<string, unknown>, desc: MessageDesc, depth: number, out: string[]): void {
+  const ind = '  '.repeat(depth);
+  for (const f of desc.fields) {
+    const v = obj[f.name];
+    if (v === undefined || v === null) continue;
+    if (f.map) {
+      const entry = f.message!();
+      const valueField = entry.byName.get('value')!;
+      for (const [k, val] of Object.entries(v as Record<string, unknown>)) {
+        out.push(`${ind}${f.name} {`, `${ind}  key: ${JSON.stringify(k)}`);
+        if (valueField.kind === 'message') {
+          out.push(`${ind}  value {`);
+          writeMessage(val as Record<string, unknown>, valueField.message!(), depth + 2, out);
+          out.push(`${ind}  }`);
+        } else out.push(`${ind}  value: ${literalText(valueField, val)}`);
+        out.push(`${ind}}`);
+      }
+    } else if (f.repeated) {
+      const items = v as unknown[];
+      if (items.length === 0) continue;
+      if (f.kind === 'message') {
+        out.push(`${ind}${f.name} [`);
+        items.forEach((m, i) => {
+          out.push(`${ind}  {`);
+          writeMessage(m as Record<string, unknown>, f.message!(), depth + 2, out);
+          out.push(`${ind}  }${i < items.length - 1 ? ',' : ''}`);
+        });
+        out.push(`${ind}]`);
+      } else out.push(`${ind}${f.name}: [ ${items.map((x) => literalText(f, x)).join(', ')} ]`);
+    } else if (f.kind === 'message') {
+      out.push(`${ind}${f.name} {`);
+      writeMessage(v as Record<string, unknown>, f.message!(), depth + 1, out);
+      out.push(`${ind}}`);
+    } else out.push(`${ind}${f.name}: ${literalText(f, v)}`);
+  }
+}
+
+function literalText(f: FieldDesc, v: unknown): string {
+  if (f.kind === 'enum') return String(v);
+  if (f.scalar === 'string' || f.scalar === 'bytes') return JSON.stringify(String(v));
+  return String(v);
+}

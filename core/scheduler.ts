@@ -11,6 +11,7 @@ import type { BackendInstance, ExecutionTimes, ResponsePayload } from './backend
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelConfig } from './model-config.js';
 import { requestPrefix, type ExecutionObserver, type PendingRequest } from './request.js';
+import type { ModelRateLimit } from './rate-limiter.js';
 import type { ModelStats } from './stats.js';
 import type { Clock, Logger } from './types.js';
 
@@ -25,6 +26,13 @@ export interface Scheduler {
   queued(): number;
   /** Stops accepting, lets queued and executing work finish, then resolves. */
   stop(): Promise<void>;
+  /** Sequences begun and not yet ended or reaped (sequence batchers only). */
+  liveSequences?(): number;
+  /**
+   * A stopping server: from now on only requests that continue a sequence in progress are taken (no
+   * START, no unknown id), so the sequences clients are in the middle of can finish.
+   */
+  closeSequences?(): void;
 }
 
 export interface SchedulerContext {
@@ -36,6 +44,8 @@ export interface SchedulerContext {
   clock: Clock;
   log: Logger;
   decoupled: boolean;
+  /** The model's gate on the server's rate limiter (`--rate-limit execution_count`); absent: off. */
+  rateLimit?: ModelRateLimit;
 }
 
 export const STOPPING_MESSAGE = 'Server is stopping, scheduler for model has stopped accepting new inference requests';
@@ -218,16 +228,27 @@ export async function runExecution(
 ): Promise<void> {
   const { stats, clock } = ctx;
   const { uncounted } = opts;
+  // With the rate limiter on, the formed batch waits here for the instance's resources (queue time).
+  const gate = ctx.rateLimit;
+  let startNs = opts.startNs;
+  if (gate !== undefined) {
+    const granted = gate.acquire(instance);
+    if (granted !== true) {
+      await granted;
+      startNs = undefined;
+    }
+  }
   // A request whose client gave up while it queued is answered now instead of computed (not in a
   // sequence batch, whose slots and state need every row).
   if (uncounted === undefined && hasCancelled(batch)) {
     batch = dropCancelled(ctx, batch, opts.queuedBehind === true ? pool : undefined, instance);
     if (batch.length === 0) {
       pool.release(instance);
+      gate?.release(instance);
       return;
     }
   }
-  const ex = new Execution(ctx, opts.startNs ?? clock.nowNs(), opts.deferResponses === true && !ctx.decoupled);
+  const ex = new Execution(ctx, startNs ?? clock.nowNs(), opts.deferResponses === true && !ctx.decoupled);
   let rows = 0;
   let counted = 0;
   for (let i = 0; i < batch.length; i++) {
@@ -266,7 +287,10 @@ export async function runExecution(
         r.send(new TsiError('INTERNAL', `model '${ctx.modelName}' returned no response for request '${r.id}'`), true);
       }
     }
+    // The pool first: the instance's next batch (if any) is staged before the resources go back, so
+    // the limiter chooses among every waiting instance, this one included, as Triton's OnRelease does.
     pool.release(instance);
+    gate?.release(instance);
     if (ex.held !== undefined) ex.deliverHeld();
   }
 }

@@ -21,7 +21,10 @@ const us = (ns: number) => Math.floor(ns / 1000);
 type Labels = { model: string; version: string };
 
 /** Per-model families: name, Triton's HELP text, type, and how to read the value from ModelStats. */
-const MODEL_FAMILIES: { name: string; help: string; type: 'counter' | 'gauge'; value: (s: ModelStats) => number; cacheOnly?: boolean }[] = [
+/** The time a model's batches waited for rate-limiter resources (its `rate_limiter` statistics section). */
+const rateLimitWait = (s: ModelStats) => (s.sections.get('rate_limiter')?.() as { wait: { count: number; ns: number } } | undefined)?.wait;
+
+const MODEL_FAMILIES: { name: string; help: string; type: 'counter' | 'gauge'; value: (s: ModelStats) => number; cacheOnly?: boolean; rateLimitOnly?: boolean }[] = [
   { name: 'nv_inference_request_success', type: 'counter', help: 'Number of successful inference requests, all batch sizes', value: (s) => s.success.count },
   { name: 'nv_inference_count', type: 'counter', help: 'Number of inferences performed (does not include cached requests)', value: (s) => s.inferenceCount },
   { name: 'nv_inference_exec_count', type: 'counter', help: 'Number of model executions performed (does not include cached requests)', value: (s) => s.executionCount },
@@ -37,6 +40,9 @@ const MODEL_FAMILIES: { name: string; help: string; type: 'counter' | 'gauge'; v
   { name: 'nv_cache_num_misses_per_model', type: 'counter', help: 'Number of cache misses per model', value: (s) => s.cacheMiss.count, cacheOnly: true },
   { name: 'nv_cache_hit_duration_per_model', type: 'counter', help: 'Total cache hit duration per model, in microseconds', value: (s) => us(s.cacheHit.ns), cacheOnly: true },
   { name: 'nv_cache_miss_duration_per_model', type: 'counter', help: 'Total cache miss (insert+lookup) duration per model, in microseconds', value: (s) => us(s.cacheMiss.ns), cacheOnly: true },
+  // tsi's own (Triton has none): only while --rate-limit execution_count is on.
+  { name: 'tsi_rate_limiter_wait_count', type: 'counter', help: 'Number of executions that asked the rate limiter for resources', value: (s) => rateLimitWait(s)?.count ?? 0, rateLimitOnly: true },
+  { name: 'tsi_rate_limiter_wait_duration_us', type: 'counter', help: 'Cumulative time executions waited for rate-limiter resources, in microseconds (also part of the queue duration)', value: (s) => us(rateLimitWait(s)?.ns ?? 0), rateLimitOnly: true },
 ];
 
 export interface MetricsOptions {
@@ -59,7 +65,7 @@ export function createMetricsRegistry(server: InferenceServer, opts: MetricsOpti
   const registry = new Registry();
   const [success, ...rest] = MODEL_FAMILIES;
   const versions = (f: (typeof MODEL_FAMILIES)[number]) =>
-    loadedVersions(server).filter((mv) => !f.cacheOnly || mv.config.response_cache?.enable === true);
+    loadedVersions(server).filter((mv) => (!f.cacheOnly || mv.config.response_cache?.enable === true) && (!f.rateLimitOnly || mv.stats.sections.has('rate_limiter')));
   const family = (f: (typeof MODEL_FAMILIES)[number]) => {
     if (f.type === 'counter') {
       new Counter({
