@@ -13,6 +13,7 @@ import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
 import { ServerExtensions, type Restrictions } from './extensions.js';
 import { mountExtensionRoutes, restrictedApiMiddleware, restrictedMessage } from './http-admin.js';
 import { generate } from './generate.js';
+import { completions, getModel, listModels } from './llm/index.js';
 import type { InferenceServer } from './server.js';
 import { attachTrace } from './trace.js';
 import { concatBytes } from './tensor.js';
@@ -164,6 +165,11 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     },
   });
   route('/v2/repository/:repo{[^/]+}/index', { POST: () => repoNameUnsupported() });
+  // The OpenAI-compatible API of `llm` models (core/llm/openai.ts).
+  route('/v1/models', { GET: () => listModels(server) });
+  route('/v1/models/:model{.+}', { GET: (c) => getModel(server, c.req.param('model')!) });
+  route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput) });
+  route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput) });
   mountExtensionRoutes(app, server, ext, maxInput);
 
   options.extend?.(app, server);

@@ -41,6 +41,8 @@ export class ModelStats {
   inflight = 0;
   /** Model load time in seconds (nv_model_load_duration_secs). */
   loadDurationSecs = 0;
+  /** Sections beyond Triton's fields that a scheduler adds to the model's statistics (an LLM's `llm_stats`). */
+  readonly sections = new Map<string, () => unknown>();
 
   /** One request finished successfully: end-to-end duration and its share of an execution. */
   recordSuccess(totalNs: number, queueNs: number, times: { input: number; infer: number; output: number }, epochMs: number): void {
@@ -115,6 +117,7 @@ export class ModelStats {
           compute_output: { ...b.compute_output },
         })),
       memory_usage: [],
+      ...Object.fromEntries([...this.sections].map(([k, f]) => [k, f()])),
     };
   }
 }

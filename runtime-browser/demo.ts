@@ -18,7 +18,7 @@ interface IoMeta { name: string; datatype: string; shape: number[] }
 interface Meta { name: string; inputs: IoMeta[]; outputs: IoMeta[] }
 
 const servers = new Map<DevicePreference, Promise<BrowserServer>>();
-function pageServer(device: DevicePreference): Promise<BrowserServer> {
+export function pageServer(device: DevicePreference): Promise<BrowserServer> {
   let s = servers.get(device);
   if (!s) {
     // Explicit mode: a model is fetched and loaded only when it is first run.

@@ -4,8 +4,9 @@
  * in: the in-page API (`infer`, `metadata`, `config`, `ready`, `stats`) and the KServe v2 HTTP
  * protocol itself as `fetch(request)` — core's own handler, so a Service Worker (service-worker.ts)
  * can answer `/v2/...` for unmodified HTTP clients. Queueing, dynamic batching, sequences and
- * statistics are core's and apply here unchanged, and so do ensembles (core's) and JavaScript models
- * (js-backend.ts). Further backends plug in through `backends`, by the name a config's `backend` selects.
+ * statistics are core's and apply here unchanged, and so do ensembles (core's), JavaScript models
+ * (js-backend.ts) and `llm` language models (llm-backend.ts: core's in-flight batching and OpenAI
+ * API). Further backends plug in through `backends`, by the name a config's `backend` selects.
  */
 
 import {
@@ -15,6 +16,7 @@ import {
 } from '../core/index.js';
 import { fromInferResponse, outputData, toInferRequest, type InferCall, type OutputData, type OutputTensor } from './api.js';
 import { createJsBackend } from './js-backend.js';
+import { createWebLlmBackend } from './llm-backend.js';
 import { MemorySource, UrlSource, filesFromFileList, type MemoryFile, type ModelList } from './fetch-source.js';
 import {
   createOnnxWebBackend, defaultThreads, fallbackReasonOf, probeEnvironment,
@@ -117,32 +119,51 @@ export class BrowserServer {
 
   /**
    * Every response of a request, as they come — for decoupled models (0..N responses) and any other
-   * (exactly one): `for await (const out of server.inferStream({...}))`. An error response ends it by throwing.
+   * (exactly one): `for await (const out of server.inferStream({...}))`. An error response ends it by
+   * throwing. Leaving the loop early (`break`), or aborting `signal`, cancels the request: an `llm`
+   * model drops the sequence at its next step (the signal's way ends the loop with a CANCELLED error).
    */
-  async *inferStream(call: InferCall): AsyncGenerator<Record<string, OutputData>> {
+  async *inferStream(call: InferCall, opts: { signal?: AbortSignal } = {}): AsyncGenerator<Record<string, OutputData>> {
     const config = this.core.model(call.model, call.version === undefined ? undefined : String(call.version)).config;
     const queue: (InferResponse | TsiError)[] = [];
     let finished = false;
     let wake: (() => void) | undefined;
+    let cancel: (() => void) | undefined;
     const done = this.core.inferStream(toInferRequest(call, config), (r, final) => {
       queue.push(r);
       if (final) finished = true;
       wake?.();
+    }, {
+      onCancel: (c) => {
+        cancel = c;
+        opts.signal?.addEventListener('abort', c, { once: true });
+      },
     });
-    for (;;) {
-      const r = queue.shift();
-      if (r === undefined) {
-        if (finished) break;
-        await new Promise<void>((w) => (wake = w));
-        wake = undefined;
-        continue;
+    // A request refused at admission (server stopping) sends nothing: end the loop with its error.
+    done.catch((err: unknown) => {
+      queue.push(err instanceof TsiError ? err : new TsiError('INTERNAL', String(err)));
+      finished = true;
+      wake?.();
+    });
+    try {
+      for (;;) {
+        const r = queue.shift();
+        if (r === undefined) {
+          if (finished) break;
+          await new Promise<void>((w) => (wake = w));
+          wake = undefined;
+          continue;
+        }
+        if (r instanceof TsiError) throw r;
+        // A final response that only closes the stream carries no outputs.
+        if (r.outputs.length === 0) continue;
+        const out: Record<string, OutputData> = {};
+        for (const [name, t] of Object.entries(fromInferResponse(r))) out[name] = t.data;
+        yield out;
       }
-      if (r instanceof TsiError) throw r;
-      // A final response that only closes the stream carries no outputs.
-      if (r.outputs.length === 0) continue;
-      const out: Record<string, OutputData> = {};
-      for (const [name, t] of Object.entries(fromInferResponse(r))) out[name] = t.data;
-      yield out;
+    } finally {
+      if (!finished) cancel?.();
+      if (cancel) opts.signal?.removeEventListener('abort', cancel);
     }
     await done;
   }
@@ -185,7 +206,8 @@ export class BrowserServer {
   /** Where each instance of a model version runs. */
   instances(model: string, version?: string | number): InstanceInfo[] {
     return this.core.model(model, version === undefined ? undefined : String(version)).instances.map((i) => {
-      const reason = fallbackReasonOf(i.spec);
+      // `llm` instances report their fallback in their placement's notes.
+      const reason = fallbackReasonOf(i.spec) ?? i.placement?.notes?.[0];
       return { name: i.spec.name, kind: i.spec.kind, device: i.device, ...(reason ? { fallbackReason: reason } : {}) };
     });
   }
@@ -213,6 +235,7 @@ export async function createServer(opts: BrowserServerOptions): Promise<BrowserS
   const backends = new BackendRegistry();
   backends.register('onnxruntime', () => createOnnxWebBackend({ log, ort: opts.ort, device: opts.device, numThreads: opts.numThreads }));
   backends.register('javascript', () => createJsBackend({ log }));
+  backends.register('llm', () => createWebLlmBackend({ log, ort: opts.ort, device: opts.device, numThreads: opts.numThreads }));
   for (const [name, factory] of Object.entries(opts.backends ?? {})) backends.register(name, factory);
   const core = new InferenceServer({
     sources: toSources(opts),
@@ -235,5 +258,6 @@ export { UrlSource, MemorySource, filesFromFileList, INDEX_FILE, type Repository
 export { createOnnxWebBackend, loadOrt, probeEnvironment, type DevicePreference, type OrtModule, type WebEnvironment } from './onnx-web-backend.js';
 export { readOnnxIo } from './onnx-io.js';
 export { createJsBackend } from './js-backend.js';
+export { createWebLlmBackend } from './llm-backend.js';
 export type { InferCall, InputData, InputValue, OutputData, OutputTensor } from './api.js';
 export { TsiError } from '../core/index.js';

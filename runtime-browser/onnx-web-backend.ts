@@ -184,7 +184,7 @@ interface RunLock {
   busy: number;
 }
 const runLocks = new WeakMap<object, RunLock>();
-function runLock(ort: OrtModule): RunLock {
+export function runLock(ort: OrtModule): RunLock {
   let lock = runLocks.get(ort);
   if (!lock) runLocks.set(ort, (lock = { tail: Promise.resolve(), busy: 0 }));
   return lock;

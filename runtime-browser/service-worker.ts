@@ -1,7 +1,9 @@
 /**
  * Service Worker mode: a module Service Worker that answers `/v2/...` requests in the page's origin
  * with core's v2 HTTP handler, so unmodified v2 clients (fetch-, curl- or tritonclient-shaped) work
- * against a page with no server behind it. Everything else passes through untouched.
+ * against a page with no server behind it, and the OpenAI routes of `llm` models (`/v1/models`,
+ * `/v1/completions`, `/v1/chat/completions`, streamed) for OpenAI clients given the site as their base
+ * URL. Everything else passes through untouched.
  *
  * Two ways to use it:
  * - register the built `tsi-sw.js` directly, configured by its query string:
@@ -37,7 +39,12 @@ interface SwGlobal {
 export interface ServiceWorkerOptions extends BrowserServerOptions {
   /** Path prefix answered by the server (default `/v2`). */
   prefix?: string;
+  /** Answer the OpenAI-compatible routes under `/v1` too (default true). */
+  openai?: boolean;
 }
+
+/** The OpenAI-compatible paths core's handler answers (core/llm/openai.ts); nothing else under /v1. */
+const OPENAI_PATH = /^\/v1\/(?:models(?:\/.+)?|completions|chat\/completions)$/;
 
 export function isServiceWorker(): boolean {
   const g = globalThis as { ServiceWorkerGlobalScope?: new () => unknown };
@@ -65,7 +72,8 @@ export function serveInServiceWorker(options: ServiceWorkerOptions): () => Promi
   sw.addEventListener('fetch', (e) => {
     const url = new URL(e.request.url);
     if (url.origin !== sw.location.origin) return;
-    if (url.pathname !== prefix && !url.pathname.startsWith(`${prefix}/`)) return;
+    const ours = url.pathname === prefix || url.pathname.startsWith(`${prefix}/`) || (options.openai !== false && OPENAI_PATH.test(url.pathname));
+    if (!ours) return;
     e.respondWith(get().then(
       (s) => s.fetch(e.request),
       (err) => errorResponse(new TsiError('UNAVAILABLE', `the in-browser server failed to start: ${(err as Error).message}`)),
@@ -74,7 +82,7 @@ export function serveInServiceWorker(options: ServiceWorkerOptions): () => Promi
   return get;
 }
 
-/** Options from the worker script's own query string: `repository`, `models` (comma list), `device`, `prefix`, `log_verbose`. */
+/** Options from the worker script's own query string: `repository`, `models` (comma list), `device`, `prefix`, `openai` (`0`: off), `log_verbose`. */
 export function optionsFromUrl(url: string): ServiceWorkerOptions | undefined {
   const q = new URL(url).searchParams;
   const repository = q.get('repository');
@@ -85,6 +93,7 @@ export function optionsFromUrl(url: string): ServiceWorkerOptions | undefined {
     models: q.get('models')?.split(',').filter(Boolean),
     device: device === 'webgpu' || device === 'wasm' ? device : undefined,
     prefix: q.get('prefix') ?? undefined,
+    openai: q.get('openai') !== '0',
     logVerbose: Number(q.get('log_verbose') ?? 0),
   };
 }

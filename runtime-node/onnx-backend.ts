@@ -67,7 +67,7 @@ export function computeCores(cores: number): number {
 }
 
 /** Triton onnxruntime_backend parameters → ORT session options. */
-function sessionOptions(config: ModelConfig, instanceCount: number, cores: number): Record<string, unknown> {
+export function sessionOptions(config: ModelConfig, instanceCount: number, cores: number): Record<string, unknown> {
   const p = (k: string) => config.parameters?.[k]?.string_value;
   const o: Record<string, unknown> = {};
   const intra = p('intra_op_thread_count');

@@ -14,6 +14,7 @@ import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ElemType, GraphBuilder, attrFloat, fillUniform, type Dim, type ElemTypeName } from './onnx-builder.js';
+import { decoderModel } from './llm-model.js';
 
 /** Triton datatypes and the ONNX element type each maps to (Triton's BYTES is ONNX's STRING). */
 export type Datatype =
@@ -301,6 +302,8 @@ export const DEFAULT_MODELS: Readonly<Record<string, () => Uint8Array>> = {
   simple_dyna_sequence: () => simpleSequenceModel({ dyna: true }),
   simple_sequence_state: sequenceStateModel,
   mlp_batch: mlpBatchModel,
+  // The llm backend's test model; its tokenizer.json and config.json are committed (llm-model.ts).
+  tiny_gpt: () => decoderModel(),
 };
 
 /**

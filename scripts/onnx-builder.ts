@@ -293,17 +293,8 @@ export class GraphBuilder {
   }
 }
 
-/** mulberry32: a tiny, fast 32-bit seeded PRNG; returns floats in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32: a tiny, fast 32-bit seeded PRNG (floats in [0, 1)); core's, which seeds LLM sampling too. */
+export { seededRandom as mulberry32 } from '../core/llm/sampling.js';
 
 /** Fills `out` with uniform values in [lo, hi) from mulberry32(seed); the loop is inlined for speed. */
 export function fillUniform<T extends Float32Array | Float64Array>(out: T, seed: number, lo: number, hi: number): T {

@@ -1,0 +1,179 @@
+/**
+ * The LLM serving benchmark (issue 21): output tokens/s and time to first token (p50, p99) of
+ * tiny_gpt at 1, 8 and 32 concurrent streams, two ways, in one run:
+ *   (a) naive — one request at a time on raw onnxruntime-node in this process (no HTTP, no batching:
+ *               prefill, then one token per session.run with the KV cache fed back), requests waiting
+ *               their turn in arrival order: what serving an LLM without a token loop scheduler is;
+ *   (b) tsi   — the tsi server in a child process, `generate_stream` over HTTP with server-sent
+ *               events, in-flight batching (max_num_seqs 32), its defaults otherwise (a decode and
+ *               a prefill worker); the client is node:http on keep-alive connections opened by
+ *               the warm-up.
+ * Each stream is a closed-loop client sending its requests one after another; every request
+ * generates exactly --tokens tokens (ignore_eos) from a prompt of 5 to 40 words. The naive side runs
+ * ORT on all the cores (its fastest). The last column is CPU time per 1000 tokens (tsi: server and
+ * client processes; naive: this process): on a shared machine the tokens/s of both sides move with
+ * the neighbours' load, the CPU each token costs much less.
+ *
+ * Run:  npm run bench:llm   (flags: --streams 1,8,32  --requests <per stream; default: 4, and at
+ *       least 16 in all>  --tokens <64>
+ *       --server tsx|dist (tsx: the sources; dist needs a fresh `npm run build`))
+ * Targets: tsi ≥ 4× naive tokens/s at 32 streams; tsi's TTFT p50 at 8 streams ≤ 2× at 1.
+ */
+
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { availableParallelism, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { computeCores } from '../runtime-node/onnx-backend.js';
+import { referenceDecoder } from '../test/node/llm-reference.js';
+import { spawnServer, stopServer, tsiServer } from './servers.js';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+const { values: args } = parseArgs({
+  options: {
+    streams: { type: 'string', default: '1,8,32' },
+    requests: { type: 'string' },
+    tokens: { type: 'string', default: '64' },
+    server: { type: 'string', default: 'tsx' },
+  },
+});
+const STREAMS = args.streams.split(',').map(Number);
+// Every stream starts at once, so each stream's first request meets a burst the later ones do not:
+// 4 a stream keeps that to a quarter of the samples (and 16 at least, for percentiles).
+const perStreamAt = (streams: number) => (args.requests ? Number(args.requests) : Math.max(4, Math.ceil(16 / streams)));
+const TOKENS = Number(args.tokens);
+const WORDS = 'the quick brown fox jumps over a lazy dog while seven wizards quietly hex every jovial sphinx of black quartz'.split(' ');
+const promptOf = (i: number) => Array.from({ length: 5 + ((i * 13) % 36) }, (_, k) => WORDS[(k * 5 + i) % WORDS.length]).join(' ');
+
+interface Result {
+  tokens: number;
+  tokensPerS: number;
+  ttftMs: number[];
+}
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
+};
+
+/** C closed-loop streams, each sending `perStream` requests through `one` (which reports its first token). */
+async function drive(streams: number, one: (prompt: string, firstToken: () => void) => Promise<number>, perStream = perStreamAt(streams)): Promise<Result> {
+  const ttftMs: number[] = [];
+  let tokens = 0;
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: streams }, async (_, s) => {
+    for (let r = 0; r < perStream; r++) {
+      const start = performance.now();
+      let first = false;
+      const n = await one(promptOf(s * perStream + r), () => {
+        if (!first) ttftMs.push(performance.now() - start);
+        first = true;
+      });
+      tokens += n;
+    }
+  }));
+  return { tokens, tokensPerS: tokens / ((performance.now() - t0) / 1000), ttftMs };
+}
+
+// node:http rather than fetch: the client shares the cores with the server, and fetch's streams
+// cost several times more per server-sent event than the server spends sending it.
+const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
+
+function tsiRequest(port: number, prompt: string, firstToken: () => void): Promise<number> {
+  const body = JSON.stringify({ text_input: prompt, max_tokens: TOKENS, ignore_eos: true, stream: true });
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path: '/v2/models/tiny_gpt/generate_stream', method: 'POST', agent, headers: { 'Content-Length': Buffer.byteLength(body) } }, (res) => {
+      res.setEncoding('utf8');
+      let text = '';
+      let first = false;
+      res.on('data', (chunk: string) => {
+        text += chunk;
+        if (!first && text.includes('data: ')) {
+          first = true;
+          firstToken();
+        }
+      });
+      res.on('end', () => {
+        if (res.statusCode !== 200) return reject(new Error(`tsi answered ${res.statusCode}: ${text}`));
+        const last = JSON.parse(text.trim().split('\n\n').at(-1)!.slice('data: '.length));
+        resolve(last.num_output_tokens as number);
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+const cpuMs = (u: NodeJS.CpuUsage) => (u.user + u.system) / 1000;
+
+/**
+ * CPU time of the server process, all its threads (Linux: /proc, in clock ticks of 10 ms); NaN
+ * elsewhere. With the client's, it is what tsi spends per token, whatever else the machine runs.
+ */
+function serverCpuMs(): number {
+  try {
+    const fields = readFileSync(`/proc/${server.child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return NaN;
+  }
+}
+
+// The naive side gets the thread count that is fastest for one request at a time: all the cores.
+const threads = Math.max(1, computeCores(availableParallelism()));
+const ref = await referenceDecoder(join(ROOT, 'models', 'tiny_gpt'), threads);
+// The naive server: one request at a time, in arrival order.
+let turn: Promise<unknown> = Promise.resolve();
+const naiveRequest = (prompt: string, firstToken: () => void): Promise<number> => {
+  const mine = turn.then(() => ref.greedy(prompt, TOKENS, { ignoreEos: true, onToken: firstToken }));
+  turn = mine.catch(() => undefined);
+  return mine.then((ids) => ids.length);
+};
+
+const work = mkdtempSync(join(tmpdir(), 'tsi-bench-llm-'));
+const repo = join(work, 'repo');
+mkdirSync(repo);
+symlinkSync(join(ROOT, 'models', 'tiny_gpt'), join(repo, 'tiny_gpt'));
+const { argv, build } = tsiServer(repo, work, { server: args.server });
+const server = await spawnServer(argv, 'tsi');
+console.log(`tiny_gpt (${build}), ${TOKENS} tokens per request, ${STREAMS.map((n) => `${perStreamAt(n)} requests per stream at ${n}`).join(', ')}, ORT threads ${threads}, ${availableParallelism()} cores`);
+try {
+  // Warm both sides (first runs allocate), and open the clients' keep-alive connections to tsi: a
+  // TCP handshake is the client's cost, not the server's time to first token.
+  await drive(Math.max(2, ...STREAMS), (p, f) => tsiRequest(server.port, p, f), 1);
+  await drive(1, naiveRequest);
+  const rows: { streams: number; tsi: Result; naive: Result; cpu: { tsi: number; naive: number } }[] = [];
+  for (const streams of STREAMS) {
+    let cpu = process.cpuUsage();
+    const naive = await drive(streams, naiveRequest);
+    const naiveCpu = cpuMs(process.cpuUsage(cpu));
+    cpu = process.cpuUsage();
+    const server0 = serverCpuMs();
+    const tsi = await drive(streams, (p, f) => tsiRequest(server.port, p, f));
+    rows.push({ streams, tsi, naive, cpu: { tsi: serverCpuMs() - server0 + cpuMs(process.cpuUsage(cpu)), naive: naiveCpu } });
+  }
+  const f = (x: number, d = 1) => x.toFixed(d);
+  console.log('\n| streams | tsi tokens/s | naive tokens/s | tsi / naive | tsi TTFT p50 / p99 (ms) | naive TTFT p50 / p99 (ms) | CPU ms per 1k tokens, tsi / naive |');
+  console.log('|---:|---:|---:|---:|---:|---:|---:|');
+  for (const r of rows) {
+    const perK = (ms: number, res: Result) => (Number.isNaN(ms) ? '–' : f((ms * 1000) / res.tokens, 0));
+    console.log(`| ${r.streams} | ${f(r.tsi.tokensPerS, 0)} | ${f(r.naive.tokensPerS, 0)} | ${f(r.tsi.tokensPerS / r.naive.tokensPerS, 2)}× | ${f(pct(r.tsi.ttftMs, 50))} / ${f(pct(r.tsi.ttftMs, 99))} | ${f(pct(r.naive.ttftMs, 50))} / ${f(pct(r.naive.ttftMs, 99))} | ${perK(r.cpu.tsi, r.tsi)} / ${perK(r.cpu.naive, r.naive)} |`);
+  }
+  const at = (n: number) => rows.find((r) => r.streams === n);
+  const r32 = at(32);
+  const r1 = at(1);
+  const r8 = at(8);
+  if (r32) console.log(`\ntarget: tsi ≥ 4× naive at 32 streams: ${f(r32.tsi.tokensPerS / r32.naive.tokensPerS, 2)}× ${r32.tsi.tokensPerS >= 4 * r32.naive.tokensPerS ? 'MET' : 'MISSED'}`);
+  if (r1 && r8) {
+    const ratio = pct(r8.tsi.ttftMs, 50) / pct(r1.tsi.ttftMs, 50);
+    console.log(`target: tsi TTFT p50 at 8 streams ≤ 2× at 1: ${f(ratio, 2)}× ${ratio <= 2 ? 'MET' : 'MISSED'}`);
+  }
+} finally {
+  await stopServer(server.child);
+  await ref.release();
+  rmSync(work, { recursive: true, force: true });
+}

@@ -1,0 +1,191 @@
+/**
+ * The `llm` backend (`backend: "llm"` in config.pbtxt): a decoder-only language model exported to ONNX
+ * with its KV cache as inputs and outputs, served with in-flight batching. A model version's folder
+ * holds the export as Hugging Face tools write it:
+ *
+ *   <model>/config.pbtxt          backend: "llm" (inputs, outputs and decoupled are auto-completed)
+ *   <model>/1/model.onnx          the decoder (default_model_filename to rename; external data beside it)
+ *   <model>/1/tokenizer.json      byte-level BPE (tokenizer.ts)
+ *   <model>/1/tokenizer_config.json    optional: chat_template, special tokens
+ *   <model>/1/generation_config.json   optional: sampling defaults, eos_token_id, max_new_tokens
+ *   <model>/1/config.json         optional: Hugging Face config (context length, heads)
+ *
+ * It is a backend of its own, not a JavaScript model driving the `onnxruntime` backend, because the
+ * unit of work is not a request but a step over a changing set of sequences whose caches must stay
+ * where the model runs between steps: the onnxruntime backend's execute() is stateless and moves
+ * every tensor in and out. Here the runtime supplies only a decoder session (decoder.ts); the
+ * scheduler, engine, sampling and text are core's. Config parameters (per instance):
+ * `max_num_seqs` (64), `kv_cache_bytes` (512 MiB), `max_prefill_tokens` (4096), `max_context`
+ * (default: config.json), and the onnxruntime backend's thread settings.
+ */
+
+import type {
+  AutoCompleteContext, Backend, BackendInstance, BackendModel, InstancePlacement, InstanceSpec, ModelFiles, ModelIoInfo, ModelLoadContext,
+} from '../backend.js';
+import { TsiError } from '../errors.js';
+import type { ModelConfig, ModelInput, ModelOutput } from '../model-config.js';
+import type { Scheduler, SchedulerContext } from '../scheduler.js';
+import type { ModelStats } from '../stats.js';
+import { decodeString } from '../tensor.js';
+import { ChatTemplate } from './chat.js';
+import { kvBytesPerToken, layoutOf, type DecoderLayout, type DecoderSession } from './decoder.js';
+import { generationDefaults, type GenerationDefaults } from './params.js';
+import { LlmScheduler } from './scheduler.js';
+import { LlmStats } from './stats.js';
+import { Tokenizer } from './tokenizer.js';
+
+/** What a runtime provides: the graph's description, and a decoder session per instance. */
+export interface DecoderRuntime {
+  describe(files: ModelFiles, path: string): Promise<ModelIoInfo>;
+  open(args: { ctx: ModelLoadContext; spec: InstanceSpec; path: string; layout: DecoderLayout; instanceCount: number }): Promise<DecoderSession>;
+}
+
+/** What the OpenAI API needs of a loaded `llm` model. */
+export interface LlmModelInfo {
+  tokenizer: Tokenizer;
+  chat: ChatTemplate;
+  maxContext: number;
+  defaults: GenerationDefaults;
+  stats: LlmStats;
+}
+
+const MODELS = new WeakMap<ModelStats, LlmModelInfo>();
+
+/** The LLM side of a loaded model version (by its ModelStats), or undefined when it is no `llm` model. */
+export function llmModelOf(stats: ModelStats): LlmModelInfo | undefined {
+  return MODELS.get(stats);
+}
+
+const DEFAULT_KV_BYTES = 512 * 1024 * 1024;
+
+/** The inputs and outputs an `llm` model takes (Triton's vLLM backend's names). */
+export const LLM_INPUTS: ModelInput[] = [
+  { name: 'text_input', data_type: 'TYPE_STRING', dims: [1] },
+  { name: 'stream', data_type: 'TYPE_BOOL', dims: [1], optional: true },
+  { name: 'sampling_parameters', data_type: 'TYPE_STRING', dims: [1], optional: true },
+  { name: 'exclude_input_in_output', data_type: 'TYPE_BOOL', dims: [1], optional: true },
+];
+export const LLM_OUTPUTS: ModelOutput[] = [{ name: 'text_output', data_type: 'TYPE_STRING', dims: [-1] }];
+
+export function createLlmBackend(runtime: DecoderRuntime): Backend {
+  return {
+    name: 'llm',
+    async autoCompleteConfig(config: ModelConfig, _ctx: AutoCompleteContext): Promise<ModelConfig> {
+      return {
+        ...config,
+        max_batch_size: config.max_batch_size ?? 0,
+        input: config.input && config.input.length > 0 ? config.input : LLM_INPUTS,
+        output: config.output && config.output.length > 0 ? config.output : LLM_OUTPUTS,
+        model_transaction_policy: { ...config.model_transaction_policy, decoupled: true },
+      };
+    },
+    async loadModel(ctx: ModelLoadContext): Promise<BackendModel> {
+      return LlmModel.load(ctx, runtime);
+    },
+  };
+}
+
+async function readJson(files: ModelFiles, path: string, required: boolean): Promise<Record<string, any> | undefined> {
+  if (!(await files.exists(path))) {
+    if (required) throw new TsiError('INVALID_ARG', `unable to find '${path}'`);
+    return undefined;
+  }
+  try {
+    return JSON.parse(decodeString(await files.read(path))) as Record<string, any>;
+  } catch (err) {
+    throw new TsiError('INVALID_ARG', `'${path}' is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+function intParam(config: ModelConfig, key: string, dflt: number): number {
+  const raw = config.parameters?.[key]?.string_value;
+  if (raw === undefined) return dflt;
+  const v = Number(raw);
+  if (!Number.isInteger(v) || v <= 0) throw new TsiError('INVALID_ARG', `config parameter '${key}' must be a positive integer, got '${raw}'`);
+  return v;
+}
+
+class LlmModel implements BackendModel {
+  private readonly sessions: DecoderSession[] = [];
+  private stats?: LlmStats;
+
+  private constructor(
+    private readonly ctx: ModelLoadContext, private readonly runtime: DecoderRuntime, private readonly path: string,
+    readonly layout: DecoderLayout, readonly info: Omit<LlmModelInfo, 'stats'>,
+  ) {}
+
+  static async load(ctx: ModelLoadContext, runtime: DecoderRuntime): Promise<LlmModel> {
+    const { config, files, version } = ctx;
+    if (config.model_transaction_policy?.decoupled !== true) {
+      throw new TsiError('INVALID_ARG', `model '${config.name}': an llm model is decoupled (it streams tokens): set model_transaction_policy { decoupled: true }`);
+    }
+    if (!(config.input ?? []).some((i) => i.name === 'text_input') || !(config.output ?? []).some((o) => o.name === 'text_output')) {
+      throw new TsiError('INVALID_ARG', `model '${config.name}': an llm model takes 'text_input' and returns 'text_output' (TYPE_STRING)`);
+    }
+    const dir = String(version);
+    const path = `${dir}/${config.default_model_filename || 'model.onnx'}`;
+    if (!(await files.exists(path))) throw new TsiError('INVALID_ARG', `unable to find '${path}' for model '${config.name}'`);
+    const tokJson = await readJson(files, `${dir}/tokenizer.json`, true);
+    const tokenizer = new Tokenizer(tokJson!);
+    const tokCfg = await readJson(files, `${dir}/tokenizer_config.json`, false);
+    const genCfg = await readJson(files, `${dir}/generation_config.json`, false);
+    const hf = await readJson(files, `${dir}/config.json`, false);
+    const io = await runtime.describe(files, path);
+    const maxContextParam = config.parameters?.max_context?.string_value;
+    const layout = layoutOf(io, hf ?? {}, { maxContext: maxContextParam !== undefined ? intParam(config, 'max_context', 1) : undefined });
+    const eosText = typeof tokCfg?.eos_token === 'string' ? tokCfg.eos_token : tokCfg?.eos_token?.content;
+    const eos = eosText !== undefined ? tokenizer.tokenId(eosText) : undefined;
+    const defaults = generationDefaults(genCfg, hf, eos);
+    ctx.log.info(`model '${config.name}': decoder with ${layout.past.length} layers, ${layout.kvHeads} KV heads × ${layout.headDim}, ${layout.kvType} cache, context ${layout.maxContext}, vocabulary ${tokenizer.vocabSize}`);
+    return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg), maxContext: layout.maxContext, defaults });
+  }
+
+  async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
+    const instanceCount = (this.ctx.config.instance_group ?? []).reduce((n, g) => n + (g.count ?? 1), 0) || 1;
+    const session = await this.runtime.open({ ctx: this.ctx, spec, path: this.path, layout: this.layout, instanceCount });
+    this.sessions.push(session);
+    return new LlmInstance(spec, session);
+  }
+
+  createScheduler(sctx: SchedulerContext): Scheduler {
+    const { config } = this.ctx;
+    const perToken = kvBytesPerToken(this.layout);
+    const kvBytes = intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES);
+    const limits = {
+      maxNumSeqs: intParam(config, 'max_num_seqs', 64),
+      kvTokens: Math.floor(kvBytes / perToken),
+      maxPrefillTokens: intParam(config, 'max_prefill_tokens', 4096),
+    };
+    const stats = new LlmStats(this.ctx.metrics, { model: sctx.modelName, version: String(sctx.version) }, () => sctx.clock.epochMs());
+    this.stats = stats;
+    MODELS.set(sctx.stats, { ...this.info, stats });
+    sctx.stats.sections.set('llm_stats', () => stats.toJson());
+    return new LlmScheduler(sctx, {
+      sessions: this.sessions, limits, tokenizer: this.info.tokenizer, defaults: this.info.defaults,
+      maxContext: this.layout.maxContext, kvBytesPerToken: perToken, llm: stats,
+    });
+  }
+
+  async unload(): Promise<void> {
+    this.stats?.release();
+  }
+}
+
+class LlmInstance implements BackendInstance {
+  readonly device: string;
+  readonly placement?: InstancePlacement;
+
+  constructor(readonly spec: InstanceSpec, private readonly session: DecoderSession) {
+    this.device = session.device;
+    this.placement = session.placement;
+  }
+
+  async execute(): Promise<void> {
+    // The scheduler drives the session step by step; a batch of whole requests has no meaning here.
+    throw new TsiError('UNSUPPORTED', 'an llm model instance runs decoder steps, not request batches (model_warmup is not supported)');
+  }
+
+  async unload(): Promise<void> {
+    await this.session.close();
+  }
+}

@@ -1,0 +1,121 @@
+/**
+ * The one thing a runtime must provide to serve language models: a *decoder session*, which runs one
+ * step of a decoder-only ONNX model over a batch of sequences and keeps their KV caches between
+ * steps. Everything else (scheduling, sampling, text) is core's. A step is either a *prefill* (new
+ * sequences with their whole prompts) or a *decode* (the live batch, one new token per sequence); the
+ * caches never leave the session: a step sends token ids in and gets one row of logits per sequence
+ * back. `layoutOf` reads the export layout (input/output names, KV heads and head size, context) from
+ * the model's graph and its Hugging Face `config.json`.
+ *
+ * Concurrency: a session runs one step at a time; the engine never calls `step` before the previous
+ * one resolved — unless the session says `concurrentPrefill`: then one prefill may run beside one
+ * decode (or free) step, a prefill carries no `free`, and a sequence is in a decode only after its
+ * prefill resolved. Sequence ids are the engine's; a session forgets a sequence once it is in `free`.
+ */
+
+import type { InstancePlacement, ModelIoInfo } from '../backend.js';
+import { TsiError } from '../errors.js';
+
+export type StepRequest =
+  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[] }[] }
+  | { kind: 'decode'; free: number[]; rows: { seq: number; token: number }[] }
+  | { kind: 'free'; free: number[] };
+
+export interface StepResult {
+  /** rows × vocab float32 logits of each row's last position (absent for `free`). */
+  logits?: Float32Array;
+  vocab: number;
+  /** Bytes the session holds in KV caches after this step (padding included). */
+  kvBytes: number;
+  /** Time spent in the model run itself. */
+  inferNs: number;
+  /** Time spent laying out inputs and caches (re-batching when sequences join or leave). */
+  inputNs: number;
+}
+
+export interface DecoderSession {
+  readonly device: string;
+  readonly placement?: InstancePlacement;
+  /** Prefills run apart from decoding (their own model session), so they need not wait for a decode step. */
+  readonly concurrentPrefill?: boolean;
+  step(req: StepRequest): Promise<StepResult>;
+  close(): Promise<void>;
+}
+
+/** How to feed one exported decoder. */
+export interface DecoderLayout {
+  inputIds: string;
+  attentionMask?: string;
+  positionIds?: string;
+  /** Optimum's merged decoders: a bool input choosing the with-past branch. */
+  useCacheBranch?: string;
+  /** `num_logits_to_keep` / `logits_to_keep`: ask for the last position's logits only. */
+  logitsToKeep?: string;
+  past: { key: string; value: string }[];
+  present: { key: string; value: string }[];
+  logits: string;
+  kvHeads: number;
+  headDim: number;
+  kvType: 'float32' | 'float16';
+  logitsType: 'float32' | 'float16';
+  /** Positions the model can attend to (prompt plus generated tokens). */
+  maxContext: number;
+}
+
+type Json = Record<string, any>;
+
+const PAST = /^(?:past_key_values|past)\.(\d+)\.(key|value)$/;
+const PRESENT = /^(?:present|present_key_values)\.(\d+)\.(key|value)$/;
+
+/** Reads the export layout from the graph's inputs and outputs and the HF config (both may be partial). */
+export function layoutOf(io: ModelIoInfo, hf: Json = {}, overrides: { maxContext?: number } = {}): DecoderLayout {
+  const inputs = new Map(io.inputs.map((i) => [i.name, i]));
+  const outputs = new Map(io.outputs.map((o) => [o.name, o]));
+  const fail = (what: string) => new TsiError('INVALID_ARG', `the decoder model ${what} (expected the Optimum / onnx-community export layout: input_ids, attention_mask, position_ids, past_key_values.{i}.key/value → logits, present.{i}.key/value)`);
+  if (!inputs.has('input_ids')) throw fail(`has no 'input_ids' input (inputs: ${[...inputs.keys()].join(', ')})`);
+  const logits = outputs.has('logits') ? 'logits' : undefined;
+  if (!logits) throw fail(`has no 'logits' output (outputs: ${[...outputs.keys()].join(', ')})`);
+  const past: { key: string; value: string }[] = [];
+  const present: { key: string; value: string }[] = [];
+  for (const name of inputs.keys()) {
+    const m = PAST.exec(name);
+    if (m) (past[Number(m[1])] ??= { key: '', value: '' })[m[2] as 'key' | 'value'] = name;
+  }
+  for (const name of outputs.keys()) {
+    const m = PRESENT.exec(name);
+    if (m) (present[Number(m[1])] ??= { key: '', value: '' })[m[2] as 'key' | 'value'] = name;
+  }
+  if (past.length === 0) throw fail('has no past_key_values inputs (export it with past, "text-generation-with-past")');
+  for (let i = 0; i < past.length; i++) {
+    if (!past[i]?.key || !past[i]?.value) throw fail(`lacks past key or value of layer ${i}`);
+    if (!present[i]?.key || !present[i]?.value) throw fail(`lacks present key or value of layer ${i}`);
+  }
+  const k0 = inputs.get(past[0]!.key)!;
+  const cfgHeads = hf.num_key_value_heads ?? hf.num_attention_heads ?? hf.n_head;
+  const cfgHidden = hf.hidden_size ?? hf.n_embd;
+  const kvHeads = typeof k0.shape[1] === 'number' && k0.shape[1] > 0 ? k0.shape[1] : cfgHeads;
+  const headDim = typeof k0.shape[3] === 'number' && k0.shape[3] > 0
+    ? k0.shape[3]
+    : hf.head_dim ?? (cfgHidden && (hf.num_attention_heads ?? hf.n_head) ? cfgHidden / (hf.num_attention_heads ?? hf.n_head) : undefined);
+  if (!kvHeads || !headDim) throw fail('does not say its KV heads and head size (neither in the graph nor in config.json)');
+  const kvType = k0.datatype === 'float16' ? 'float16' : k0.datatype === 'float32' ? 'float32' : undefined;
+  if (!kvType) throw fail(`keeps its KV cache as ${k0.datatype} (float32 and float16 are supported)`);
+  const lt = outputs.get(logits)!.datatype;
+  if (lt !== 'float32' && lt !== 'float16') throw fail(`returns logits as ${lt}`);
+  const maxContext = overrides.maxContext ?? hf.max_position_embeddings ?? hf.n_positions ?? hf.n_ctx ?? hf.seq_length;
+  if (!maxContext) throw new TsiError('INVALID_ARG', 'the decoder\'s context length is unknown: give config.json (max_position_embeddings) or the config parameter max_context');
+  const has = (n: string) => (inputs.has(n) ? n : undefined);
+  return {
+    inputIds: 'input_ids',
+    attentionMask: has('attention_mask'),
+    positionIds: has('position_ids'),
+    useCacheBranch: has('use_cache_branch'),
+    logitsToKeep: has('num_logits_to_keep') ?? has('logits_to_keep'),
+    past, present, logits, kvHeads, headDim, kvType, logitsType: lt, maxContext,
+  };
+}
+
+/** KV-cache bytes one token of one sequence takes (keys and values of every layer). */
+export function kvBytesPerToken(layout: DecoderLayout): number {
+  return 2 * layout.past.length * layout.kvHeads * layout.headDim * (layout.kvType === 'float16' ? 2 : 4);
+}

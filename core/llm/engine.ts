@@ -1,0 +1,283 @@
+/**
+ * In-flight (continuous) batching over one decoder session: the token loop of one model instance.
+ * Each iteration is one model step at a step boundary:
+ * 1. sequences whose client went away are dropped (their caches are freed with the next step);
+ * 2. waiting requests are admitted, oldest first, while the instance has a sequence slot
+ *    (`max_num_seqs`) and KV-cache room for the request's whole reservation (prompt + max_tokens),
+ *    and are *prefilled* together in one step, which gives each its first token;
+ * 3. otherwise every running sequence advances by one token in one *decode* step.
+ * A sequence that finishes (stop, length) leaves at once: its reservation is released for the queue
+ * and its cache goes with the next step. The reservation makes admission exact: an admitted sequence
+ * always has the room to finish, so nothing is ever evicted or recomputed.
+ *
+ * Two things keep the model busy and first tokens quick. A step's tokens are chosen (sampling, stop
+ * checks: what the next step needs) before the next step is sent, but handed to their clients
+ * (detokenized text, one response each) only after it was sent, so that work overlaps the model's.
+ * And when the session runs prefills apart from decoding (`concurrentPrefill`), admission and
+ * prefill run in a loop of their own: a new request is prefilled at once, not after the decode step
+ * in flight, and joins the running batch at the next decode step.
+ *
+ * The engine is platform-neutral; the session behind it runs the model wherever the runtime put it.
+ */
+
+import { TsiError, asTsiError } from '../errors.js';
+import type { DecoderSession, StepRequest, StepResult } from './decoder.js';
+import type { Accepted, Generation } from './generation.js';
+import { sampleToken } from './sampling.js';
+
+/** A sequence as the engine sees it; the scheduler owns the request behind it. */
+export interface EngineSequence {
+  readonly id: number;
+  readonly gen: Generation;
+  /** KV tokens reserved while it runs: prompt + the tokens it may generate. */
+  readonly reserve: number;
+  readonly cancelled: boolean;
+  /** A token was chosen: the text it completes and whether the sequence is done. */
+  accepted(acc: Accepted, first: boolean): void;
+  /** It left without finishing: cancelled (err undefined) or failed. */
+  dropped(err?: TsiError): void;
+}
+
+/** Where waiting requests come from (the scheduler's queue, shared by the model's instances). */
+export interface SequenceSource {
+  peek(): EngineSequence | undefined;
+  shift(): EngineSequence | undefined;
+}
+
+export interface EngineLimits {
+  /** Sequences running at once. */
+  maxNumSeqs: number;
+  /** KV-cache tokens (all running sequences' reservations) this instance may hold. */
+  kvTokens: number;
+  /** Prompt tokens (rows × longest prompt, padding counted) one prefill step may take. */
+  maxPrefillTokens: number;
+}
+
+export interface StepStats {
+  kind: 'prefill' | 'decode' | 'free';
+  rows: number;
+  inputNs: number;
+  inferNs: number;
+  /** Sampling and text handling after the run. */
+  outputNs: number;
+  kvBytes: number;
+}
+
+export class Engine {
+  private readonly running: EngineSequence[] = [];
+  private pendingFree: number[] = [];
+  private reserved = 0;
+  /** The step loop runs (decode, free, and prefill unless the session prefills apart). */
+  private looping = false;
+  /** The prefill loop of a `concurrentPrefill` session runs. */
+  private prefilling = false;
+  private stopped = false;
+  private idleWaiters: (() => void)[] = [];
+  kvBytes = 0;
+
+  constructor(
+    readonly session: DecoderSession, readonly limits: EngineLimits, private readonly source: SequenceSource,
+    private readonly onStep: (s: StepStats) => void,
+  ) {}
+
+  get runningCount(): number {
+    return this.running.length;
+  }
+
+  get reservedTokens(): number {
+    return this.reserved;
+  }
+
+  /** Whether a request reserving `tokens` could ever run here. */
+  fits(tokens: number): boolean {
+    return tokens <= this.limits.kvTokens;
+  }
+
+  /** New work may be waiting: run the loops that are not running. */
+  wake(): void {
+    if (this.stopped) return;
+    this.wakePrefill();
+    if (this.looping) return;
+    this.looping = true;
+    void this.loop();
+  }
+
+  private wakePrefill(): void {
+    if (!this.session.concurrentPrefill || this.prefilling || this.stopped || !this.source.peek()) return;
+    this.prefilling = true;
+    void this.prefillLoop();
+  }
+
+  /** Resolves when the loops have nothing left to do. */
+  idle(): Promise<void> {
+    if (!this.looping && !this.prefilling) return Promise.resolve();
+    return new Promise((r) => this.idleWaiters.push(r));
+  }
+
+  /** No more steps after the current ones. */
+  stop(): void {
+    this.stopped = true;
+  }
+
+  private settled(): void {
+    if (this.looping || this.prefilling) return;
+    const w = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const f of w) f();
+  }
+
+  private release(s: EngineSequence): void {
+    this.reserved -= s.reserve;
+    this.pendingFree.push(s.id);
+  }
+
+  private async loop(): Promise<void> {
+    // The previous step's tokens, handed out once the next step is on its way.
+    let deliver: (() => void) | undefined;
+    try {
+      while (!this.stopped) {
+        for (let i = this.running.length - 1; i >= 0; i--) {
+          const s = this.running[i]!;
+          if (!s.cancelled) continue;
+          this.running.splice(i, 1);
+          this.release(s);
+          s.dropped();
+        }
+        const admit = this.session.concurrentPrefill ? [] : this.admit();
+        let req: StepRequest;
+        let seqs: EngineSequence[] = [];
+        if (admit.length > 0) {
+          req = { kind: 'prefill', free: this.takeFree(), rows: admit.map((s) => ({ seq: s.id, tokens: [...s.gen.prompt] })) };
+          seqs = admit;
+        } else if (this.running.length > 0) {
+          req = { kind: 'decode', free: this.takeFree(), rows: this.running.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })) };
+          seqs = [...this.running];
+        } else if (this.pendingFree.length > 0) req = { kind: 'free', free: this.takeFree() };
+        else if (deliver) {
+          // Nothing to run until these tokens are out (their clients may be waiting to send more).
+          deliver();
+          deliver = undefined;
+          continue;
+        } else break;
+        const result = this.run(req);
+        deliver?.();
+        deliver = this.settle(req, seqs, await result);
+        // Finished sequences may have made room for waiting ones.
+        this.wakePrefill();
+      }
+    } finally {
+      deliver?.();
+      this.looping = false;
+      this.settled();
+    }
+  }
+
+  /** Admission and prefill of a `concurrentPrefill` session, beside the step loop. */
+  private async prefillLoop(): Promise<void> {
+    try {
+      while (!this.stopped) {
+        const admit = this.admit();
+        if (admit.length === 0) break;
+        const req: StepRequest = { kind: 'prefill', free: [], rows: admit.map((s) => ({ seq: s.id, tokens: [...s.gen.prompt] })) };
+        const deliver = this.settle(req, admit, await this.run(req));
+        // The new sequences (or the caches of those that already finished) go with the next step.
+        this.wake();
+        deliver();
+      }
+    } finally {
+      this.prefilling = false;
+      this.settled();
+    }
+  }
+
+  private admit(): EngineSequence[] {
+    const out: EngineSequence[] = [];
+    let longest = 0;
+    for (;;) {
+      const s = this.source.peek();
+      if (!s || this.running.length + out.length >= this.limits.maxNumSeqs) break;
+      if (s.cancelled) {
+        this.source.shift();
+        s.dropped();
+        continue;
+      }
+      if (this.reserved + s.reserve > this.limits.kvTokens) break;
+      const len = Math.max(longest, s.gen.prompt.length);
+      if (out.length > 0 && (out.length + 1) * len > this.limits.maxPrefillTokens) break;
+      this.source.shift();
+      longest = len;
+      this.reserved += s.reserve;
+      out.push(s);
+    }
+    return out;
+  }
+
+  private takeFree(): number[] {
+    const f = this.pendingFree;
+    this.pendingFree = [];
+    return f;
+  }
+
+  private run(req: StepRequest): Promise<StepResult | { error: unknown }> {
+    return this.session.step(req).catch((error: unknown) => ({ error }));
+  }
+
+
+
+  /**
+   * Chooses each row's token and settles who runs on (what the next step needs), and returns the
+   * rest: handing the tokens (or the failure) to their sequences.
+   */
+  private settle(req: StepRequest, seqs: EngineSequence[], outcome: StepResult | { error: unknown }): () => void {
+    const first = req.kind === 'prefill';
+    if ('error' in outcome) {
+      // The session failed: its sequences cannot go on (their caches are in doubt), others never ran.
+      const message = `the decoder failed: ${asTsiError(outcome.error).message}`;
+      for (const s of seqs) {
+        const i = this.running.indexOf(s);
+        if (i >= 0) this.running.splice(i, 1);
+        this.release(s);
+      }
+      return () => {
+        for (const s of seqs) s.dropped(new TsiError('INTERNAL', message));
+      };
+    }
+    const result = outcome;
+    this.kvBytes = result.kvBytes;
+    if (req.kind === 'free') {
+      this.onStep({ kind: 'free', rows: 0, inputNs: result.inputNs, inferNs: 0, outputNs: 0, kvBytes: result.kvBytes });
+      return () => {};
+    }
+    const t0 = performance.now();
+    const V = result.vocab;
+    const logits = result.logits!;
+    const out: (Accepted | undefined)[] = [];
+    for (let r = 0; r < seqs.length; r++) {
+      const s = seqs[r]!;
+      if (s.cancelled) {
+        if (!first) this.running.splice(this.running.indexOf(s), 1);
+        this.release(s);
+        out.push(undefined);
+        continue;
+      }
+      const row = logits.subarray(r * V, (r + 1) * V);
+      const g = s.gen;
+      if (g.suppressEnd) for (const id of g.endIds) if (id < V) row[id] = -Infinity;
+      const acc = g.accept(sampleToken(row, g.params, g.history, g.random));
+      if (first && !acc.finish) this.running.push(s);
+      else if (!first && acc.finish) this.running.splice(this.running.indexOf(s), 1);
+      if (acc.finish) this.release(s);
+      out.push(acc);
+    }
+    const chosenNs = (performance.now() - t0) * 1e6;
+    return () => {
+      const t1 = performance.now();
+      for (let r = 0; r < seqs.length; r++) {
+        const acc = out[r];
+        if (acc) seqs[r]!.accepted(acc, first);
+        else seqs[r]!.dropped();
+      }
+      this.onStep({ kind: req.kind, rows: seqs.length, inputNs: result.inputNs, inferNs: result.inferNs, outputNs: chosenNs + (performance.now() - t1) * 1e6, kvBytes: result.kvBytes });
+    };
+  }
+}

@@ -1,0 +1,103 @@
+/**
+ * One request's output as it grows, token by token: its tokens, its text (decoded incrementally, so a
+ * UTF-8 character split over several tokens comes out whole), the stop conditions (stop strings,
+ * stop token ids and end-of-sequence, max_tokens, the context) and what may be sent so far. Text that
+ * could still turn out to be the start of a stop string is held back until it cannot, so a client
+ * never sees part of a stop string.
+ */
+
+import type { GenerationParams } from './params.js';
+import { seededRandom, type TokenHistory } from './sampling.js';
+import { TextStream, type Tokenizer } from './tokenizer.js';
+
+export type FinishReason = 'stop' | 'length';
+
+export interface Accepted {
+  /** Text that may be sent now ('' when nothing is complete yet). */
+  delta: string;
+  finish?: FinishReason;
+}
+
+export class Generation {
+  readonly tokens: number[] = [];
+  readonly history: TokenHistory;
+  readonly random: () => number;
+  /** Token ids that end the sequence (EOS unless ignore_eos, and stop_token_ids). */
+  readonly endIds: Set<number>;
+  private readonly stream: TextStream;
+  private text = '';
+  private sent = 0;
+  private readonly longestStop: number;
+
+  constructor(
+    tokenizer: Tokenizer, readonly prompt: readonly number[], readonly params: GenerationParams,
+    /** Tokens this sequence may generate: max_tokens, or what the context leaves. */
+    readonly maxTokens: number, eosIds: readonly number[],
+  ) {
+    this.history = { seen: new Set(prompt), counts: new Map() };
+    this.random = seededRandom(params.seed ?? Math.floor(Math.random() * 2 ** 32));
+    this.endIds = new Set([...params.stopTokenIds, ...(params.ignoreEos ? [] : eosIds)]);
+    this.stream = new TextStream(tokenizer, params.skipSpecialTokens);
+    this.longestStop = Math.max(0, ...params.stop.map((s) => s.length));
+  }
+
+  /** Whether end tokens must not be chosen yet (min_tokens). */
+  get suppressEnd(): boolean {
+    return this.tokens.length < this.params.minTokens;
+  }
+
+  accept(token: number): Accepted {
+    this.tokens.push(token);
+    this.history.seen.add(token);
+    this.history.counts.set(token, (this.history.counts.get(token) ?? 0) + 1);
+    if (this.endIds.has(token)) return this.finish('stop');
+    this.text += this.stream.push(token);
+    if (this.params.stop.length > 0) {
+      // A stop string can only end in the new text, so the search starts just before it.
+      const from = Math.max(0, this.sent - this.longestStop + 1);
+      let at = -1;
+      for (const s of this.params.stop) {
+        const i = this.text.indexOf(s, from);
+        if (i >= 0 && (at < 0 || i < at)) at = i;
+      }
+      if (at >= 0) {
+        this.text = this.text.slice(0, at);
+        const delta = this.text.slice(this.sent);
+        this.sent = this.text.length;
+        return { delta, finish: 'stop' };
+      }
+    }
+    if (this.tokens.length >= this.maxTokens) return this.finish('length');
+    const end = this.text.length - this.heldBack();
+    if (end <= this.sent) return { delta: '' };
+    const delta = this.text.slice(this.sent, end);
+    this.sent = end;
+    return { delta };
+  }
+
+  /** The whole output text so far (what has been sent, and what is held back). */
+  get output(): string {
+    return this.text;
+  }
+
+  private finish(reason: FinishReason): Accepted {
+    this.text += this.stream.flush();
+    const delta = this.text.slice(this.sent);
+    this.sent = this.text.length;
+    return { delta, finish: reason };
+  }
+
+  /** Length of the longest end of the text that begins some stop string. */
+  private heldBack(): number {
+    let best = 0;
+    for (const s of this.params.stop) {
+      for (let k = Math.min(s.length - 1, this.text.length); k > best; k--) {
+        if (this.text.endsWith(s.slice(0, k))) {
+          best = k;
+          break;
+        }
+      }
+    }
+    return best;
+  }
+}

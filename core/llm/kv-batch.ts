@@ -1,0 +1,305 @@
+/**
+ * The KV caches of one decoder session, batched, and the step that feeds them: the part of a decoder
+ * session that is the same on every runtime (the Node worker and the page both run `runStep` around
+ * their own onnxruntime). Caches are kept as the typed arrays onnxruntime handed back as `present.*`
+ * outputs, and handed straight back as the next step's `past_key_values.*`: while the batch's members
+ * stay the same, a decode step copies nothing.
+ *
+ * Layout: a group of sequences shares one [batch, heads, L, head_dim] array per layer key and value;
+ * each row holds its real tokens right-aligned, with masked padding before them (left padding, as
+ * Hugging Face batch generation does), and `attention_mask` / `position_ids` say which positions are
+ * real. A prefill makes a group of its own; before the next decode, the live group and new groups are
+ * laid out again as one (rows copied right-aligned into the shortest L that holds the longest row, so
+ * padding left by sequences that ended is dropped). Freed sequences leave at that re-layout; a group
+ * whose every row is freed is dropped at once. A prefill of prompts of unlike lengths runs as several
+ * runs (`prefillParts`), each a group. Groups can move between batches of the same layout (`takeAll`,
+ * `adopt`): the Node runtime prefills in one worker and decodes in another.
+ */
+
+import { TsiError } from '../errors.js';
+import type { DecoderLayout, StepRequest, StepResult } from './decoder.js';
+
+export type KvArray = Float32Array | Uint16Array;
+
+/**
+ * The caches of a group of sequences laid out together. A prefill-only session hands its groups to
+ * the session that decodes them (`takeAll` → `adopt`): plain typed arrays, so they can cross a thread
+ * boundary as transferred buffers.
+ */
+export interface KvGroup {
+  seqs: number[];
+  /** Positions per row (padding included). */
+  len: number;
+  /** Real tokens per row (right-aligned). */
+  real: number[];
+  /** 2 × layers arrays (key, value per layer), each [rows, heads, len, headDim]. */
+  kv: KvArray[];
+}
+
+/** What a runtime does with onnxruntime: make tensors, run, read outputs back. */
+export interface TensorKit<T> {
+  int64(data: BigInt64Array, dims: number[]): T;
+  bool(data: Uint8Array, dims: number[]): T;
+  kv(data: KvArray, dims: number[]): T;
+  /** An output's data: float32 logits, or the KV array type (float16 as Uint16Array bits). */
+  data(t: T): Float32Array | Uint16Array;
+  dims(t: T): readonly number[];
+  run(feeds: Record<string, T>, fetches: string[]): Promise<Record<string, T>>;
+}
+
+export class KvBatch {
+  private live?: KvGroup;
+  private staged: KvGroup[] = [];
+  private readonly dead = new Set<number>();
+  private readonly rowBytes: number;
+
+  constructor(private readonly layout: DecoderLayout) {
+    this.rowBytes = layout.kvHeads * layout.headDim * (layout.kvType === 'float16' ? 2 : 4);
+  }
+
+  private alloc(n: number): KvArray {
+    return this.layout.kvType === 'float16' ? new Uint16Array(n) : new Float32Array(n);
+  }
+
+  /** Bytes held in caches (padding included). */
+  bytes(): number {
+    let n = 0;
+    for (const g of this.live ? [this.live, ...this.staged] : this.staged) n += g.seqs.length * g.len * this.rowBytes * this.layout.past.length * 2;
+    return n;
+  }
+
+  /** Sequences held (freed ones excluded). */
+  held(): number {
+    let n = 0;
+    for (const g of this.live ? [this.live, ...this.staged] : this.staged) for (const s of g.seqs) if (!this.dead.has(s)) n++;
+    return n;
+  }
+
+  /** Hands every cache held over (the batch is left empty). */
+  takeAll(): KvGroup[] {
+    const out = this.live ? [this.live, ...this.staged] : this.staged;
+    this.live = undefined;
+    this.staged = [];
+    // Rows freed here are not live anywhere; the next re-layout over there drops them.
+    this.dead.clear();
+    return out;
+  }
+
+  /** Takes over caches another batch of the same layout made; they join the batch at the next decode. */
+  adopt(groups: readonly KvGroup[]): void {
+    this.staged.push(...groups);
+  }
+
+  free(seqs: readonly number[]): void {
+    for (const s of seqs) this.dead.add(s);
+    const alive = (g: KvGroup) => g.seqs.some((s) => !this.dead.has(s));
+    if (this.live && !alive(this.live)) {
+      for (const s of this.live.seqs) this.dead.delete(s);
+      this.live = undefined;
+    }
+    this.staged = this.staged.filter((g) => {
+      if (alive(g)) return true;
+      for (const s of g.seqs) this.dead.delete(s);
+      return false;
+    });
+  }
+
+  /** One step: lays out inputs, runs the model through `kit`, keeps the caches, returns last-position logits. */
+  async step<T>(req: StepRequest, kit: TensorKit<T>): Promise<StepResult> {
+    if (req.kind === 'prefill' && req.rows.length > 1) {
+      const parts = prefillParts(req.rows.map((r) => r.tokens.length));
+      if (parts.length > 1) return this.prefillInParts(req, parts, kit);
+    }
+    const t0 = performance.now();
+    this.free(req.free);
+    if (req.kind === 'free') return { vocab: 0, kvBytes: this.bytes(), inferNs: 0, inputNs: (performance.now() - t0) * 1e6 };
+    const L = this.layout;
+    const layers = L.past.length;
+    const H = L.kvHeads;
+    const D = L.headDim;
+    const feeds: Record<string, T> = {};
+    let group: KvGroup;
+    let B: number;
+    let S: number;
+    let past: number;
+    if (req.kind === 'prefill') {
+      B = req.rows.length;
+      S = Math.max(...req.rows.map((r) => r.tokens.length));
+      past = 0;
+      const ids = new BigInt64Array(B * S);
+      const mask = new BigInt64Array(B * S);
+      const pos = new BigInt64Array(B * S).fill(1n);
+      req.rows.forEach((r, b) => {
+        const pad = S - r.tokens.length;
+        for (let k = 0; k < r.tokens.length; k++) {
+          ids[b * S + pad + k] = BigInt(r.tokens[k]!);
+          mask[b * S + pad + k] = 1n;
+          pos[b * S + pad + k] = BigInt(k);
+        }
+      });
+      feeds[L.inputIds] = kit.int64(ids, [B, S]);
+      if (L.attentionMask) feeds[L.attentionMask] = kit.int64(mask, [B, S]);
+      if (L.positionIds) feeds[L.positionIds] = kit.int64(pos, [B, S]);
+      const empty = this.alloc(0);
+      for (let l = 0; l < layers; l++) {
+        feeds[L.past[l]!.key] = kit.kv(empty, [B, H, 0, D]);
+        feeds[L.past[l]!.value] = kit.kv(empty, [B, H, 0, D]);
+      }
+      group = { seqs: req.rows.map((r) => r.seq), len: S, real: req.rows.map((r) => r.tokens.length), kv: [] };
+    } else {
+      const cur = this.gather(req.rows.map((r) => r.seq));
+      B = req.rows.length;
+      S = 1;
+      past = cur.len;
+      const T = past + 1;
+      const ids = new BigInt64Array(B);
+      const mask = new BigInt64Array(B * T);
+      const pos = new BigInt64Array(B);
+      req.rows.forEach((r, b) => {
+        ids[b] = BigInt(r.token);
+        const real = cur.real[b]!;
+        mask.fill(1n, b * T + (past - real), (b + 1) * T);
+        pos[b] = BigInt(real);
+      });
+      feeds[L.inputIds] = kit.int64(ids, [B, 1]);
+      if (L.attentionMask) feeds[L.attentionMask] = kit.int64(mask, [B, T]);
+      if (L.positionIds) feeds[L.positionIds] = kit.int64(pos, [B, 1]);
+      for (let l = 0; l < layers; l++) {
+        feeds[L.past[l]!.key] = kit.kv(cur.kv[2 * l]!, [B, H, past, D]);
+        feeds[L.past[l]!.value] = kit.kv(cur.kv[2 * l + 1]!, [B, H, past, D]);
+      }
+      group = { seqs: cur.seqs, len: T, real: cur.real.map((r) => r + 1), kv: [] };
+    }
+    if (L.useCacheBranch) feeds[L.useCacheBranch] = kit.bool(Uint8Array.of(past > 0 ? 1 : 0), [1]);
+    if (L.logitsToKeep) feeds[L.logitsToKeep] = kit.int64(BigInt64Array.of(1n), []);
+    const fetches = [L.logits];
+    for (const p of L.present) fetches.push(p.key, p.value);
+    const t1 = performance.now();
+    const out = await kit.run(feeds, fetches);
+    const t2 = performance.now();
+    for (let l = 0; l < layers; l++) {
+      group.kv.push(kit.data(out[L.present[l]!.key]!) as KvArray, kit.data(out[L.present[l]!.value]!) as KvArray);
+    }
+    const kd = kit.dims(out[L.present[0]!.key]!);
+    if (kd[0] !== B || kd[2] !== group.len) {
+      throw new TsiError('INTERNAL', `decoder returned present KV of shape [${kd.join(',')}], expected [${B},${H},${group.len},${D}]`);
+    }
+    if (req.kind === 'prefill') this.staged.push(group);
+    else this.live = group;
+    const logitsT = out[L.logits]!;
+    const ld = kit.dims(logitsT);
+    const vocab = ld[ld.length - 1]!;
+    const positions = ld.length === 3 ? ld[1]! : 1;
+    const logits = lastRows(kit.data(logitsT), B, positions, vocab, L.logitsType === 'float16');
+    return { logits, vocab, kvBytes: this.bytes(), inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 };
+  }
+
+  /** A prefill run as several (each its own group), its rows' logits put back in the request's order. */
+  private async prefillInParts<T>(req: Extract<StepRequest, { kind: 'prefill' }>, parts: number[][], kit: TensorKit<T>): Promise<StepResult> {
+    const t0 = performance.now();
+    this.free(req.free);
+    let logits: Float32Array | undefined;
+    let vocab = 0;
+    let inferNs = 0;
+    for (const part of parts) {
+      const r = await this.step({ kind: 'prefill', free: [], rows: part.map((i) => req.rows[i]!) }, kit);
+      vocab = r.vocab;
+      inferNs += r.inferNs;
+      logits ??= new Float32Array(req.rows.length * vocab);
+      part.forEach((i, k) => logits!.set(r.logits!.subarray(k * vocab, (k + 1) * vocab), i * vocab));
+    }
+    return { logits, vocab, kvBytes: this.bytes(), inferNs, inputNs: (performance.now() - t0) * 1e6 - inferNs };
+  }
+
+  /**
+   * The decode batch for `seqs`, in that order: the live group as it is when it already is exactly
+   * that, else a new group with every row copied right-aligned into the shortest common length.
+   */
+  private gather(seqs: number[]): KvGroup {
+    const live = this.live;
+    if (live && this.staged.length === 0 && live.seqs.length === seqs.length && live.seqs.every((s, i) => s === seqs[i])) return live;
+    const where = new Map<number, { g: KvGroup; row: number }>();
+    for (const g of live ? [live, ...this.staged] : this.staged) g.seqs.forEach((s, row) => where.set(s, { g, row }));
+    const src = seqs.map((s) => {
+      const w = where.get(s);
+      if (!w || this.dead.has(s)) throw new TsiError('INTERNAL', `decoder session holds no cache for sequence ${s}`);
+      return w;
+    });
+    const real = src.map(({ g, row }) => g.real[row]!);
+    const len = Math.max(...real);
+    const H = this.layout.kvHeads;
+    const D = this.layout.headDim;
+    const kv: KvArray[] = [];
+    for (let a = 0; a < 2 * this.layout.past.length; a++) {
+      const dst = this.alloc(seqs.length * H * len * D);
+      src.forEach(({ g, row }, r) => {
+        const n = g.real[row]! * D;
+        const from = g.kv[a]!;
+        for (let h = 0; h < H; h++) {
+          const s0 = ((row * H + h) * g.len + g.len) * D - n;
+          const d0 = ((r * H + h) * len + len) * D - n;
+          dst.set(from.subarray(s0, s0 + n), d0);
+        }
+      });
+      kv.push(dst);
+    }
+    // Everything now lives in the new group: the old ones (and their freed rows) go.
+    this.live = undefined;
+    this.staged = [];
+    this.dead.clear();
+    return { seqs, len, real, kv };
+  }
+}
+
+/** A prefill run may spend at most this share more positions than its prompts have (left padding). */
+const PAD_SLACK = 1.25;
+
+/**
+ * Prompts (by length) grouped into prefill runs, longest first, so that no run pads much: a prompt
+ * is only computed alongside others of about its length. Padding is compute thrown away, and the
+ * prefill of a prompt or two already keeps a CPU busy (tiny_gpt, 5- to 40-word prompts: 6–7 in one
+ * padded run took 5–14 ms, ~0.8 ms each in runs of similar lengths).
+ */
+export function prefillParts(lengths: readonly number[]): number[][] {
+  const order = lengths.map((_, i) => i).sort((a, b) => lengths[b]! - lengths[a]! || a - b);
+  const parts: number[][] = [];
+  let part: number[] = [];
+  let longest = 0;
+  let real = 0;
+  for (const i of order) {
+    const n = lengths[i]!;
+    if (part.length > 0 && (part.length + 1) * longest > PAD_SLACK * (real + n)) {
+      parts.push(part);
+      part = [];
+    }
+    if (part.length === 0) {
+      longest = n;
+      real = 0;
+    }
+    part.push(i);
+    real += n;
+  }
+  if (part.length > 0) parts.push(part);
+  return parts;
+}
+
+/** Row b's last-position logits, as float32: [rows, vocab]. */
+function lastRows(data: Float32Array | Uint16Array, rows: number, positions: number, vocab: number, half: boolean): Float32Array {
+  const out = new Float32Array(rows * vocab);
+  for (let b = 0; b < rows; b++) {
+    const o = (b * positions + positions - 1) * vocab;
+    if (!half) out.set((data as Float32Array).subarray(o, o + vocab), b * vocab);
+    else for (let v = 0; v < vocab; v++) out[b * vocab + v] = halfToFloat((data as Uint16Array)[o + v]!);
+  }
+  return out;
+}
+
+/** IEEE 754 half (as its 16 bits) to a number. */
+export function halfToFloat(h: number): number {
+  const s = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const f = h & 0x3ff;
+  if (e === 0) return s * 2 ** -14 * (f / 1024);
+  if (e === 31) return f ? NaN : s * Infinity;
+  return s * 2 ** (e - 15) * (1 + f / 1024);
+}

@@ -1,0 +1,157 @@
+/**
+ * Generation parameters of one request, from wherever the client put them: Triton generate's flat
+ * keys and `parameters` (which reach the backend as request parameters), the optional input tensors
+ * Triton's vLLM backend declares (`stream`, `exclude_input_in_output`, `sampling_parameters` as a JSON
+ * string), and the names of both of Triton's LLM backends (vLLM's `max_tokens`, `seed`, `stop`,
+ * `stop_token_ids`; TensorRT-LLM's `random_seed`, `stop_words`, `end_id`, `runtime_top_k`...). Defaults
+ * come from the model's `generation_config.json`. Every bad value is an INVALID_ARG naming the
+ * parameter and what it must be.
+ */
+
+import { TsiError } from '../errors.js';
+import type { SamplingParams } from './sampling.js';
+
+export interface GenerationParams extends SamplingParams {
+  /** Undefined: up to the context length. */
+  maxTokens?: number;
+  minTokens: number;
+  seed?: number;
+  stop: string[];
+  stopTokenIds: number[];
+  ignoreEos: boolean;
+  stream: boolean;
+  /** Leave the prompt out of `text_output` (vLLM's default when streaming). */
+  excludeInput: boolean;
+  skipSpecialTokens: boolean;
+}
+
+/** Model-level defaults, from `generation_config.json` (Hugging Face's GenerationConfig). */
+export interface GenerationDefaults {
+  temperature: number;
+  topK: number;
+  topP: number;
+  repetitionPenalty: number;
+  maxTokens?: number;
+  eosTokenIds: number[];
+}
+
+type Json = Record<string, any>;
+
+export function generationDefaults(gc: Json | undefined, hf: Json | undefined, eosFromTokenizer: number | undefined): GenerationDefaults {
+  const eos = gc?.eos_token_id ?? hf?.eos_token_id ?? eosFromTokenizer;
+  const eosTokenIds = (Array.isArray(eos) ? eos : eos === undefined || eos === null ? [] : [eos]).filter((x: unknown): x is number => typeof x === 'number');
+  if (!gc) return { temperature: 1, topK: 0, topP: 1, repetitionPenalty: 1, eosTokenIds };
+  // do_sample false (the transformers default) means greedy whatever temperature the file also holds.
+  const sample = gc.do_sample === true;
+  return {
+    temperature: sample ? num(gc.temperature, 1) : 0,
+    topK: sample ? num(gc.top_k, 0) : 0,
+    topP: sample ? num(gc.top_p, 1) : 1,
+    repetitionPenalty: num(gc.repetition_penalty, 1),
+    maxTokens: typeof gc.max_new_tokens === 'number' ? gc.max_new_tokens : undefined,
+    eosTokenIds,
+  };
+}
+
+const num = (v: unknown, d: number) => (typeof v === 'number' && Number.isFinite(v) ? v : d);
+
+/** Reads one parameter by any of its names; values may be numbers, strings, booleans or arrays. */
+export type ParamSource = (name: string) => unknown;
+
+function bad(name: string, what: string, v: unknown): TsiError {
+  return new TsiError('INVALID_ARG', `parameter '${name}' must be ${what}, got ${JSON.stringify(v)}`);
+}
+
+function first(get: ParamSource, names: string[]): [string, unknown] | undefined {
+  for (const n of names) {
+    const v = get(n);
+    if (v !== undefined && v !== null) return [n, v];
+  }
+  return undefined;
+}
+
+function number(get: ParamSource, names: string[], check: (v: number) => boolean, what: string): number | undefined {
+  const hit = first(get, names);
+  if (!hit) return undefined;
+  const [n, raw] = hit;
+  const v = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : typeof raw === 'bigint' ? Number(raw) : raw;
+  if (typeof v !== 'number' || !Number.isFinite(v) || !check(v)) throw bad(n, what, raw);
+  return v;
+}
+
+function bool(get: ParamSource, names: string[]): boolean | undefined {
+  const hit = first(get, names);
+  if (!hit) return undefined;
+  const [n, v] = hit;
+  if (typeof v === 'boolean') return v;
+  if (v === 'true' || v === 1) return true;
+  if (v === 'false' || v === 0) return false;
+  throw bad(n, 'a boolean', v);
+}
+
+/** A list given as an array, a JSON array in a string, or (strings) one plain string. */
+function list(get: ParamSource, names: string[], kind: 'string' | 'int'): unknown[] | undefined {
+  const hit = first(get, names);
+  if (!hit) return undefined;
+  const [n, raw] = hit;
+  let v: unknown = raw;
+  if (typeof raw === 'string' && raw.trim().startsWith('[')) {
+    try {
+      v = JSON.parse(raw);
+    } catch {
+      v = raw;
+    }
+  }
+  if (!Array.isArray(v)) v = [v];
+  const arr = v as unknown[];
+  const ok = kind === 'string'
+    ? arr.every((x) => typeof x === 'string' && x.length > 0)
+    : arr.every((x) => (typeof x === 'number' && Number.isInteger(x) && x >= 0) || (typeof x === 'string' && /^\d+$/.test(x)));
+  if (!ok) throw bad(n, kind === 'string' ? 'a non-empty string or a list of them' : 'a token id or a list of token ids', raw);
+  return kind === 'int' ? arr.map(Number) : arr;
+}
+
+const isInt = (v: number) => Number.isInteger(v);
+
+/** The parameters of one request; `get` looks a name up in the request (see the file comment). */
+export function parseGenerationParams(get: ParamSource, d: GenerationDefaults): GenerationParams {
+  // vLLM's `sampling_parameters` input: a JSON object whose keys read like parameters.
+  const sp = get('sampling_parameters');
+  let fromJson: Json = {};
+  if (sp !== undefined && sp !== null) {
+    if (typeof sp !== 'string') throw bad('sampling_parameters', 'a JSON object in a string', sp);
+    try {
+      fromJson = JSON.parse(sp) as Json;
+    } catch {
+      throw bad('sampling_parameters', 'a JSON object in a string', sp);
+    }
+    if (typeof fromJson !== 'object' || fromJson === null || Array.isArray(fromJson)) throw bad('sampling_parameters', 'a JSON object in a string', sp);
+  }
+  const look: ParamSource = (n) => get(n) ?? fromJson[n];
+  const temperature = number(look, ['temperature'], (v) => v >= 0, 'a number >= 0') ?? d.temperature;
+  const topK = number(look, ['top_k', 'runtime_top_k'], (v) => isInt(v) && v >= -1, 'an integer >= 0 (0 or -1: off)') ?? d.topK;
+  const topP = number(look, ['top_p', 'runtime_top_p'], (v) => v > 0 && v <= 1, 'a number in (0, 1]') ?? d.topP;
+  const stream = bool(look, ['stream']) ?? false;
+  const excludeInput = bool(look, ['exclude_input_in_output']);
+  return {
+    temperature,
+    topK: topK < 0 ? 0 : topK,
+    topP,
+    repetitionPenalty: number(look, ['repetition_penalty'], (v) => v > 0, 'a number > 0') ?? d.repetitionPenalty,
+    presencePenalty: number(look, ['presence_penalty'], (v) => v >= -2 && v <= 2, 'a number in [-2, 2]') ?? 0,
+    frequencyPenalty: number(look, ['frequency_penalty'], (v) => v >= -2 && v <= 2, 'a number in [-2, 2]') ?? 0,
+    maxTokens: number(look, ['max_tokens', 'max_new_tokens'], (v) => isInt(v) && v >= 1, 'an integer >= 1') ?? d.maxTokens,
+    minTokens: number(look, ['min_tokens', 'min_length'], (v) => isInt(v) && v >= 0, 'an integer >= 0') ?? 0,
+    seed: number(look, ['seed', 'random_seed'], (v) => isInt(v), 'an integer'),
+    stop: (list(look, ['stop', 'stop_words'], 'string') as string[] | undefined) ?? [],
+    stopTokenIds: [
+      ...((list(look, ['stop_token_ids'], 'int') as number[] | undefined) ?? []),
+      ...((list(look, ['end_id'], 'int') as number[] | undefined) ?? []),
+    ],
+    ignoreEos: bool(look, ['ignore_eos']) ?? false,
+    stream,
+    // As Triton's vLLM backend: the prompt is part of text_output unless streaming or asked otherwise.
+    excludeInput: excludeInput ?? stream,
+    skipSpecialTokens: bool(look, ['skip_special_tokens']) ?? true,
+  };
+}

@@ -1,0 +1,256 @@
+/**
+ * The scheduler of an `llm` model version (core's Scheduler contract): it turns each request into a
+ * sequence — prompt text from `text_input`, generation parameters (params.ts), tokens, the checks
+ * that answer 400 before anything runs (context length, KV room) — queues it, and lets the engines
+ * (one per instance, each around its decoder session) take sequences at their step boundaries. It
+ * sends each request its responses: one per text piece when the request streams (`stream: true`),
+ * else one with the whole text; the last carries `finish_reason`, `num_input_tokens` and
+ * `num_output_tokens` as response parameters. It keeps the model's statistics (Triton's and
+ * LlmStats) and answers a client that went away with CANCELLED at the next step boundary, freeing its
+ * sequence's cache.
+ */
+
+import { TsiError, asTsiError } from '../errors.js';
+import { requestPrefix, type PendingRequest } from '../request.js';
+import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from '../scheduler.js';
+import { decodeString, encodeString } from '../tensor.js';
+import type { Parameters, Tensor } from '../types.js';
+import { Engine, type EngineLimits, type EngineSequence, type StepStats } from './engine.js';
+import { Generation, type Accepted } from './generation.js';
+import { parseGenerationParams, type GenerationDefaults } from './params.js';
+import type { LlmStats } from './stats.js';
+import type { Tokenizer } from './tokenizer.js';
+import type { DecoderSession } from './decoder.js';
+
+export interface LlmSchedulerOptions {
+  sessions: DecoderSession[];
+  limits: EngineLimits;
+  tokenizer: Tokenizer;
+  defaults: GenerationDefaults;
+  maxContext: number;
+  kvBytesPerToken: number;
+  llm: LlmStats;
+}
+
+let nextSeq = 1;
+
+/** One request as a sequence: its generation, its timings, and how its responses go out. */
+class Sequence implements EngineSequence {
+  readonly id = nextSeq++;
+  admittedNs = 0;
+  private lastTokenNs = 0;
+  private promptText = '';
+  private whole = '';
+  private done = false;
+
+  constructor(
+    private readonly owner: LlmScheduler, readonly request: PendingRequest, readonly gen: Generation, readonly reserve: number,
+    promptText: string,
+  ) {
+    this.promptText = gen.params.excludeInput ? '' : promptText;
+  }
+
+  get cancelled(): boolean {
+    return this.request.cancelled;
+  }
+
+  accepted(acc: Accepted, first: boolean): void {
+    const now = this.owner.ctx.clock.nowNs();
+    const llm = this.owner.llm;
+    if (first) llm.firstToken(now - this.request.receivedNs, this.gen.prompt.length);
+    else llm.interTokenGap(now - this.lastTokenNs);
+    this.lastTokenNs = now;
+    llm.tokens(1);
+    const stream = this.gen.params.stream;
+    let text = acc.delta;
+    if (this.promptText) {
+      text = this.promptText + text;
+      this.promptText = '';
+    }
+    if (!stream) {
+      this.whole += text;
+      if (!acc.finish) return;
+      text = this.whole;
+    }
+    if (!acc.finish && text.length === 0) return;
+    const final = acc.finish !== undefined;
+    const parameters: Parameters | undefined = final
+      ? { finish_reason: acc.finish!, num_input_tokens: this.gen.prompt.length, num_output_tokens: this.gen.tokens.length }
+      : undefined;
+    this.request.send({ outputs: [textTensor(text)], parameters }, final);
+    if (final) this.owner.finished(this, undefined);
+  }
+
+  dropped(err?: TsiError): void {
+    const e = err ?? new TsiError('CANCELLED', `${requestPrefix(this.request.id)}Request was cancelled`);
+    this.request.send(e, true);
+    this.owner.finished(this, err ? 'BACKEND' : 'CANCELED');
+  }
+
+  /** Idempotent: the scheduler settles each sequence once. */
+  settle(): boolean {
+    if (this.done) return false;
+    this.done = true;
+    return true;
+  }
+}
+
+function textTensor(text: string): Tensor {
+  return { name: 'text_output', datatype: 'BYTES', shape: [1], data: [encodeString(text)] };
+}
+
+export class LlmScheduler implements Scheduler {
+  readonly engines: Engine[];
+  readonly llm: LlmStats;
+  private readonly queue: Sequence[] = [];
+  private stopping = false;
+  private drained?: () => void;
+  private active = 0;
+
+  constructor(readonly ctx: SchedulerContext, private readonly opts: LlmSchedulerOptions) {
+    this.llm = opts.llm;
+    const source = {
+      peek: () => this.queue[0],
+      shift: () => {
+        const s = this.queue.shift();
+        if (s) {
+          s.admittedNs = this.ctx.clock.nowNs();
+          this.ctx.stats.pending--;
+          this.llm.waiting--;
+          this.llm.running++;
+          this.gauges();
+        }
+        return s;
+      },
+    };
+    this.engines = opts.sessions.map((session) => new Engine(session, opts.limits, source, (s) => this.stepped(s)));
+    this.llm.maxNumSeqs = opts.limits.maxNumSeqs * this.engines.length;
+    this.llm.kvTokensMax = opts.limits.kvTokens * this.engines.length;
+    this.llm.kvBytesPerToken = opts.kvBytesPerToken;
+    this.llm.gauges();
+  }
+
+  enqueue(request: PendingRequest, nowNs?: number): void {
+    if (this.stopping) {
+      request.send(new TsiError('UNAVAILABLE', STOPPING_MESSAGE), true);
+      return;
+    }
+    request.enqueuedNs = nowNs ?? this.ctx.clock.nowNs();
+    let seq: Sequence;
+    try {
+      seq = this.sequenceOf(request);
+    } catch (err) {
+      // Refused before it ran: a failure of the request itself, as Triton counts validation errors.
+      const e = asTsiError(err);
+      this.ctx.stats.recordFailure(this.ctx.clock.nowNs() - request.receivedNs, 'OTHER', this.ctx.clock.epochMs());
+      request.send(new TsiError(e.code, requestPrefix(request.id) + e.message), true);
+      return;
+    }
+    this.ctx.stats.pending++;
+    this.ctx.stats.inflight++;
+    this.active++;
+    this.llm.waiting++;
+    this.queue.push(seq);
+    request.onCancel(() => this.cancelled(seq));
+    this.gauges();
+    for (const e of this.engines) e.wake();
+  }
+
+  private sequenceOf(request: PendingRequest): Sequence {
+    const text = request.inputs.get('text_input');
+    if (!text || text.datatype !== 'BYTES' || (text.data as Uint8Array[]).length === 0) {
+      throw new TsiError('INVALID_ARG', `model '${this.ctx.modelName}' needs the prompt in 'text_input' (a string)`);
+    }
+    const prompt = decodeString((text.data as Uint8Array[])[0]!);
+    const get = (name: string): unknown => {
+      const t = request.inputs.get(name);
+      if (t) {
+        const v = t.datatype === 'BYTES' ? decodeString((t.data as Uint8Array[])[0]!) : (t.data as ArrayLike<unknown>)[0];
+        return t.datatype === 'BOOL' ? Boolean(v) : v;
+      }
+      return request.parameters[name];
+    };
+    const params = parseGenerationParams(get, this.opts.defaults);
+    const addSpecial = get('add_special_tokens');
+    const ids = this.opts.tokenizer.encode(prompt, { addSpecialTokens: addSpecial !== false && addSpecial !== 'false' });
+    const ctxLen = this.opts.maxContext;
+    if (ids.length === 0) throw new TsiError('INVALID_ARG', 'the prompt is empty');
+    if (ids.length >= ctxLen) {
+      throw new TsiError('INVALID_ARG', `This model's maximum context length is ${ctxLen} tokens. However, the prompt is ${ids.length} tokens long, which leaves no room for the completion. Please shorten the prompt.`);
+    }
+    if (params.maxTokens !== undefined && ids.length + params.maxTokens > ctxLen) {
+      throw new TsiError('INVALID_ARG', `This model's maximum context length is ${ctxLen} tokens. However, you requested ${ids.length + params.maxTokens} tokens (${ids.length} in the prompt, ${params.maxTokens} for the completion). Please reduce the prompt or max_tokens.`);
+    }
+    const maxTokens = Math.min(params.maxTokens ?? ctxLen - ids.length, ctxLen - ids.length);
+    const reserve = ids.length + maxTokens;
+    if (!this.engines.some((e) => e.fits(reserve))) {
+      throw new TsiError('INVALID_ARG', `the request needs ${reserve} tokens of KV cache (${ids.length} in the prompt, ${maxTokens} for the completion), more than an instance of model '${this.ctx.modelName}' holds (${this.opts.limits.kvTokens}; config parameter kv_cache_bytes); lower max_tokens`);
+    }
+    const gen = new Generation(this.opts.tokenizer, ids, params, maxTokens, this.opts.defaults.eosTokenIds);
+    return new Sequence(this, request, gen, reserve, prompt);
+  }
+
+  /** The client went away: a queued sequence is answered now; a running one at the next step boundary. */
+  private cancelled(seq: Sequence): void {
+    const i = this.queue.indexOf(seq);
+    if (i < 0) {
+      // Running: wake its engine in case it is idle with only this to drop.
+      for (const e of this.engines) e.wake();
+      return;
+    }
+    this.queue.splice(i, 1);
+    this.ctx.stats.pending--;
+    this.llm.waiting--;
+    this.llm.running++; // finished() counts it down
+    seq.dropped();
+  }
+
+  /** A sequence's final response went out (or its request failed or was cancelled). */
+  finished(seq: Sequence, failure: 'BACKEND' | 'CANCELED' | undefined): void {
+    if (!seq.settle()) return;
+    const { stats, clock } = this.ctx;
+    const now = clock.nowNs();
+    const total = now - seq.request.receivedNs;
+    if (failure) stats.recordFailure(total, failure, clock.epochMs());
+    else {
+      this.llm.finished(total);
+      const queue = (seq.admittedNs || now) - seq.request.enqueuedNs;
+      stats.recordSuccess(total, queue, { input: 0, infer: now - (seq.admittedNs || now), output: 0 }, clock.epochMs());
+    }
+    stats.inflight--;
+    this.llm.running--;
+    this.gauges();
+    if (--this.active === 0 && this.stopping) this.drained?.();
+  }
+
+  private stepped(s: StepStats): void {
+    if (s.rows > 0) {
+      this.ctx.stats.recordExecution(s.rows, { input: s.inputNs, infer: s.inferNs, output: s.outputNs });
+      this.llm.steps++;
+    }
+    this.gauges();
+  }
+
+  private gauges(): void {
+    let reserved = 0;
+    let held = 0;
+    for (const e of this.engines) {
+      reserved += e.reservedTokens;
+      held += e.kvBytes;
+    }
+    this.llm.kvTokensReserved = reserved;
+    this.llm.kvBytesHeld = held;
+    this.llm.gauges();
+  }
+
+  queued(): number {
+    return this.queue.length;
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.active > 0) await new Promise<void>((r) => (this.drained = r));
+    for (const e of this.engines) e.stop();
+    await Promise.all(this.engines.map((e) => e.idle()));
+  }
+}

@@ -1,0 +1,178 @@
+/**
+ * What an `llm` model version measures: time to first token, inter-token latency, end-to-end latency,
+ * prompt and generated tokens, generation throughput, running and waiting sequences and KV-cache use.
+ * One LlmStats per model version feeds three readers, so they always agree:
+ * - the statistics extension (`llm_stats` in the model's entry, beside Triton's fields);
+ * - `/metrics` under the names of Triton's vLLM backend (`vllm:time_to_first_token_seconds`,
+ *   `vllm:time_per_output_token_seconds`, `vllm:e2e_request_latency_seconds`,
+ *   `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, labels model/version) and of vLLM's
+ *   engine gauges (`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` and v0's `vllm:gpu_cache_usage_perc`,
+ *   `vllm:avg_generation_throughput_toks_per_s`), as custom metric families any runtime renders.
+ */
+
+import type { CustomMetric, CustomMetricFamily, CustomMetrics } from '../custom-metrics.js';
+
+// Triton's vLLM backend's buckets.
+const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
+const TPOT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
+const E2E_BUCKETS = [1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0];
+
+interface Summary {
+  count: number;
+  ns: number;
+}
+
+/** Throughput over the last few seconds (a ring of one-second buckets). */
+class Rate {
+  private readonly buckets = new Float64Array(10);
+  private last = 0;
+
+  add(n: number, nowMs: number): void {
+    this.roll(nowMs);
+    this.buckets[Math.floor(nowMs / 1000) % this.buckets.length]! += n;
+  }
+
+  perSecond(nowMs: number): number {
+    this.roll(nowMs);
+    const cur = Math.floor(nowMs / 1000);
+    // Whole seconds only, so a scrape early in a second does not read a partial bucket as a rate.
+    let sum = 0;
+    for (let s = cur - this.buckets.length + 1; s < cur; s++) sum += this.buckets[((s % this.buckets.length) + this.buckets.length) % this.buckets.length]!;
+    return sum / (this.buckets.length - 1);
+  }
+
+  private roll(nowMs: number): void {
+    const cur = Math.floor(nowMs / 1000);
+    if (this.last === 0) this.last = cur;
+    for (let s = Math.max(this.last + 1, cur - this.buckets.length + 1); s <= cur; s++) this.buckets[s % this.buckets.length] = 0;
+    this.last = Math.max(this.last, cur);
+  }
+}
+
+export class LlmStats {
+  promptTokens = 0;
+  generationTokens = 0;
+  readonly ttft: Summary = { count: 0, ns: 0 };
+  readonly interToken: Summary = { count: 0, ns: 0 };
+  readonly e2e: Summary = { count: 0, ns: 0 };
+  running = 0;
+  waiting = 0;
+  /** Sequence slots over all instances. */
+  maxNumSeqs = 0;
+  /** KV tokens reserved by running sequences, and the budget, over all instances. */
+  kvTokensReserved = 0;
+  kvTokensMax = 0;
+  /** Bytes the sessions really hold (padding included). */
+  kvBytesHeld = 0;
+  kvBytesPerToken = 0;
+  steps = 0;
+  private readonly rate = new Rate();
+  private readonly m?: {
+    families: CustomMetricFamily[];
+    metrics: CustomMetric[];
+    ttft: CustomMetric; tpot: CustomMetric; e2e: CustomMetric; prompt: CustomMetric; gen: CustomMetric;
+    running: CustomMetric; waiting: CustomMetric; kv: CustomMetric; kvV0: CustomMetric; tput: CustomMetric;
+  };
+
+  constructor(metrics: CustomMetrics | undefined, labels: { model: string; version: string }, private readonly nowMs: () => number) {
+    if (!metrics) return;
+    const families: CustomMetricFamily[] = [];
+    const all: CustomMetric[] = [];
+    const metric = (name: string, help: string, kind: 'COUNTER' | 'GAUGE' | 'HISTOGRAM', buckets?: number[]) => {
+      const f = metrics.family(name, help, kind);
+      families.push(f);
+      const m = f.metric(labels, buckets);
+      all.push(m);
+      return m;
+    };
+    this.m = {
+      families, metrics: all,
+      ttft: metric('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', 'HISTOGRAM', TTFT_BUCKETS),
+      tpot: metric('vllm:time_per_output_token_seconds', 'Histogram of time per output token in seconds.', 'HISTOGRAM', TPOT_BUCKETS),
+      e2e: metric('vllm:e2e_request_latency_seconds', 'Histogram of end to end request latency in seconds.', 'HISTOGRAM', E2E_BUCKETS),
+      prompt: metric('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', 'COUNTER'),
+      gen: metric('vllm:generation_tokens_total', 'Number of generation tokens processed.', 'COUNTER'),
+      running: metric('vllm:num_requests_running', 'Number of requests currently running on the model.', 'GAUGE'),
+      waiting: metric('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', 'GAUGE'),
+      kv: metric('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', 'GAUGE'),
+      // vLLM v0's name for the same gauge, which Triton's vLLM backend reported and dashboards still query.
+      kvV0: metric('vllm:gpu_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', 'GAUGE'),
+      tput: metric('vllm:avg_generation_throughput_toks_per_s', 'Average generation throughput in tokens/s.', 'GAUGE'),
+    };
+  }
+
+  firstToken(ns: number, promptTokens: number): void {
+    add(this.ttft, ns);
+    this.promptTokens += promptTokens;
+    this.m?.ttft.observe(ns / 1e9);
+    this.m?.prompt.increment(promptTokens);
+  }
+
+  tokens(n: number): void {
+    this.generationTokens += n;
+    this.rate.add(n, this.nowMs());
+    this.m?.gen.increment(n);
+  }
+
+  interTokenGap(ns: number): void {
+    add(this.interToken, ns);
+    this.m?.tpot.observe(ns / 1e9);
+  }
+
+  finished(ns: number): void {
+    add(this.e2e, ns);
+    this.m?.e2e.observe(ns / 1e9);
+  }
+
+  /** Called after anything that moves the gauges. */
+  gauges(): void {
+    if (!this.m) return;
+    this.m.running.set(this.running);
+    this.m.waiting.set(this.waiting);
+    this.m.kv.set(this.kvUsage());
+    this.m.kvV0.set(this.kvUsage());
+    this.m.tput.set(this.tokensPerSecond());
+  }
+
+  kvUsage(): number {
+    return this.kvTokensMax > 0 ? this.kvTokensReserved / this.kvTokensMax : 0;
+  }
+
+  tokensPerSecond(): number {
+    return this.rate.perSecond(this.nowMs());
+  }
+
+  /** The `llm_stats` section of the statistics extension. */
+  toJson(): Record<string, unknown> {
+    return {
+      prompt_tokens: this.promptTokens,
+      generation_tokens: this.generationTokens,
+      generation_tokens_per_second: Math.round(this.tokensPerSecond() * 10) / 10,
+      time_to_first_token: { ...this.ttft },
+      inter_token_latency: { ...this.interToken },
+      request_latency: { ...this.e2e },
+      steps: this.steps,
+      running_sequences: this.running,
+      waiting_sequences: this.waiting,
+      max_num_seqs: this.maxNumSeqs,
+      kv_cache: {
+        reserved_tokens: this.kvTokensReserved,
+        max_tokens: this.kvTokensMax,
+        usage: Math.round(this.kvUsage() * 1e4) / 1e4,
+        held_bytes: this.kvBytesHeld,
+        bytes_per_token: this.kvBytesPerToken,
+      },
+    };
+  }
+
+  /** Gives the metric series back (the model is unloading). */
+  release(): void {
+    for (const m of this.m?.metrics ?? []) m.release();
+    for (const f of this.m?.families ?? []) f.release();
+  }
+}
+
+function add(s: Summary, ns: number): void {
+  s.count++;
+  s.ns += Math.max(0, Math.round(ns));
+}

@@ -1,0 +1,158 @@
+/**
+ * The `llm` backend in the page: core's LLM serving (core/llm: scheduler, in-flight batching,
+ * sampling, tokenizer, the OpenAI API) over decoder sessions on onnxruntime-web. Only the session
+ * lives here: one ORT session per model instance, with the instance's KV caches (core's KvBatch) kept
+ * as plain typed arrays beside it, so a step sends token ids in and gets one row of logits per
+ * sequence back, exactly as the Node worker does (runtime-node/llm/).
+ *
+ * The execution provider follows the `onnxruntime` backend's rule (`device: 'webgpu'`, or a KIND_GPU
+ * instance under `auto`, tries WebGPU; otherwise wasm), and a WebGPU session must pass one real
+ * prefill and decode step before it is used; when WebGPU is absent or fails, the instance runs on
+ * wasm and says why (`instances()[i].fallbackReason`). Unlike that backend, 64-bit inputs do not rule
+ * WebGPU out: a decoder's int64 token ids and positions go in from the CPU, and ORT keeps the ops that
+ * need them there. Caches round-trip through the CPU each step (KvBatch re-lays them out when the
+ * batch changes), which costs little next to the step for the small models a page runs.
+ */
+
+import type * as Ort from 'onnxruntime-web';
+import {
+  KvBatch, TsiError, createLlmBackend,
+  type Backend, type DecoderLayout, type DecoderRuntime, type DecoderSession, type InstancePlacement,
+  type KvArray, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult, type TensorKit,
+} from '../core/index.js';
+import { readOnnxIo } from './onnx-io.js';
+import { loadOrt, probeEnvironment, runLock, type OnnxWebOptions, type OrtModule } from './onnx-web-backend.js';
+
+export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
+  const runtime: DecoderRuntime = {
+    async describe(files: ModelFiles, path: string): Promise<ModelIoInfo> {
+      return readOnnxIo(await files.read(path));
+    },
+    async open({ ctx, spec, path, layout }) {
+      const ort = await loadOrt(opts);
+      const name = ctx.config.name ?? 'llm';
+      let bytes: Uint8Array;
+      try {
+        bytes = await ctx.files.read(path);
+      } catch (err) {
+        throw new TsiError('INVALID_ARG', `unable to read '${path}' for model '${name}': ${(err as Error).message}`);
+      }
+      // ORT may keep the buffer it is given; each session gets its own copy.
+      const create = (ep: 'webgpu' | 'wasm') => ort.InferenceSession.create(bytes.slice(), { logSeverityLevel: 3, executionProviders: [ep] });
+      const env = await probeEnvironment();
+      const pref = opts.device ?? 'auto';
+      let fallback: string | undefined;
+      if (pref === 'webgpu' || (pref === 'auto' && spec.kind === 'KIND_GPU')) {
+        if (!env.webgpu.available) fallback = env.webgpu.reason;
+        else {
+          let session: Ort.InferenceSession | undefined;
+          try {
+            session = await create('webgpu');
+            const s = new WebDecoderSession(ort, session, layout, webgpuPlacement(env.webgpu));
+            await s.selfTest();
+            opts.log.verbose(1, `${name} (${spec.name}) runs on webgpu`);
+            return s;
+          } catch (err) {
+            await session?.release().catch(() => {});
+            fallback = `webgpu decoder failed: ${(err as Error).message.split('\n')[0]}`;
+          }
+        }
+        opts.log.warn(`${name} (${spec.name}): ${fallback}; running on wasm`);
+      }
+      const session = await create('wasm').catch((err: Error) => {
+        throw new TsiError('INTERNAL', `failed to create an onnxruntime-web session for '${name}': ${err.message.split('\n')[0]}`);
+      });
+      opts.log.verbose(1, `${name} (${spec.name}) runs on wasm (${ort.env.wasm.numThreads ?? 1} thread(s))`);
+      return new WebDecoderSession(ort, session, layout, { kind: 'KIND_CPU', provider: 'wasm', ...(fallback ? { notes: [fallback] } : {}) });
+    },
+  };
+  return createLlmBackend(runtime);
+}
+
+function webgpuPlacement(gpu: { vendor: string; architecture: string; fallback: boolean }): InstancePlacement {
+  const adapter = [gpu.vendor, gpu.architecture].filter(Boolean).join(' ') + (gpu.fallback ? ' (software fallback adapter)' : '');
+  return { kind: 'KIND_GPU', provider: 'webgpu', ...(adapter ? { adapter } : {}) };
+}
+
+class WebDecoderSession implements DecoderSession {
+  readonly device: string;
+  private batch: KvBatch;
+  private readonly kit: TensorKit<Ort.Tensor>;
+
+  constructor(
+    ort: OrtModule, private readonly session: Ort.InferenceSession, private readonly layout: DecoderLayout,
+    readonly placement: InstancePlacement,
+  ) {
+    this.device = placement.provider;
+    this.batch = new KvBatch(layout);
+    const lock = runLock(ort);
+    const kvType = layout.kvType;
+    this.kit = {
+      int64: (data, dims) => new ort.Tensor('int64', data, dims),
+      bool: (data, dims) => new ort.Tensor('bool', data, dims),
+      kv: (data: KvArray, dims) => new ort.Tensor(kvType, data as never, dims),
+      data: (t) => asKvOrFloat(t.data),
+      dims: (t) => t.dims,
+      // Runs of one ORT module never overlap (its wasm heap and WebGPU device are shared by all sessions).
+      run: async (feeds, fetches) => {
+        const run = () => session.run(feeds, fetches);
+        lock.busy++;
+        try {
+          const running = lock.busy === 1 ? run() : lock.tail.then(run, run);
+          lock.tail = running;
+          return (await running) as Record<string, Ort.Tensor>;
+        } finally {
+          lock.busy--;
+        }
+      },
+    };
+  }
+
+  /**
+   * One prefill of two rows of different lengths and one decode step, then the caches dropped: a
+   * provider that cannot run the decoder (an op it lacks, zero-length past tensors) fails here, at
+   * load, rather than on a user's first request.
+   */
+  async selfTest(): Promise<void> {
+    await this.batch.step({ kind: 'prefill', free: [], rows: [{ seq: -1, tokens: [0, 1, 2] }, { seq: -2, tokens: [3] }] }, this.kit);
+    const r = await this.batch.step({ kind: 'decode', free: [], rows: [{ seq: -1, token: 4 }, { seq: -2, token: 5 }] }, this.kit);
+    if (!r.logits || r.logits.length !== 2 * r.vocab || !r.logits.every(Number.isFinite)) {
+      throw new Error('the decode step returned non-finite logits');
+    }
+    this.batch = new KvBatch(this.layout);
+  }
+
+  async step(req: StepRequest): Promise<StepResult> {
+    const r = await this.batch.step(req, this.kit);
+    // A wasm run settles in microtasks only, so back-to-back steps would hold the page's task queue
+    // until every sequence finished: no request bodies read (new requests could not join the
+    // batch), no paint of streamed tokens, no input. One task boundary per step lets them in.
+    await nextTask();
+    return r;
+  }
+
+  async close(): Promise<void> {
+    await this.session.release();
+  }
+}
+
+/** Resolves in a new task (not a microtask), without setTimeout's 4 ms clamp on nested timers. */
+let taskChannel: MessageChannel | undefined;
+const taskWaiters: (() => void)[] = [];
+function nextTask(): Promise<void> {
+  if (!taskChannel) {
+    taskChannel = new MessageChannel();
+    taskChannel.port1.onmessage = () => taskWaiters.shift()?.();
+  }
+  return new Promise((resolve) => {
+    taskWaiters.push(resolve);
+    taskChannel!.port2.postMessage(0);
+  });
+}
+
+/** ORT's output data as KvBatch reads it: float32 as is, float16 as its raw bits (ORT may hand a Float16Array). */
+function asKvOrFloat(data: Ort.Tensor.DataType): Float32Array | Uint16Array {
+  if (data instanceof Float32Array || data instanceof Uint16Array) return data;
+  const d = data as unknown as ArrayBufferView & { length: number };
+  return new Uint16Array(d.buffer, d.byteOffset, d.length);
+}

@@ -1,0 +1,101 @@
+/**
+ * One `llm` model instance's decoder, in a worker thread: onnxruntime-node's `session.run()` blocks
+ * its thread for the whole step, so steps run here and the server's event loop keeps streaming tokens
+ * and accepting requests meanwhile. The worker owns the KV caches (core's KvBatch): they never cross
+ * the thread boundary; a step message carries token ids in and one row of logits per sequence out
+ * (transferred, not copied). The exception is a prefill worker (an instance whose prefills run
+ * apart from its decoding): it hands the caches its prefill made back with the result (`handOff`),
+ * and the decoding worker takes them over with its next step (`adopt`), transferred both ways.
+ */
+
+import { getPriority, setPriority } from 'node:os';
+import { parentPort, workerData } from 'node:worker_threads';
+import * as ort from 'onnxruntime-node';
+// Direct module imports, not core/index.js: the worker needs only these.
+import type { DecoderLayout, StepRequest, StepResult } from '../../core/llm/decoder.js';
+import { KvBatch, type KvArray, type KvGroup, type TensorKit } from '../../core/llm/kv-batch.js';
+import { movable } from '../worker-instance.js';
+
+export interface DecoderInit {
+  modelPath?: string;
+  modelBytes?: Uint8Array;
+  sessionOptions: ort.InferenceSession.SessionOptions;
+  layout: DecoderLayout;
+  /** Added to this thread's nice value (and its ORT threads', made after it) before the session. */
+  nice?: number;
+}
+
+export type DecoderWorkerRequest = { id: number; req: StepRequest; adopt?: KvGroup[]; handOff?: boolean };
+
+export type DecoderWorkerReply =
+  | { kind: 'ready' }
+  | { kind: 'init-error'; message: string }
+  | { kind: 'result'; id: number; result: StepResult; groups?: KvGroup[] }
+  | { kind: 'error'; id: number; message: string };
+
+const port = parentPort!;
+const init = (workerData as { data: DecoderInit }).data;
+let session: ort.InferenceSession | undefined;
+const batch = new KvBatch(init.layout);
+const kvType = init.layout.kvType;
+
+const kit: TensorKit<ort.Tensor> = {
+  int64: (data, dims) => new ort.Tensor('int64', data, dims),
+  bool: (data, dims) => new ort.Tensor('bool', data, dims),
+  kv: (data: KvArray, dims) => new ort.Tensor(kvType, data, dims),
+  data: (t) => t.data as Float32Array | Uint16Array,
+  dims: (t) => t.dims,
+  run: (feeds, fetches) => session!.run(feeds, fetches) as Promise<Record<string, ort.Tensor>>,
+};
+
+async function start(): Promise<void> {
+  try {
+    if (init.nice) {
+      // On Linux a thread's priority is its own: pid 0 is this thread, not the process.
+      try {
+        setPriority(0, Math.min(19, getPriority(0) + init.nice));
+      } catch {
+        // Not allowed here (some sandboxes): the steps just run at the server's priority.
+      }
+    }
+    session = await ort.InferenceSession.create((init.modelPath ?? init.modelBytes!) as string, { ...init.sessionOptions, executionProviders: ['cpu'] });
+    port.postMessage({ kind: 'ready' } satisfies DecoderWorkerReply);
+  } catch (err) {
+    port.postMessage({ kind: 'init-error', message: (err as Error).message } satisfies DecoderWorkerReply);
+  }
+}
+
+// The engine never sends a step before the previous one is answered; the chain only keeps a close
+// behind a running step.
+let chain: Promise<void> = Promise.resolve();
+
+port.on('message', (msg: DecoderWorkerRequest | 'close') => {
+  chain = chain.then(() => handle(msg));
+});
+
+async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
+  if (msg === 'close') {
+    await session?.release();
+    port.close();
+    return;
+  }
+  try {
+    if (msg.adopt) batch.adopt(msg.adopt);
+    const result = await batch.step(msg.req, kit);
+    const transfer = new Set<ArrayBuffer>();
+    if (result.logits) transfer.add(result.logits.buffer as ArrayBuffer);
+    const groups = msg.handOff ? movableGroups(batch.takeAll(), transfer) : undefined;
+    port.postMessage({ kind: 'result', id: msg.id, result, groups } satisfies DecoderWorkerReply, [...transfer]);
+  } catch (err) {
+    // A prefill that failed part-way hands nothing over: the sequences it had done fail with it.
+    if (msg.handOff) batch.takeAll();
+    port.postMessage({ kind: 'error', id: msg.id, message: (err as Error).message } satisfies DecoderWorkerReply);
+  }
+}
+
+/** Cache groups ready to post: their arrays transferred (copied first only when a view shares its buffer). */
+function movableGroups(groups: KvGroup[], transfer: Set<ArrayBuffer>): KvGroup[] {
+  return groups.map((g) => ({ ...g, kv: g.kv.map((a) => movable(a, transfer, true) as KvArray) }));
+}
+
+void start();

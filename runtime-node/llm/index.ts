@@ -1,0 +1,163 @@
+/**
+ * The `llm` backend in Node: core's LLM serving (core/llm: scheduler, in-flight batching, sampling,
+ * tokenizer) over decoder sessions that run onnxruntime-node in a worker thread per model instance
+ * (decoder-worker.ts). Only the session lives here; see core/llm/backend.ts for the model folder
+ * layout and config parameters, and docs/llm.md for serving an exported model.
+ *
+ * An instance prefills in a worker of its own (config parameter `separate_prefill`, on by default),
+ * beside the worker that decodes: a new request's prompt runs at once instead of after the decode
+ * step in flight, so time to first token stays near its one-stream value under load, and long
+ * prompts never stall the running streams. The price is the model's weights loaded twice; with
+ * `separate_prefill: false` one worker does both.
+ */
+
+import { availableParallelism } from 'node:os';
+import type { Worker } from 'node:worker_threads';
+import {
+  TsiError, createLlmBackend,
+  type Backend, type DecoderRuntime, type DecoderSession, type KvGroup, type ModelConfig, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult,
+} from '../../core/index.js';
+import { computeCores, sessionOptions } from '../onnx-backend.js';
+import { readOnnxIo } from '../onnx-info.js';
+import { startWorkerInstance, stopWorker } from '../worker-instance.js';
+import type { DecoderInit, DecoderWorkerReply, DecoderWorkerRequest } from './decoder-worker.js';
+
+export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
+  const runtime: DecoderRuntime = {
+    async describe(files: ModelFiles, path: string): Promise<ModelIoInfo> {
+      return readOnnxIo(await files.read(path));
+    },
+    async open({ ctx, path, layout, instanceCount }) {
+      const local = ctx.files.localPath?.(path);
+      const separate = separatePrefill(ctx.config);
+      const init: DecoderInit = {
+        modelPath: local,
+        modelBytes: local ? undefined : await ctx.files.read(path),
+        sessionOptions: llmSessionOptions(ctx.config, instanceCount, opts.cores ?? availableParallelism()),
+        layout,
+      };
+      const name = ctx.config.name ?? 'llm';
+      const start = (i: DecoderInit) => startWorkerInstance<DecoderWorkerReply>('llm/decoder-worker', i, `failed to create the decoder session of '${name}'`);
+      // The prefill session takes the decoder's threads too (a prompt is the most parallel work
+      // there is), but they sleep between prompts instead of spinning against the decoding ones.
+      const prefillInit: DecoderInit = { ...init, sessionOptions: { ...init.sessionOptions, extra: { session: { intra_op: { allow_spinning: '0' } } } } };
+      const [decode, prefill] = await Promise.allSettled(separate ? [start({ ...init, nice: DECODE_NICE }), start(prefillInit)] : [start(init)]);
+      if (decode.status === 'rejected' || prefill?.status === 'rejected') {
+        for (const r of [decode, prefill]) if (r?.status === 'fulfilled') await stopWorker(r.value.worker);
+        throw decode.status === 'rejected' ? decode.reason : (prefill as PromiseRejectedResult).reason;
+      }
+      return new WorkerDecoderSession(name, decode.value.worker, prefill?.status === 'fulfilled' ? prefill.value.worker : undefined);
+    },
+  };
+  return createLlmBackend(runtime);
+}
+
+/**
+ * How much lower than the server's the decoding thread runs beside a prefill worker: decode steps
+ * come back to back and would keep the cores busy; new requests (the server's thread taking them,
+ * the prefill worker) go first, so their first token does not wait behind running streams. Idle
+ * cores still go to decoding whatever its priority.
+ */
+const DECODE_NICE = 10;
+
+function separatePrefill(config: ModelConfig): boolean {
+  const v = config.parameters?.separate_prefill?.string_value?.trim().toLowerCase();
+  if (v === undefined || v === '' || v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  throw new TsiError('INVALID_ARG', `model '${config.name ?? ''}': config parameter separate_prefill must be true or false, not '${v}'`);
+}
+
+/**
+ * The onnxruntime backend's session options, but with one core fewer for the decoders when the
+ * config sets no thread count: here the main thread has per-token work of its own (sampling every
+ * row's logits, detokenizing, streaming each token to its client), and decoder threads that take
+ * every core stall it. On 2 cores, 1 decoder thread served 32 streams ~1.8× faster than 2.
+ */
+function llmSessionOptions(config: ModelConfig, instanceCount: number, cores: number): DecoderInit['sessionOptions'] {
+  const o = sessionOptions(config, instanceCount, cores);
+  if (config.parameters?.intra_op_thread_count === undefined) o.intraOpNumThreads = Math.max(1, Math.floor((computeCores(cores) - 1) / Math.max(1, instanceCount)));
+  return o as DecoderInit['sessionOptions'];
+}
+
+/** One worker's step calls, answered by id; a dead worker fails what is pending and what comes. */
+class WorkerSteps {
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve: (r: Extract<DecoderWorkerReply, { kind: 'result' }>) => void; reject: (e: Error) => void }>();
+  private dead?: Error;
+
+  constructor(readonly worker: Worker, model: string) {
+    worker.on('message', (m: DecoderWorkerReply) => {
+      if (m.kind !== 'result' && m.kind !== 'error') return;
+      const p = this.pending.get(m.id);
+      if (!p) return;
+      this.pending.delete(m.id);
+      if (m.kind === 'result') p.resolve(m);
+      else p.reject(new TsiError('INTERNAL', m.message));
+    });
+    const fail = (e: Error) => {
+      this.dead ??= e;
+      for (const p of this.pending.values()) p.reject(e);
+      this.pending.clear();
+    };
+    worker.on('error', (e) => fail(new TsiError('INTERNAL', `the decoder worker of '${model}' failed: ${e.message}`)));
+    worker.on('exit', (code) => fail(new TsiError('INTERNAL', `the decoder worker of '${model}' exited (code ${code})`)));
+  }
+
+  call(msg: Omit<DecoderWorkerRequest, 'id'>, transfer: ArrayBuffer[] = []): Promise<Extract<DecoderWorkerReply, { kind: 'result' }>> {
+    if (this.dead) return Promise.reject(this.dead);
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ id, ...msg } satisfies DecoderWorkerRequest, transfer);
+    });
+  }
+
+  async close(): Promise<void> {
+    if (!this.dead) await stopWorker(this.worker);
+  }
+}
+
+/**
+ * The instance's decoder: steps go to the decoding worker; with a prefill worker, prefills go there,
+ * and the caches they made wait here until the next decode or free step carries them over (the
+ * engine puts a sequence in a decode only after its prefill resolved, so they are always here by then).
+ */
+class WorkerDecoderSession implements DecoderSession {
+  readonly device = 'cpu';
+  readonly placement = { kind: 'KIND_CPU' as const, provider: 'cpu' };
+  readonly concurrentPrefill: boolean;
+  private readonly decoder: WorkerSteps;
+  private readonly prefiller?: WorkerSteps;
+  private handed: KvGroup[] = [];
+  private handedBytes = 0;
+  private heldBytes = 0;
+
+  constructor(model: string, decode: Worker, prefill?: Worker) {
+    this.decoder = new WorkerSteps(decode, model);
+    this.prefiller = prefill && new WorkerSteps(prefill, model);
+    this.concurrentPrefill = prefill !== undefined;
+  }
+
+  async step(req: StepRequest): Promise<StepResult> {
+    if (req.kind === 'prefill' && this.prefiller) {
+      if (req.free.length > 0) throw new TsiError('INTERNAL', 'a prefill beside decoding carries no frees');
+      const { result, groups = [] } = await this.prefiller.call({ req, handOff: true });
+      for (const g of groups) {
+        this.handed.push(g);
+        for (const a of g.kv) this.handedBytes += a.byteLength;
+      }
+      return { ...result, kvBytes: this.heldBytes + this.handedBytes };
+    }
+    const adopt = this.handed;
+    this.handed = [];
+    this.handedBytes = 0;
+    const transfer = adopt.flatMap((g) => g.kv.map((a) => a.buffer as ArrayBuffer));
+    const { result } = await this.decoder.call(adopt.length > 0 ? { req, adopt } : { req }, transfer);
+    this.heldBytes = result.kvBytes;
+    return { ...result, kvBytes: this.heldBytes + this.handedBytes };
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.decoder.close(), this.prefiller?.close()]);
+  }
+}

@@ -1,0 +1,139 @@
+/**
+ * The `llm` backend in the browser build as users meet it, in headless Chromium driven by
+ * playwright-core: the demo page served by `tsi-node serve --browser-demo` chats with tiny_gpt in the
+ * page, its reply growing token by token on screen, equal (greedy) to the Node server's, and Stop
+ * ends a long reply early; and a Service Worker answers OpenAI clients' `/v1/chat/completions`
+ * (streamed) for a static site with no server behind it.
+ */
+
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../core/index.js';
+import { startServer, type RunningServer } from '../../runtime-node/index.js';
+import { MODELS } from '../helpers/server.js';
+import { chromiumMissing, launchChromium, startStaticSite, within, type StaticSite } from './static-server.js';
+
+const missing = chromiumMissing();
+if (missing) console.warn(`[tsi] llm page tests skipped: ${missing}`);
+
+const CHAT = {
+  model: 'tiny_gpt', stream: true, stream_options: { include_usage: true }, max_tokens: 12, temperature: 0,
+  messages: [{ role: 'user', content: 'Hello from a service worker!' }],
+};
+
+describe.skipIf(missing)('tiny_gpt in the browser build', () => {
+  let running: RunningServer;
+  let site: StaticSite;
+  let browser: Browser;
+  let node: string;
+
+  beforeAll(async () => {
+    running = await startServer({
+      modelRepositories: [MODELS], httpPort: 0, httpAddress: '127.0.0.1', browserDemo: true, log: createLogger(() => {}),
+      modelControlMode: 'explicit', loadModels: ['tiny_gpt', 'simple'],
+    });
+    node = `http://127.0.0.1:${running.http!.port}`;
+    site = await startStaticSite({
+      '/sw.html': {
+        body: `<!doctype html><meta charset="utf-8"><title>sw</title><script type="module">
+          await navigator.serviceWorker.register('/tsi/tsi-sw.js?repository=/models/&models=tiny_gpt', { type: 'module', scope: '/' });
+          await navigator.serviceWorker.ready;
+          if (!navigator.serviceWorker.controller) await new Promise((r) => navigator.serviceWorker.addEventListener('controllerchange', r, { once: true }));
+          window.controlled = true;
+        </script>`,
+      },
+    });
+    browser = await launchChromium();
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await site?.close();
+    await running?.stop(5000);
+  });
+
+  async function demo(): Promise<Page> {
+    const p = await browser.newPage();
+    await p.goto(`${node}/demo`);
+    await within(60_000, p.waitForSelector('#chat-send:not([disabled])', { timeout: 60_000 }), 'demo chat start');
+    expect(await p.$$eval('#chat-model option', (o) => o.map((x) => (x as HTMLOptionElement).value))).toEqual(['tiny_gpt']);
+    return p;
+  }
+
+  it('the demo chats with tiny_gpt in the page, streaming its reply, the same as the server\'s', async () => {
+    const p = await demo();
+    // Every change of the reply's text, as the page shows it.
+    await p.evaluate(() => {
+      (window as any).replyTexts = [];
+      new MutationObserver(() => {
+        const r = document.querySelector('.msg.assistant:last-child');
+        if (r) (window as any).replyTexts.push(r.textContent);
+      }).observe(document.getElementById('chat-log')!, { subtree: true, childList: true, characterData: true });
+    });
+    await p.fill('#chat-max-tokens', '24');
+    await p.fill('#chat-input', 'Hello!');
+    await p.press('#chat-input', 'Enter');
+    await within(60_000, p.waitForSelector('#chat-check[data-same]', { timeout: 60_000 }), 'demo chat reply');
+    expect(await p.$eval('#chat-check', (e) => [e.getAttribute('data-same'), e.textContent])).toEqual(['true', expect.stringMatching(/same reply/)]);
+    const status = await p.$eval('#chat-status', (e) => e.textContent);
+    expect(status).toMatch(/^wasm: 24 tokens in [\d.]+ s .*finish: length$/);
+    const reply = await p.$eval('.msg.assistant', (e) => e.textContent);
+    const want = await (await fetch(`${node}/v1/chat/completions`, {
+      method: 'POST', body: JSON.stringify({ model: 'tiny_gpt', messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 24, temperature: 0 }),
+    })).json();
+    expect(reply).toBe(want.choices[0].message.content);
+    // Token by token: the text on screen grew through many distinct prefixes of the reply.
+    const seen = [...new Set(((await p.evaluate(() => (window as any).replyTexts)) as string[]).filter((t) => t.length > 0))];
+    expect(seen.length).toBeGreaterThan(12);
+    for (const t of seen) expect(reply!.startsWith(t)).toBe(true);
+    await p.close();
+  });
+
+  it('Stop ends a long reply early, and the next message still gets its answer', async () => {
+    const p = await demo();
+    await p.fill('#chat-max-tokens', '450');
+    await p.fill('#chat-input', 'Tell me a long story');
+    await p.click('#chat-send');
+    await within(60_000, p.waitForFunction(() => (document.querySelector('.msg.assistant')?.textContent?.length ?? 0) > 0, null, { timeout: 60_000 }), 'first tokens');
+    await p.click('#chat-stop');
+    await within(30_000, p.waitForSelector('#chat-status[data-done="stopped"]', { timeout: 30_000 }), 'stopped');
+    const cut = (await p.$eval('.msg.assistant', (e) => e.textContent))!.length;
+    await p.fill('#chat-max-tokens', '4');
+    await p.fill('#chat-input', 'And now?');
+    await p.click('#chat-send');
+    await within(60_000, p.waitForSelector('#chat-status[data-done="finished"]', { timeout: 60_000 }), 'second reply');
+    expect(await p.$$eval('.msg', (m) => m.map((x) => x.className))).toEqual(['msg user', 'msg assistant', 'msg user', 'msg assistant']);
+    expect(await p.$eval('#chat-status', (e) => e.textContent)).toMatch(/: 4 tokens in/);
+    // The stopped reply was cut well short of 450 tokens (a token is at least a character).
+    expect(cut).toBeLessThan(450);
+    await p.close();
+  });
+
+  it('a Service Worker answers OpenAI chat completions, streamed, for a site with no server', async () => {
+    const p = await browser.newPage();
+    await p.goto(`${site.url}/sw.html`);
+    await within(60_000, p.waitForFunction(() => (window as any).controlled, null, { timeout: 60_000 }), 'service worker control');
+    const got = await within(60_000, p.evaluate(async (chat) => {
+      const models = await (await fetch('/v1/models')).json();
+      const res = await fetch('/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(chat) });
+      const reader = res.body!.getReader();
+      const text = new TextDecoder();
+      const reads: string[] = [];
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        reads.push(text.decode(value, { stream: true }));
+      }
+      return { models: models.data.map((m: any) => m.id), type: res.headers.get('content-type'), reads };
+    }, CHAT), 'chat through the service worker');
+    const want = await (await fetch(`${node}/v1/chat/completions`, { method: 'POST', body: JSON.stringify(CHAT) })).text();
+    const content = (sse: string) => sse.split('\n\n').filter((e) => e.startsWith('data: {'))
+      .map((e) => JSON.parse(e.slice(6)).choices[0]?.delta?.content ?? '').join('');
+    expect(got.models).toEqual(['tiny_gpt']);
+    expect(got.type).toMatch(/^text\/event-stream/);
+    expect(got.reads.join('').endsWith('data: [DONE]\n\n')).toBe(true);
+    expect(content(got.reads.join(''))).toBe(content(want));
+    // The events came through the worker as a stream, not as one body.
+    expect(got.reads.length).toBeGreaterThan(3);
+    await p.close();
+  });
+});
