@@ -33,7 +33,8 @@ export { SequenceBatcher, sequenceInternalInputs } from './sequence.js';
 export { createLogger, type LogLevel } from './logger.js';
 export {
   ServerExtensions, parseRestrictions, httpCategory, grpcCategory, API_CATEGORIES,
-  type ApiCategory, type Restrictions, type ExtensionOptions,
+  parseApiKey, parseApiKeyFile, bearerKey, checkApiKey,
+  type ApiCategory, type Restrictions, type ExtensionOptions, type ApiKeyScope, type ApiKeyRule, type AuthRefusal,
 } from './extensions.js';
 export { SharedMemoryManager, type SystemShmProvider, type ShmHandle, type ShmRef, type SystemRegionStatus } from './shared-memory.js';
 export {
@@ -41,14 +42,19 @@ export {
 } from './trace.js';
 export { LogSettings, controllableLogger, parseTraceConfig, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
 export {
-  ModelControl, RepositoryPoller, checkOverridePath, checkModelName, memoryStager,
-  type ModelFileStager, type StagedFiles, type LoadParamValue,
+  ModelControl, RepositoryPoller, checkOverridePath, checkModelName, memoryStager, CODE_UPLOAD_FLAG,
+  type ModelFileStager, type StagedFiles, type LoadParamValue, type ModelCodePolicy,
 } from './model-control.js';
 export { checkTraceModel } from './http-admin.js';
 export { createEnsembleBackend, ensembleComposingModels, validateEnsemble } from './ensemble.js';
 export { CustomMetrics, CustomMetricFamily, CustomMetric, type MetricKind } from './custom-metrics.js';
 export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
+export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './rate-limiter.js';
 export { generate, generateRequest, generateResponseJson } from './generate.js';
+export {
+  createLlmBackend, llmModelOf, KvBatch, Tokenizer, TextStream, ChatTemplate, LlmStats, layoutOf, kvBytesPerToken,
+  type DecoderRuntime, type DecoderSession, type DecoderLayout, type StepRequest, type StepResult, type LlmModelInfo, type TensorKit, type KvArray, type KvGroup,
+} from './llm/index.js';
 export {
   JsModelHost, ModelRequest, ModelTensor, InferError, instantiateModel, toTensor, toTensors, errorOf, findModelFile,
   type JsHost, type InitInfo, type InitializeArgs, type ModelResponse, type ResponseSender, type BlsRequest,

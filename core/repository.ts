@@ -17,6 +17,7 @@ import { ModelVersion, type ModelState } from './model.js';
 import type { Clock, Logger } from './types.js';
 import type { ResponseCache } from './cache.js';
 import type { CustomMetrics } from './custom-metrics.js';
+import type { RateLimiter } from './rate-limiter.js';
 
 export interface RepositorySource {
   /** Where it is, for logs (a path or URL). */
@@ -41,6 +42,8 @@ export interface RepositoryOptions {
   cache?: ResponseCache;
   /** The server's custom metric families, handed to every backend model. */
   metrics?: CustomMetrics;
+  /** The server's rate limiter, with which every loaded version's instances register. */
+  rateLimiter?: RateLimiter;
 }
 
 export interface IndexEntry {
@@ -153,6 +156,8 @@ export class ModelRepository {
 
   /** (Re)loads one model; concurrent calls for the same name run one after another. */
   load(name: string, overrides?: LoadOverrides): Promise<void> {
+    // At once, not when this load's turn comes: readiness must not see a gap before it begins.
+    this.markLoading([name]);
     const prev = this.inflightLoads.get(name) ?? Promise.resolve();
     const next = prev.then(() => this.doLoad(name, overrides));
     this.inflightLoads.set(name, next.catch(() => {}));
@@ -209,7 +214,7 @@ export class ModelRepository {
         log.info(`loading: ${name}:${v}`);
         const mv = await ModelVersion.load({
           name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server, cache: this.opts.cache,
-          metrics: this.opts.metrics,
+          metrics: this.opts.metrics, rateLimiter: this.opts.rateLimiter,
         });
         loaded.set(v, mv);
         log.info(`successfully loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);
@@ -420,12 +425,14 @@ export class ModelRepository {
   /** Models whose folder changed since they were loaded (poll mode), plus new and removed ones. */
   async changes(): Promise<{ added: string[]; removed: string[]; modified: string[] }> {
     const found = await this.scan();
-    const added: string[] = [];
+    // New models are LOADING from the moment the scan finds them, before any await: readiness is
+    // false from here until their loads are over (the poller loads them next).
+    const added = [...found.keys()].filter((name) => !this.models.has(name));
+    this.markLoading(added);
     const modified: string[] = [];
     for (const [name, src] of found) {
       const e = this.models.get(name);
-      if (!e) added.push(name);
-      else if (!(src instanceof Error) && src.fingerprint && (await src.fingerprint(name)) !== e.fingerprint) modified.push(name);
+      if (e && !added.includes(name) && !(src instanceof Error) && src.fingerprint && (await src.fingerprint(name)) !== e.fingerprint) modified.push(name);
     }
     // Only models that came from a repository can leave it (not ones loaded from override files).
     const removed = [...this.models.entries()].filter(([n, e]) => !found.has(n) && e.source !== undefined).map(([n]) => n);

@@ -2,12 +2,15 @@
  * InferenceServer: core's public entry point, the in-process equivalent of TRITONSERVER_Server. It owns
  * the model repository and answers every protocol-level question (health, metadata, config, infer,
  * statistics, repository control) as plain objects and TsiErrors; the HTTP handler in http.ts, the gRPC
- * server and the browser API are thin translations of it. Stopping follows Triton: refuse new work,
- * mark not ready, drain what is in flight within a deadline, then unload.
+ * server and the browser API are thin translations of it. Stopping has two steps a runtime spaces out
+ * (runtime-node/shutdown.ts): `beginDrain` only turns readiness off, so load balancers move away while
+ * everything is still served; `stop` then refuses new work (except requests continuing a sequence in
+ * progress), waits for what is in flight and for those sequences within a deadline, and unloads.
  */
 
 import { BackendRegistry, type InferOptions, type InProcessServer } from './backend.js';
 import type { ResponseCache } from './cache.js';
+import { RateLimiter, type RateLimitMode, type ResourceLimit } from './rate-limiter.js';
 import { modelConfigToJson } from './config.js';
 import { createEnsembleBackend } from './ensemble.js';
 import { TsiError, asTsiError } from './errors.js';
@@ -37,6 +40,10 @@ export interface ServerOptions {
   extraExtensions?: string[];
   /** The response cache (tritonserver's `--cache-config local,size=N`); absent: no caching. */
   responseCache?: ResponseCache;
+  /** tritonserver's `--rate-limit`; default off (instances run as soon as they are free). */
+  rateLimit?: RateLimitMode;
+  /** tritonserver's `--rate-limit-resource`: resource counts instead of the largest need of any instance. */
+  rateLimitResources?: ResourceLimit[];
 }
 
 export const TSI_VERSION = '0.1.0';
@@ -50,6 +57,8 @@ const CORE_EXTENSIONS = [
 export class InferenceServer implements InProcessServer {
   readonly repository: ModelRepository;
   readonly cache?: ResponseCache;
+  /** Shared by every loaded model, so that models using the same resources take turns. */
+  readonly rateLimiter: RateLimiter;
   /** Metric families the models define (Triton's custom metrics), rendered on /metrics. */
   readonly metrics = new CustomMetrics();
   readonly clock: Clock;
@@ -59,6 +68,8 @@ export class InferenceServer implements InProcessServer {
   /** The start-up load is over: readiness may be true from here on (live is true from the start). */
   private started = false;
   private stopping = false;
+  /** Shutting down: not ready (server and models), though still serving until `stop`. */
+  private draining = false;
   /** Admitted requests not yet answered with their final response, and who waits for none. */
   private inflight = 0;
   private idleWaiters: (() => void)[] = [];
@@ -75,6 +86,7 @@ export class InferenceServer implements InProcessServer {
     };
     this.extensions = [...CORE_EXTENSIONS, ...(opts.extraExtensions ?? [])];
     this.cache = opts.responseCache;
+    this.rateLimiter = new RateLimiter({ mode: opts.rateLimit, resources: opts.rateLimitResources, clock: this.clock });
     // Ensembles are core: every runtime serves them without registering anything.
     if (!opts.backends.has('ensemble')) opts.backends.register('ensemble', () => createEnsembleBackend(this));
     this.repository = new ModelRepository({
@@ -88,6 +100,7 @@ export class InferenceServer implements InProcessServer {
       defaultMaxBatchSize: opts.defaultMaxBatchSize ?? 4,
       cache: opts.responseCache,
       metrics: this.metrics,
+      rateLimiter: this.rateLimiter,
     });
   }
 
@@ -113,7 +126,7 @@ export class InferenceServer implements InProcessServer {
 
   isReady(): boolean {
     // Until the start-up load is over, models the scan has not reached yet are not registered at all.
-    if (!this.isLive() || !this.started) return false;
+    if (!this.isLive() || !this.started || this.draining) return false;
     return this.options.strictReadiness ? this.repository.allReady() : true;
   }
 
@@ -133,9 +146,33 @@ export class InferenceServer implements InProcessServer {
     }
   }
 
-  /** Checks readiness with Triton's distinctions (unknown ⇒ NOT_FOUND, not ready ⇒ UNAVAILABLE). */
+  /**
+   * Checks readiness with Triton's distinctions (unknown ⇒ NOT_FOUND, not ready ⇒ UNAVAILABLE); false
+   * for every model once draining, so balancers that probe a model move away too.
+   */
   modelReady(name: string, version?: string): boolean {
-    return this.repository.get(name, version).state === 'READY';
+    return this.repository.get(name, version).state === 'READY' && !this.draining;
+  }
+
+  /**
+   * The first step of a shutdown: the server and its models report not ready (live stays true) while
+   * every request is still served, so load balancers and Kubernetes endpoints move traffic away
+   * before anything is refused. Irreversible; `stop` follows.
+   */
+  beginDrain(): void {
+    this.draining = true;
+  }
+
+  /** Admitted requests that have not had their final response (decoupled streams included). */
+  inflightRequests(): number {
+    return this.inflight;
+  }
+
+  /** Sequences begun and not yet ended or reaped, over every loaded model. */
+  liveSequences(): number {
+    let n = 0;
+    for (const name of this.repository.names()) for (const mv of this.repository.readyVersions(name)) n += mv.liveSequences();
+    return n;
   }
 
   modelMetadata(name: string, version?: string): Record<string, unknown> {
@@ -219,6 +256,15 @@ export class InferenceServer implements InProcessServer {
 
   private admit(request: InferRequest): ModelVersion {
     if (this.stopping) {
+      // A request that may continue a sequence in progress goes on to its batcher, which takes only those.
+      if (request.parameters?.sequence_id !== undefined) {
+        try {
+          const mv = this.repository.get(request.model_name, request.model_version);
+          if (mv.liveSequences() > 0) return mv;
+        } catch {
+          // Unknown or unloading: refused below like any other request.
+        }
+      }
       throw new TsiError('UNAVAILABLE', 'Server is stopping, scheduler for model has stopped accepting new inference requests');
     }
     return this.repository.get(request.model_name, request.model_version);
@@ -274,23 +320,37 @@ export class InferenceServer implements InProcessServer {
   }
 
   /**
-   * Graceful stop: refuse new requests, wait (up to `timeoutMs`) for in-flight ones, then unload every
-   * model. Returns the number of requests still unfinished at the deadline.
+   * Graceful stop: refuse new requests except those continuing a sequence in progress, wait (up to
+   * `timeoutMs`) for in-flight requests and for those sequences to end (or be reaped as idle), then
+   * unload every model (`onDrained` is called in between). Returns the number of requests still
+   * unfinished at the deadline.
    */
-  async stop(timeoutMs = 30_000): Promise<number> {
+  async stop(timeoutMs = 30_000, onDrained?: () => void): Promise<number> {
     if (this.stopping) return 0;
     this.stopping = true;
-    // Admission is closed, so the in-flight count only goes down from here.
+    this.draining = true;
+    for (const name of this.repository.names()) for (const mv of this.repository.readyVersions(name)) mv.closeSequences();
     const pending = this.inflight;
-    if (pending > 0) {
-      this.log.info(`waiting for ${pending} in-flight inference request(s) to finish (up to ${timeoutMs / 1000} s)`);
-      let timer: (() => void) | undefined;
-      await Promise.race([
-        new Promise<void>((r) => this.idleWaiters.push(r)),
-        new Promise<void>((r) => (timer = this.clock.setTimer(r, timeoutMs))),
-      ]);
-      timer?.();
+    const sequences = this.liveSequences();
+    if (pending > 0 || sequences > 0) {
+      this.log.info(`waiting for ${pending} in-flight inference request(s) and ${sequences} sequence(s) in progress to finish (up to ${timeoutMs / 1000} s)`);
+      let expired = false;
+      let wake: (() => void) | undefined;
+      const cancel = this.clock.setTimer(() => {
+        expired = true;
+        wake?.();
+      }, timeoutMs);
+      // Requests end with an event; sequences end with a request or the idle reaper, so they are polled.
+      while (!expired && (this.inflight > 0 || this.liveSequences() > 0)) {
+        await new Promise<void>((r) => {
+          wake = r;
+          if (this.inflight > 0) this.idleWaiters.push(r);
+          else this.clock.setTimer(r, 20);
+        });
+      }
+      cancel();
     }
+    onDrained?.();
     const left = this.inflight;
     await this.repository.unloadAll().catch((err) => this.log.error(asTsiError(err).message));
     this.live = false;

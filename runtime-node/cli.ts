@@ -8,11 +8,23 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
+import { constants } from 'node:os';
 import { TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
 import { startServer, stderrLogger } from './index.js';
+import type { TlsFiles } from './tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
 import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
 import { perfCommand } from './perf-cli.js';
+import { tuneCommand } from './tune/index.js';
+import { describeCutShort } from './shutdown.js';
+
+/**
+ * Kubernetes takes a terminating pod out of its Services' endpoints at once, but every node's
+ * kube-proxy (iptables resync at least 1 s apart) and every ingress learns it a second or two later;
+ * the manifests' readiness probe (every 2 s, one failure) tells balancers that probe. 5 s covers both
+ * with margin, and keeps `docker stop` (10 s before SIGKILL) able to drain and finalize after it.
+ */
+export const DEFAULT_DRAIN_DELAY_SECS = 5;
 
 
 /** The package's own `models/`, found from this file in both `runtime-node/` and `dist/runtime-node/`. */
@@ -46,6 +58,36 @@ function parseIntArg(v: string): number {
 
 const collect = (v: string, prev: string[] | undefined) => [...(prev ?? []), v];
 
+function parseNonNegativeSecs(v: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative number of seconds, got '${v}'`);
+  return n;
+}
+
+function parseSecs(v: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`expected a positive number of seconds, got '${v}'`);
+  return n;
+}
+
+/**
+ * The TLS files of `--<proto>-use-ssl[-mutual]`, as tritonserver reads its gRPC ones (mutual implies
+ * SSL); undefined for plaintext. Certificate flags without use-ssl are ignored as by tritonserver,
+ * but said so, since that serves plaintext.
+ */
+function tlsFlags(o: Record<string, unknown>, proto: 'http' | 'grpc', warn: (msg: string) => void): TlsFiles | undefined {
+  const f = (k: string) => o[`${proto}${k}`] as string | undefined;
+  const mutual = o[`${proto}UseSslMutual`] === true;
+  if (!mutual && o[`${proto}UseSsl`] !== true) {
+    if (f('ServerCert') || f('ServerKey') || f('RootCert')) warn(`--${proto}-server-cert/-key/--${proto}-root-cert are ignored without --${proto}-use-ssl=true: ${proto === 'http' ? 'HTTP' : 'gRPC'} is served in plaintext`);
+    return undefined;
+  }
+  const cert = f('ServerCert');
+  const key = f('ServerKey');
+  if (!cert || !key) throw new Error(`--${proto}-use-ssl${mutual ? '-mutual' : ''} needs --${proto}-server-cert and --${proto}-server-key`);
+  return { cert, key, ca: f('RootCert'), mutual };
+}
+
 function modelTable(entries: IndexEntry[], devices: (name: string, version: string) => string): string {
   if (entries.length === 0) return 'No models loaded.';
   return table(
@@ -72,6 +114,21 @@ export function buildCli(): Command {
     .option('--allow-grpc <bool>', 'serve gRPC', parseBool, true)
     .option('--grpc-restricted-protocol <cats:key=value>', 'gRPC categories (health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging) that need metadata triton-grpc-protocol-<key>=<value> (repeatable)', collect)
     .addOption(new Option('--grpc-infer-response-compression-level <level>', 'compress gRPC responses').choices(['none', 'low', 'medium', 'high']).default('none'))
+    .option('--grpc-use-ssl <bool>', 'serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)', parseBool, false)
+    .option('--grpc-use-ssl-mutual <bool>', 'gRPC over TLS that requires client certificates signed by --grpc-root-cert (implies --grpc-use-ssl)', parseBool, false)
+    .option('--grpc-server-cert <file>', 'PEM certificate (chain) of the gRPC server; reloaded when it changes and on SIGHUP')
+    .option('--grpc-server-key <file>', 'PEM private key of --grpc-server-cert')
+    .option('--grpc-root-cert <file>', 'PEM CA certificate that gRPC client certificates must chain to (mutual TLS)')
+    .option('--http-use-ssl <bool>', 'serve HTTPS on the HTTP port (needs --http-server-cert and --http-server-key)', parseBool, false)
+    .option('--http-use-ssl-mutual <bool>', 'HTTPS that requires client certificates signed by --http-root-cert (implies --http-use-ssl)', parseBool, false)
+    .option('--http-server-cert <file>', 'PEM certificate (chain) of the HTTPS server; reloaded when it changes and on SIGHUP')
+    .option('--http-server-key <file>', 'PEM private key of --http-server-cert')
+    .option('--http-root-cert <file>', 'PEM CA certificate that HTTPS client certificates must chain to (mutual TLS)')
+    .option('--api-key <[cats:]key>', 'require Authorization: Bearer <key> (HTTP header or gRPC metadata) on every API but health; cats (e.g. inference,metadata) limit what this key opens (repeatable)', collect)
+    .option('--api-key-file <file>', 'API keys, one [cats:]key a line (# comments); re-read when it changes and on SIGHUP')
+    .option('--allow-model-code-upload <bool>', 'let model load requests upload code (JavaScript/Python model files, native libraries) or point EXECUTION_ENV_PATH elsewhere: anyone who can load models can then run code here; off, such a load is refused with 403', parseBool, false)
+    .option('--http-headers-timeout-secs <secs>', 'how long a request head (and a TLS handshake) may take to arrive before 408', parseSecs, 60)
+    .option('--http-request-timeout-secs <secs>', 'how long a whole request may take to arrive before 408', parseSecs, 300)
     .option('--metrics-port <port>', 'Prometheus metrics port (GET /metrics)', parsePort, 8002)
     .option('--metrics-address <address>', 'metrics listen address (default: the HTTP address)')
     .option('--allow-metrics <bool>', 'serve Prometheus metrics', parseBool, true)
@@ -80,11 +137,7 @@ export function buildCli(): Command {
     .option('--metrics-interval-ms <ms>', 'how often GPU metrics are read', parseIntArg, 2000)
     .option('--http-restricted-api <cats:key=value>', 'HTTP categories (as for gRPC) that need header <key>: <value>, else 403 (repeatable)', collect)
     .option('--allow-client-shm <bool>', 'let clients register system shared memory regions', parseBool, false)
-    .option('--repository-poll-secs <secs>', 'poll interval in poll mode', (v) => {
-      const n = Number(v);
-      if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative number of seconds, got '${v}'`);
-      return n;
-    }, 15)
+    .option('--repository-poll-secs <secs>', 'poll interval in poll mode', parseNonNegativeSecs, 15)
     .option('--trace-config <[triton,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, file=PATH, log-frequency=N (repeatable)', collect)
     .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
     .option('--exit-on-error <bool>', 'exit if any model fails to load at start-up', parseBool, true)
@@ -96,11 +149,19 @@ export function buildCli(): Command {
     .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', parseIntArg, 64 * 1024 * 1024)
     .addOption(new Option('--http-compression <mode>', 'compress infer responses for clients that accept it: auto (JSON of at least --http-compression-min-bytes), always (as Triton), off').choices(['auto', 'always', 'off']).default('auto'))
     .option('--http-compression-min-bytes <bytes>', 'smallest JSON infer response compressed in auto mode', parseIntArg, 65536)
-    .option('--exit-timeout-secs <secs>', 'how long shutdown waits for in-flight requests', parseIntArg, 30)
+    .option('--exit-timeout-secs <secs>', 'shutdown: how long in-flight requests and sequences in progress may take once the listeners are closed, before the models are unloaded anyway', parseIntArg, 30)
+    .option('--drain-delay-secs <secs>', 'shutdown: on SIGTERM/SIGINT report not ready but go on serving this long, so that load balancers and Kubernetes endpoints move away before the listeners close (0 = close them at once)', parseNonNegativeSecs, DEFAULT_DRAIN_DELAY_SECS)
     .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 or python,executable=/usr/bin/python3.11 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
     .option('--cache-config <cache,key=value>', 'response cache, e.g. local,size=1048576 (bytes); models opt in with response_cache { enable: true }', collect)
     .option('--browser-demo', 'also serve the in-browser demo at /demo, the browser build at /browser/ and the model files at /repository/')
+    .option('--rate-limit <mode>', 'execution_count: an instance runs only when the resources its rate_limiter lists are free, priorities weighting the turns across models; off: as soon as it is free', (v) => {
+      if (v !== 'off' && v !== 'execution_count') throw new InvalidArgumentError(`expected off or execution_count, got '${v}'`);
+      return v;
+    }, 'off')
+    .option('--allow-dashboard', 'serve the live dashboard at /dashboard/ on the HTTP port (in the statistics category of --http-restricted-api and --api-key)')
+    .option('--dashboard-tune-reports <dir>', 'a folder of tsi-node tune reports the dashboard lists')
+    .option('--rate-limit-resource <name:count[:device]>', 'copies of a rate-limiter resource (per device, or on one device; default: the largest count any instance lists) (repeatable)', collect)
     .action(async (o) => {
       const repos: string[] = [...(o.modelRepository ?? []), ...(o.modelStore ?? [])];
       if (repos.length === 0) repos.push(defaultRepository());
@@ -136,6 +197,15 @@ export function buildCli(): Command {
         process.exit(1);
       }
       const log = stderrLogger(o.logVerbose);
+      let httpTls: TlsFiles | undefined;
+      let grpcTls: TlsFiles | undefined;
+      try {
+        httpTls = tlsFlags(o, 'http', (m) => log.warn(m));
+        grpcTls = tlsFlags(o, 'grpc', (m) => log.warn(m));
+      } catch (err) {
+        process.stderr.write(`Error: ${(err as Error).message}\n`);
+        process.exit(1);
+      }
       log.info(`tsi ${TSI_VERSION} starting; model repositories: ${repos.join(', ')}`);
       let running;
       try {
@@ -168,8 +238,19 @@ export function buildCli(): Command {
           metricsIntervalMs: o.metricsIntervalMs,
           httpRestrictedApi: o.httpRestrictedApi,
           allowClientShm: o.allowClientShm,
+          allowModelCodeUpload: o.allowModelCodeUpload,
+          httpTls,
+          grpcTls,
+          apiKeys: o.apiKey,
+          apiKeyFile: o.apiKeyFile,
+          httpHeadersTimeoutMs: o.httpHeadersTimeoutSecs * 1000,
+          httpRequestTimeoutMs: o.httpRequestTimeoutSecs * 1000,
           repositoryPollSecs: o.repositoryPollSecs,
           trace,
+          rateLimit: o.rateLimit,
+          rateLimitResources: o.rateLimitResource,
+          allowDashboard: o.allowDashboard,
+          dashboardTuneReports: o.dashboardTuneReports,
         });
       } catch (err) {
         log.error(`failed to start: ${asTsiError(err).message}`);
@@ -184,20 +265,33 @@ export function buildCli(): Command {
         await running.stop(1000);
         process.exit(1);
       }
+      let stopping = false;
+      const shutdown = (sig: 'SIGINT' | 'SIGTERM') => {
+        if (stopping) {
+          // An operator's second Ctrl+C, or an orchestrator out of patience: out now, saying what is lost.
+          log.warn(`${sig} received again: exiting now; ${describeCutShort(running.shutdownProgress())}`);
+          process.exit(128 + constants.signals[sig]);
+        }
+        stopping = true;
+        log.info(`${sig} received: shutting down in phases (drain delay ${o.drainDelaySecs} s, then up to ${o.exitTimeoutSecs} s for in-flight requests); send it again to exit at once`);
+        void running.stop({ drainDelayMs: o.drainDelaySecs * 1000, timeoutMs: o.exitTimeoutSecs * 1000 }).then(() => {
+          log.info('all models unloaded; exiting');
+          process.exit(0);
+        });
+      };
+      process.on('SIGINT', () => shutdown('SIGINT'));
+      process.on('SIGTERM', () => shutdown('SIGTERM'));
+      // Only now: whoever waits for these lines may signal at once, and must find the handlers in place.
       if (running.grpc) log.info(`Started GRPCInferenceService at ${o.grpcAddress}:${running.grpc.port}`);
       if (running.http) log.info(`Started HTTPService at ${o.httpAddress}:${running.http.port}`);
       if (running.metrics) log.info(`Started Metrics Service at ${o.metricsAddress ?? o.httpAddress}:${running.metrics.port}`);
-      let stopping = false;
-      const shutdown = async (sig: string) => {
-        if (stopping) return;
-        stopping = true;
-        log.info(`${sig} received: no longer accepting requests, waiting up to ${o.exitTimeoutSecs} s for in-flight ones`);
-        await running.stop(o.exitTimeoutSecs * 1000);
-        log.info('all models unloaded; exiting');
-        process.exit(0);
-      };
-      process.on('SIGINT', () => void shutdown('SIGINT'));
-      process.on('SIGTERM', () => void shutdown('SIGTERM'));
+      // Only with something to reload: otherwise SIGHUP keeps its default (ending the process).
+      if (httpTls || grpcTls || o.apiKeyFile !== undefined) {
+        process.on('SIGHUP', () => {
+          log.info('SIGHUP received: reloading TLS certificates and API keys');
+          void running.reloadCredentials();
+        });
+      }
     });
 
   program
@@ -219,6 +313,7 @@ export function buildCli(): Command {
     });
 
   program.addCommand(perfCommand());
+  program.addCommand(tuneCommand(defaultRepository));
 
   return program;
 }

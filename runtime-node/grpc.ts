@@ -18,6 +18,10 @@
  * client's further requests wait in HTTP/2 flow control), and is ended with RESOURCE_EXHAUSTED if a
  * decoupled model keeps producing past a hard cap, so a stalled client cannot make the server buffer
  * without bound.
+ *
+ * TLS (Triton's `--grpc-use-ssl`, `--grpc-use-ssl-mutual`) uses credentials that follow certificate
+ * reloads (runtime-node/tls.ts); API keys are checked by a server interceptor on every call of every
+ * service but `grpc.health.v1.Health`, before any handler runs.
  */
 
 import { existsSync } from 'node:fs';
@@ -27,11 +31,13 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import {
   TsiError, asTsiError, attachTrace, checkTraceModel, grpcCategory, parseTraceUpdate, traceSettingsJson,
-  type ErrorCode, type InferenceServer, type Restrictions, type ServerExtensions,
+  type AuthRefusal, type ErrorCode, type InferenceServer, type Restrictions, type ServerExtensions,
 } from '../core/index.js';
 import {
-  decodeInferRequest, encodeInferResponse, logSettingsFromProto, logSettingsToProto,
+  decodeInferRequest, encodeInferResponse, encodeStreamError, encodeStreamResponse, logSettingsFromProto, logSettingsToProto,
 } from './grpc-codec.js';
+import { readModelInferRequest } from './grpc-wire.js';
+import { ReloadingServerCredentials, type ReloadableTls } from './tls.js';
 
 type Obj = Record<string, any>;
 
@@ -86,6 +92,26 @@ export interface GrpcOptions {
   restrictedProtocol?: Restrictions;
   /** --grpc-infer-response-compression-level: anything but none answers gzip-compressed. */
   responseCompression?: keyof typeof COMPRESSION;
+  /** --grpc-use-ssl[-mutual]: serve TLS with these credentials (reloaded when they change); unset: plaintext. */
+  tls?: ReloadableTls;
+  /** API keys: judges a call by its method path and `authorization` metadata; a refusal ends it. */
+  authorize?: (path: string, authorization: string | undefined) => AuthRefusal | undefined;
+}
+
+/** Ends a call the `authorize` check refuses, before its handler sees it. */
+function authInterceptor(authorize: NonNullable<GrpcOptions['authorize']>): grpc.ServerInterceptor {
+  return (method, call) => new grpc.ServerInterceptingCall(call, {
+    start: (next) => next({
+      onReceiveMetadata: (metadata, pass) => {
+        const value = metadata.get('authorization')[0];
+        const refusal = authorize(method.path, value === undefined ? undefined : String(value));
+        if (!refusal) return pass(metadata);
+        call.sendStatus({
+          code: refusal.status === 'unauthenticated' ? grpc.status.UNAUTHENTICATED : grpc.status.PERMISSION_DENIED, details: refusal.message,
+        });
+      },
+    }),
+  });
 }
 
 export interface GrpcListener {
@@ -100,15 +126,20 @@ export interface GrpcListener {
 /** Turns bytes into a request message; throws INVALID_ARG naming the message and the flaw. */
 export type RequestDecoder = (bytes: Buffer) => Obj;
 
+/** Methods whose messages tsi reads and writes by hand (grpc-wire.ts): the inference hot path. */
+const HAND_DECODED: Record<string, (b: Buffer) => Obj> = { ModelInfer: readModelInferRequest, ModelStreamInfer: readModelInferRequest };
+
 /**
  * The service with every request left as bytes by grpc-js (an identity deserializer), and per method
- * the decoder proto-loader made for it, for the handler to call where it can answer a failure.
+ * the decoder for the handler to call where it can answer a failure: grpc-wire.ts's for the inference
+ * methods, proto-loader's for the rest. The inference methods' handlers answer with bytes they encoded
+ * (grpc-wire.ts), which their serializer passes through.
  */
 export function rawRequestService(def: protoLoader.ServiceDefinition): { service: grpc.ServiceDefinition; decoders: Record<string, RequestDecoder> } {
   const service: Record<string, grpc.MethodDefinition<Buffer, Obj>> = {};
   const decoders: Record<string, RequestDecoder> = {};
   for (const [name, m] of Object.entries(def)) {
-    const decode = m.requestDeserialize as (b: Buffer) => Obj;
+    const decode = HAND_DECODED[name] ?? (m.requestDeserialize as (b: Buffer) => Obj);
     const pkg = m.path.slice(1, m.path.indexOf('/', 1));
     const type = `${pkg.slice(0, pkg.lastIndexOf('.') + 1)}${(m.requestType.type as { name?: string }).name ?? name}`;
     decoders[name] = (bytes) => {
@@ -118,7 +149,12 @@ export function rawRequestService(def: protoLoader.ServiceDefinition): { service
         throw new TsiError('INVALID_ARG', `unable to decode the request as ${type} (${bytes.byteLength} bytes): ${(err as Error).message}`);
       }
     };
-    service[name] = { ...(m as unknown as grpc.MethodDefinition<Buffer, Obj>), requestDeserialize: (b: Buffer) => b };
+    const method: grpc.MethodDefinition<Buffer, Obj> = { ...(m as unknown as grpc.MethodDefinition<Buffer, Obj>), requestDeserialize: (b: Buffer) => b };
+    if (HAND_DECODED[name]) {
+      const serialize = m.responseSerialize as (v: Obj) => Buffer;
+      method.responseSerialize = (v: Obj) => (Buffer.isBuffer(v) ? v : serialize(v));
+    }
+    service[name] = method;
   }
   return { service: service as unknown as grpc.ServiceDefinition, decoders };
 }
@@ -129,6 +165,7 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
     'grpc.default_compression_algorithm': COMPRESSION[opts.responseCompression ?? 'none'],
+    ...(opts.authorize ? { interceptors: [authInterceptor(opts.authorize)] } : {}),
   });
   const inf = rawRequestService(inference);
   const hl = rawRequestService(health);
@@ -136,7 +173,8 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
   g.addService(hl.service, healthService(server, hl.decoders));
   const host = opts.address.includes(':') && !opts.address.startsWith('[') ? `[${opts.address}]` : opts.address;
   const port = await new Promise<number>((resolve, reject) => {
-    g.bindAsync(`${host}:${opts.port}`, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p)));
+    const credentials = opts.tls ? new ReloadingServerCredentials(opts.tls) : grpc.ServerCredentials.createInsecure();
+    g.bindAsync(`${host}:${opts.port}`, credentials, (err, p) => (err ? reject(err) : resolve(p)));
   });
   let shutdown: Promise<void> | undefined;
   const stopAccepting = () => {
@@ -195,7 +233,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
     ModelMetadata: unary('ModelMetadata', (req) => server.modelMetadata(req.name, req.version || undefined)),
     ModelConfig: unary('ModelConfig', (req) => ({ config: server.modelConfig(req.name, req.version || undefined) })),
     ModelStatistics: unary('ModelStatistics', (req) => server.statistics(req.name || undefined, req.version || undefined)),
-    ModelInfer: (call: grpc.ServerUnaryCall<Buffer, Obj>, callback: grpc.sendUnaryData<Obj>) => {
+    ModelInfer: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
       const denied = restriction('ModelInfer', call.metadata, opts.restrictedProtocol);
       if (denied) return callback(denied);
       const onCancel = (cancel: () => void) => {
@@ -210,7 +248,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
       }
       modelInfer(server, ext, msg, onCancel).then((res) => callback(null, res), (err) => callback(toStatus(err)));
     },
-    ModelStreamInfer: (call: grpc.ServerDuplexStream<Buffer, Obj>) => {
+    ModelStreamInfer: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
       const denied = restriction('ModelStreamInfer', call.metadata, opts.restrictedProtocol);
       if (denied) {
         call.emit('error', denied);
@@ -287,7 +325,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
   };
 }
 
-async function modelInfer(server: InferenceServer, ext: ServerExtensions, msg: Obj, onCancel: (cancel: () => void) => void): Promise<Obj> {
+async function modelInfer(server: InferenceServer, ext: ServerExtensions, msg: Obj, onCancel: (cancel: () => void) => void): Promise<Buffer> {
   const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
   try {
     const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
@@ -319,15 +357,7 @@ async function modelInfer(server: InferenceServer, ext: ServerExtensions, msg: O
  */
 export const STREAM_LIMITS = { inflight: 1024, high: 8 * 1024 * 1024, low: 2 * 1024 * 1024, cap: 256 * 1024 * 1024 };
 
-/** About how many bytes a response message takes on the wire (its tensors, plus a little for the rest). */
-function messageBytes(m: Obj): number {
-  let n = 256;
-  const raw = m.infer_response?.raw_output_contents as Uint8Array[] | undefined;
-  if (raw) for (let i = 0; i < raw.length; i++) n += raw[i]!.byteLength;
-  return n;
-}
-
-function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.ServerDuplexStream<Buffer, Obj>, decode: RequestDecoder): void {
+function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.ServerDuplexStream<Buffer, Buffer>, decode: RequestDecoder): void {
   let pending = 0;
   let halfClosed = false;
   let closed = false;
@@ -355,9 +385,9 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
     backlog -= n;
     flow();
   };
-  const write = (m: Obj) => {
+  const write = (m: Buffer) => {
     if (closed || call.cancelled) return;
-    const n = messageBytes(m);
+    const n = m.byteLength;
     backlog += n;
     if (backlog > STREAM_LIMITS.cap) {
       closed = true;
@@ -377,10 +407,7 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
       call.end();
     }
   };
-  const fail = (msg: Obj, err: unknown) => write({
-    error_message: asTsiError(err).message,
-    infer_response: { id: msg.id ?? '', model_name: msg.model_name ?? '', model_version: msg.model_version ?? '' },
-  });
+  const fail = (msg: Obj, err: unknown) => write(encodeStreamError(msg, asTsiError(err)));
 
   const handle = async (bytes: Buffer): Promise<void> => {
     let msg: Obj;
@@ -416,7 +443,7 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
           try {
             const inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
             if (trace) trace.version = Number(resp.model_version);
-            write({ error_message: '', infer_response: encodeInferResponse(resp, inShm, enableEmptyFinal ? { triton_final_response: final } : undefined) });
+            write(encodeStreamResponse(resp, inShm, enableEmptyFinal ? { triton_final_response: final } : undefined));
           } catch (err) {
             fail(msg, err);
           }

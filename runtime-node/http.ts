@@ -17,17 +17,30 @@
  * within `requestTimeoutMs` (node:http's defaults, 60 s and 300 s; 408 and the connection closed,
  * checked by one timer for all connections); pipelined requests are not read while the answers before
  * them wait for a client that does not read them (the socket is paused until it drains).
+ *
+ * HTTPS is the same connection handler on `tls.createServer` (a TLSSocket is a Socket), so plain TCP
+ * keeps its path untouched; its certificate follows the ReloadableTls it is given (runtime-node/tls.ts),
+ * and a TLS handshake must finish within `headersTimeoutMs` too. With `authorize` (API keys), each
+ * request is judged on its head before it reaches the app or the infer shortcut; a refused one is
+ * answered at once and the connection closed without reading its body.
  */
 
 import { STATUS_CODES } from 'node:http';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { createServer as createTlsServer } from 'node:tls';
 import { tooLarge, type HttpReply, type InferHttpRequest } from '../core/index.js';
+import type { ReloadableTls } from './tls.js';
 
 export interface Listener {
   port: number;
   address: string;
-  /** Refuses new connections; requests on open connections still get answers. */
+  /**
+   * Refuses new connections and closes idle ones; a connection with a request under way answers it
+   * with `Connection: close` and then closes (a shutdown's phase b).
+   */
   stopAccepting(): void;
+  /** Connections open now. */
+  openConnections(): number;
   /** Closes every connection (call after draining) and resolves when the socket is closed. */
   close(): Promise<void>;
 }
@@ -59,6 +72,15 @@ export interface HttpServerOptions {
   headersTimeoutMs?: number;
   /** How long a whole request (head and body) may take to arrive (node:http's requestTimeout). */
   requestTimeoutMs?: number;
+  /** Serve HTTPS with these credentials (reloaded when they change); unset: plain HTTP. */
+  tls?: ReloadableTls;
+  /** TLS handshakes that failed (wrong CA, no client certificate, plain HTTP on the HTTPS port). */
+  onTlsError?: (err: Error, remoteAddress: string | undefined) => void;
+  /**
+   * Judges a request by its method, target and headers (names lower-case) before anything else: a
+   * reply refuses it (API keys). Called for every request, so it must be cheap.
+   */
+  authorize?: (method: string, target: string, header: (name: string) => string | undefined) => HttpReply | undefined;
 }
 
 /** node:http's defaults: header section size, and how long an idle keep-alive connection stays open. */
@@ -76,7 +98,7 @@ export async function listen(port: number, address: string, opts: HttpServerOpti
     onError: () => {}, ...opts,
     headersTimeoutMs: opts.headersTimeoutMs ?? HEADERS_TIMEOUT_MS, requestTimeoutMs: opts.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
   };
-  const server = createServer({ noDelay: true }, (socket) => {
+  const onSocket = (socket: Socket) => {
     if (stopping) {
       socket.destroy();
       return;
@@ -84,8 +106,33 @@ export async function listen(port: number, address: string, opts: HttpServerOpti
     const c = new Connection(socket, copts, address, () => stopping);
     connections.add(c);
     socket.once('close', () => connections.delete(c));
-  });
-  const info = await listenOn(server, port, address);
+  };
+  const tls = opts.tls;
+  let server: Server;
+  let untls: (() => void) | undefined;
+  if (tls) {
+    const secure = createTlsServer({
+      ...tls.context, requestCert: tls.mutual, rejectUnauthorized: tls.mutual, ALPNProtocols: ['http/1.1'], noDelay: true,
+      // A client that connects and never finishes the handshake is a slow client too.
+      handshakeTimeout: Math.min(120_000, copts.headersTimeoutMs),
+    }, onSocket);
+    secure.on('tlsClientError', (err, socket) => {
+      // A failed handshake destroys its socket, a timed-out one does not (node leaves that to this listener).
+      socket.destroy();
+      opts.onTlsError?.(err, socket.remoteAddress);
+    });
+    untls = tls.onChange((ctx) => secure.setSecureContext(ctx));
+    server = secure;
+  } else {
+    server = createServer({ noDelay: true }, onSocket);
+  }
+  let info: AddressInfo;
+  try {
+    info = await listenOn(server, port, address);
+  } catch (err) {
+    untls?.();
+    throw err;
+  }
   server.on('error', (err) => opts.onError?.(err));
   // One timer for every connection's deadlines (as node:http's connectionsCheckingInterval), so a
   // request costs a timestamp rather than a timer of its own.
@@ -105,8 +152,14 @@ export async function listen(port: number, address: string, opts: HttpServerOpti
     port: info.port,
     address: info.address,
     stopAccepting,
+    openConnections: () => {
+      let n = 0;
+      for (const c of connections) if (!c.socket.destroyed) n++;
+      return n;
+    },
     close: async () => {
       stopAccepting();
+      untls?.();
       clearInterval(checker);
       for (const c of connections) c.socket.destroy();
       await closed;
@@ -303,9 +356,12 @@ class Connection {
     });
   }
 
-  /** For a stopping server: drops the connection unless a request is being answered on it. */
+  /**
+   * For a stopping server: drops the connection if nothing is under way on it. One whose next request
+   * has begun to arrive (or waits in the buffer) gets its answer, with `Connection: close`.
+   */
   closeIfIdle(): void {
-    if (this.phase === 'head') this.socket.destroy();
+    if (this.phase === 'head' && this.since === 0 && !this.buf && !this.draining) this.socket.destroy();
   }
 
   /** Called by the listener's timer: refuses a request whose head or body is taking too long to arrive. */
@@ -385,6 +441,12 @@ class Connection {
     }
     const conn = h.get('connection')?.toLowerCase();
     this.keepAlive = head.minor === 1 ? !conn?.includes('close') : !!conn?.includes('keep-alive');
+    // Before a 100 Continue, so a client that may not send its body is not asked for it.
+    const refused = this.opts.authorize?.(head.method, head.target, (name) => h.get(name.toLowerCase()));
+    if (refused) {
+      this.deny(refused);
+      return;
+    }
     const expect = h.get('expect');
     if (expect !== undefined) {
       if (expect.toLowerCase() !== '100-continue') throw new BadRequest(417, `unsupported Expect '${expect.slice(0, 64)}': only 100-continue is`);
@@ -609,7 +671,14 @@ class Connection {
       } finally {
         this.socket.off('close', stop);
       }
-      if (chunked && !this.gone()) this.socket.write('0\r\n\r\n', 'latin1');
+      if (this.gone()) {
+        // The socket died (a reset) before its 'close' event, which would find this request already
+        // answered: the stream and the request are cancelled here, so the model stops generating.
+        stop();
+        this.aborted?.abort();
+        return;
+      }
+      if (chunked) this.socket.write('0\r\n\r\n', 'latin1');
       return;
     }
     const body = res.body ? new Uint8Array(await res.arrayBuffer()) : new Uint8Array(0);
@@ -633,6 +702,19 @@ class Connection {
       this.socket.on('drain', done);
       this.socket.on('close', done);
     });
+  }
+
+  /**
+   * A request refused before it reached the app (no API key): its answer, then the end of the
+   * connection, so the body of a client that may not send one is never read.
+   */
+  private deny(reply: HttpReply): void {
+    this.keepAlive = false;
+    this.buf = undefined;
+    this.since = 0;
+    // 'wait' with the answer sent: maybeNext ends the connection, and bytes still arriving are not parsed.
+    this.phase = 'wait';
+    this.send(reply);
   }
 
   /** node:http's status for a request it cannot take, a `{"error": ...}` body, and the end of the connection. */

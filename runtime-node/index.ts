@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { deflate, gzip } from 'node:zlib';
 import { availableParallelism } from 'node:os';
 import {
-  BackendRegistry, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, controllableLogger, createHttpApp,
+  BackendRegistry, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
   createLogger, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
@@ -17,9 +17,14 @@ import { createMetricsRegistry, listenMetrics, metricsPage, type MetricsListener
 import { nodeShmProvider } from './shm.js';
 import { FolderSource } from './fs-source.js';
 import { listen, type Listener } from './http.js';
+import { Shutdown, type ShutdownProgress, type ShutdownReport, type StopOptions } from './shutdown.js';
+import { ReloadableTls, type TlsFiles } from './tls.js';
+import { ApiKeyring, grpcAuthorizer, httpAuthorizer } from './api-keys.js';
 import { createOnnxBackend } from './onnx-backend.js';
 import { createJsBackend } from './js-backend.js';
 import { browserRoutes } from './browser-assets.js';
+import { dashboardRoutes } from './dashboard/index.js';
+import type { Hono } from 'hono';
 import { GpuMetrics, gpuCount } from './gpu/index.js';
 
 export interface NodeServerOptions {
@@ -73,6 +78,30 @@ export interface NodeServerOptions {
   httpCompression?: CompressionPolicy;
   /** Backends to register besides onnxruntime (name → factory), e.g. a JavaScript or decoupled backend. */
   extraBackends?: Record<string, () => Backend | Promise<Backend>>;
+  /** --allow-model-code-upload: load requests may upload model code and set interpreter paths (default false). */
+  allowModelCodeUpload?: boolean;
+  /** --http-use-ssl[-mutual], --http-server-cert, --http-server-key, --http-root-cert; unset = plain HTTP. */
+  httpTls?: TlsFiles;
+  /** --grpc-use-ssl[-mutual], --grpc-server-cert, --grpc-server-key, --grpc-root-cert; unset = plaintext gRPC. */
+  grpcTls?: TlsFiles;
+  /** --api-key values, `[<categories>:]<key>`; with these or apiKeyFile, every API but health needs a key. */
+  apiKeys?: string[];
+  /** --api-key-file: one `[<categories>:]<key>` a line, re-read when it changes and on reloadCredentials(). */
+  apiKeyFile?: string;
+  /** Debounce of the certificate and key-file watchers (default 200 ms); 0 = do not watch (reload on demand only). */
+  credentialsWatchMs?: number;
+  /** How long a request head (and a TLS handshake) may take to arrive, in ms (default 60 s). */
+  httpHeadersTimeoutMs?: number;
+  /** How long a whole request may take to arrive, in ms (default 300 s). */
+  httpRequestTimeoutMs?: number;
+  /** --rate-limit: `execution_count` makes instances wait for their rate_limiter resources; default off. */
+  rateLimit?: RateLimitMode;
+  /** --rate-limit-resource values, `<name>:<count>[:<device>]`. */
+  rateLimitResources?: string[];
+  /** --allow-dashboard: serve the live dashboard at /dashboard/ on the HTTP port (default false). */
+  allowDashboard?: boolean;
+  /** A folder of `tsi-node tune` reports the dashboard lists (--dashboard-tune-reports). */
+  dashboardTuneReports?: string;
 }
 
 export interface RunningServer {
@@ -83,8 +112,21 @@ export interface RunningServer {
   /** Shared-memory regions, trace/log settings and model control, shared by HTTP and gRPC. */
   extensions: ServerExtensions;
   log: Logger;
-  /** Graceful stop: close listeners, drain in-flight requests (up to timeoutMs), unload models. */
-  stop(timeoutMs?: number): Promise<void>;
+  /** Reads the TLS certificates and the API key file again (what SIGHUP does); keeps what is in force if they are unusable. */
+  reloadCredentials(): Promise<void>;
+  /**
+   * Shutdown phase a (runtime-node/shutdown.ts): not ready from now on (health, ServerReady,
+   * ModelReady), every request still served; `stop` later counts its drain delay from here.
+   */
+  beginDrain(): void;
+  /**
+   * Graceful stop in phases: not ready for `drainDelayMs` (default 0), then listeners closed (HTTP
+   * `Connection: close`, gRPC GOAWAY), in-flight requests and sequences drained (up to `timeoutMs`,
+   * default 30 s; a number is that timeout), models unloaded. Calls after the first share its result.
+   */
+  stop(opts?: number | StopOptions): Promise<ShutdownReport>;
+  /** Where a shutdown stands and what is still under way (for a log line when it is cut short). */
+  shutdownProgress(): ShutdownProgress;
 }
 
 export function stderrLogger(verbose = 0) {
@@ -134,12 +176,19 @@ export function createNodeBackends(log: Logger, backendConfig: NodeServerOptions
   backends.register('javascript', () => createJsBackend({ log }));
   // Loaded when a model first needs it: servers without Python models never touch it.
   backends.register('python', async () => (await import('./python/index.js')).createPythonBackend({ log, config: { ...backendConfig['*'], ...backendConfig.python } }));
+  backends.register('llm', async () => (await import('./llm/index.js')).createNodeLlmBackend({ cores: usableCores() }));
   return backends;
 }
 
 function withExtraBackends(registry: BackendRegistry, extra: NodeServerOptions['extraBackends']): BackendRegistry {
   for (const [name, factory] of Object.entries(extra ?? {})) registry.register(name, factory);
   return registry;
+}
+
+/** Several optional route sets as one `extend`. */
+function extendAll(...parts: (((app: Hono) => void) | undefined)[]): ((app: Hono) => void) | undefined {
+  const present = parts.filter((p) => p !== undefined);
+  return present.length === 0 ? undefined : (app) => present.forEach((p) => p(app));
 }
 
 export async function startServer(opts: NodeServerOptions): Promise<RunningServer> {
@@ -159,6 +208,8 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     defaultMaxBatchSize: opts.defaultMaxBatchSize,
     gpuCount: gpuCount(),
     responseCache: opts.responseCacheBytes !== undefined ? new ResponseCache(opts.responseCacheBytes) : undefined,
+    rateLimit: opts.rateLimit,
+    rateLimitResources: (opts.rateLimitResources ?? []).map(parseRateLimitResource),
   });
   const shmProvider = nodeShmProvider();
   const extensions = new ServerExtensions(server, {
@@ -168,7 +219,29 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     trace: opts.trace,
     traceWriter: fileTraceWriter,
     stageModelFiles: tempFolderStager(),
+    modelCode: { allowCodeUpload: opts.allowModelCodeUpload ?? false },
   });
+  if (opts.allowModelCodeUpload && opts.modelControlMode === 'explicit') {
+    log.warn('--allow-model-code-upload: any client of the model load API can run code on this machine as this process\'s user');
+  }
+  // Credentials first: a certificate or key file that is not usable stops the start before anything listens.
+  const httpTls = opts.allowHttp !== false && opts.httpTls ? await ReloadableTls.load(opts.httpTls, '--http', log) : undefined;
+  const grpcTls = opts.grpcPort !== undefined && opts.grpcTls ? await ReloadableTls.load(opts.grpcTls, '--grpc', log) : undefined;
+  const keyring = opts.apiKeys?.length || opts.apiKeyFile !== undefined
+    ? await ApiKeyring.create({ keys: opts.apiKeys, file: opts.apiKeyFile, log })
+    : undefined;
+  if (keyring) log.info(`API keys: ${keyring.size} key(s); every API but health needs one`);
+  const watchMs = opts.credentialsWatchMs ?? 200;
+  if (watchMs > 0) {
+    httpTls?.watch(watchMs);
+    grpcTls?.watch(watchMs);
+    keyring?.watch(watchMs);
+  }
+  const closeCredentials = () => {
+    httpTls?.close();
+    grpcTls?.close();
+    keyring?.close();
+  };
   let http: Listener | undefined;
   let grpc: GrpcListener | undefined;
   let metrics: MetricsListener | undefined;
@@ -178,19 +251,27 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       const httpOptions = {
         maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE, corsOrigin: opts.corsOrigin,
         compression: opts.httpCompression, compress: fastCompress,
-        extend: opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined, extensions, restrictedApi: httpRestrictions,
+        extend: extendAll(
+          opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined,
+          opts.allowDashboard ? dashboardRoutes(server, { tuneReports: opts.dashboardTuneReports }) : undefined,
+        ),
+        extensions, restrictedApi: httpRestrictions,
       };
       const app = createHttpApp(server, httpOptions);
       // Listen before loading models, as Triton does: liveness answers while models load; readiness waits.
       http = await listen(opts.httpPort ?? 8000, opts.httpAddress ?? '0.0.0.0', {
         fetch: app.fetch, infer: inferEndpoint(server, httpOptions), cors: opts.corsOrigin !== undefined,
         onError: (err) => log.error(`HTTP: ${err.message}`),
+        tls: httpTls, onTlsError: (err, from) => log.verbose(1, `HTTPS: TLS handshake with ${from ?? 'a client'} failed: ${err.message}`),
+        authorize: keyring && httpAuthorizer(keyring),
+        headersTimeoutMs: opts.httpHeadersTimeoutMs, requestTimeoutMs: opts.httpRequestTimeoutMs,
       });
     }
     if (opts.grpcPort !== undefined) {
       grpc = await listenGrpc(server, {
         port: opts.grpcPort, address: opts.grpcAddress ?? '0.0.0.0', extensions, restrictedProtocol: grpcRestrictions,
         responseCompression: opts.grpcResponseCompression,
+        tls: grpcTls, authorize: keyring && grpcAuthorizer(keyring),
       });
     }
     if (opts.metricsPort !== undefined) {
@@ -210,11 +291,22 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
   } catch (err) {
     gpuMetrics?.stop();
     await Promise.all([http?.close(), grpc?.close(0), metrics?.close()]);
+    closeCredentials();
     throw err;
   }
   await server.start();
   const poller = opts.modelControlMode === 'poll' ? new RepositoryPoller(server, (opts.repositoryPollSecs ?? 15) * 1000) : undefined;
   poller?.start();
+  const shutdown = new Shutdown({
+    server, log, http, grpc,
+    stopBackground: async () => poller?.stop(),
+    async release() {
+      gpuMetrics?.stop();
+      await metrics?.close();
+      closeCredentials();
+      await extensions.close();
+    },
+  });
   return {
     server,
     http,
@@ -222,20 +314,17 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     metrics,
     extensions,
     log,
-    async stop(timeoutMs = 30_000) {
-      await poller?.stop();
-      http?.stopAccepting();
-      grpc?.stopAccepting();
-      const left = await server.stop(timeoutMs);
-      if (left > 0) log.warn(`${left} request(s) were still running at the shutdown deadline`);
-      gpuMetrics?.stop();
-      await Promise.all([http?.close(), grpc?.close(), metrics?.close()]);
-      await extensions.close();
+    async reloadCredentials() {
+      await Promise.all([httpTls?.reload(), grpcTls?.reload(), keyring?.reload()]);
     },
+    beginDrain: () => shutdown.beginDrain(),
+    stop: (o) => shutdown.stop(typeof o === 'number' ? { timeoutMs: o } : o),
+    shutdownProgress: () => shutdown.progress(),
   };
 }
 
 export { FolderSource, folderFiles } from './fs-source.js';
+export type { ShutdownPhase, ShutdownProgress, ShutdownReport, StopOptions } from './shutdown.js';
 export { createOnnxBackend } from './onnx-backend.js';
 export { createJsBackend } from './js-backend.js';
 export { providerStatus, gpuCount, probeWebGpu, queryNvidiaGpus } from './gpu/index.js';
