@@ -9,7 +9,8 @@
 
 import { describe, expect, it } from 'vitest';
 import { createServer } from 'node:net';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RepositoryPoller, createLogger } from '../../core/index.js';
 import { startServer } from '../../runtime-node/index.js';
@@ -86,10 +87,12 @@ describe('readiness while models a scan found are still to load', () => {
   });
 
   it('is not ready while a poll loads a new model, also while it first unloads a removed one', async () => {
+    const marker = join(tmpdir(), `tsi-readiness-finalized-${process.pid}-${Date.now()}`);
     const slowFinalize = `
+      import { writeFileSync } from 'node:fs';
       export default class {
         execute(requests) { return requests.map((r) => ({ outputs: { Y: r.input('X').data } })); }
-        async finalize() { await new Promise((r) => setTimeout(r, 400)); }
+        async finalize() { await new Promise((r) => setTimeout(r, 400)); writeFileSync(${JSON.stringify(marker)}, 'done'); }
       }`;
     const repo = tempRepo({ 'old/config.pbtxt': config('old'), 'old/1/model.js': slowFinalize });
     const port = await freePort();
@@ -104,11 +107,15 @@ describe('readiness while models a scan found are still to load', () => {
       writeFileSync(join(repo.path, 'new', '1', 'model.js'), slowModel(300));
       let polled = false;
       const poll = new RepositoryPoller(s.server, 0).pollOnce().then(() => (polled = true));
+      // The poll's scan of the folder comes first (ready until it has found what changed); from the
+      // first "not ready" on, the server must stay not ready until the poll is over.
       let checks = 0;
       while (!polled) {
         const r = await fetch(`${url}/v2/health/ready`);
-        if (!polled) {
+        if (!polled && (checks > 0 || r.status !== 200)) {
           expect(r.status).toBe(400);
+          // Not ready from before the removed model's finalize (400 ms) is over, not only after it.
+          if (checks === 0) expect(existsSync(marker)).toBe(false);
           checks++;
         }
         await new Promise((res) => setTimeout(res, 5));
@@ -117,9 +124,12 @@ describe('readiness while models a scan found are still to load', () => {
       expect(checks).toBeGreaterThan(5);
       expect((await fetch(`${url}/v2/health/ready`)).status).toBe(200);
       expect((await postJson(`${url}/v2/models/new/infer`, { inputs: [{ name: 'X', datatype: 'FP32', shape: [1], data: [3] }] })).body.outputs[0].data).toEqual([3]);
+      // The removed model's finalize really ran (the marker is what the check above relies on).
+      expect(existsSync(marker)).toBe(true);
     } finally {
       await s.stop();
       repo.cleanup();
+      rmSync(marker, { force: true });
     }
   });
 });
