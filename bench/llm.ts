@@ -10,9 +10,10 @@
  *               the warm-up.
  * Each stream is a closed-loop client sending its requests one after another; every request
  * generates exactly --tokens tokens (ignore_eos) from a prompt of 5 to 40 words. The naive side runs
- * ORT on all the cores (its fastest). The last column is CPU time per 1000 tokens (tsi: server and
- * client processes; naive: this process): on a shared machine the tokens/s of both sides move with
- * the neighbours' load, the CPU each token costs much less.
+ * ORT on all the cores (its fastest). The last column is CPU time per 1000 tokens (tsi: the server
+ * process, all its threads — in brackets its main thread, which handles requests and every token's
+ * response — plus the client's; naive: this process): on a shared machine the tokens/s of both sides
+ * move with the neighbours' load, the CPU each token costs much less.
  *
  * Run:  npm run bench:llm   (flags: --streams 1,8,32  --requests <per stream; default: 4, and at
  *       least 16 in all>  --tokens <64>
@@ -114,9 +115,11 @@ const cpuMs = (u: NodeJS.CpuUsage) => (u.user + u.system) / 1000;
  * CPU time of the server process, all its threads (Linux: /proc, in clock ticks of 10 ms); NaN
  * elsewhere. With the client's, it is what tsi spends per token, whatever else the machine runs.
  */
-function serverCpuMs(): number {
+function serverCpuMs(thread?: 'main'): number {
   try {
-    const fields = readFileSync(`/proc/${server.child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    const pid = server.child.pid!;
+    // A process's main thread is the task whose id is the pid's.
+    const fields = readFileSync(thread ? `/proc/${pid}/task/${pid}/stat` : `/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
     return (Number(fields[11]) + Number(fields[12])) * 10;
   } catch {
     return NaN;
@@ -146,22 +149,24 @@ try {
   // TCP handshake is the client's cost, not the server's time to first token.
   await drive(Math.max(2, ...STREAMS), (p, f) => tsiRequest(server.port, p, f), 1);
   await drive(1, naiveRequest);
-  const rows: { streams: number; tsi: Result; naive: Result; cpu: { tsi: number; naive: number } }[] = [];
+  const rows: { streams: number; tsi: Result; naive: Result; cpu: { server: number; main: number; client: number; naive: number } }[] = [];
   for (const streams of STREAMS) {
     let cpu = process.cpuUsage();
     const naive = await drive(streams, naiveRequest);
     const naiveCpu = cpuMs(process.cpuUsage(cpu));
     cpu = process.cpuUsage();
     const server0 = serverCpuMs();
+    const main0 = serverCpuMs('main');
     const tsi = await drive(streams, (p, f) => tsiRequest(server.port, p, f));
-    rows.push({ streams, tsi, naive, cpu: { tsi: serverCpuMs() - server0 + cpuMs(process.cpuUsage(cpu)), naive: naiveCpu } });
+    const client = cpuMs(process.cpuUsage(cpu));
+    rows.push({ streams, tsi, naive, cpu: { server: serverCpuMs() - server0, main: serverCpuMs('main') - main0, client, naive: naiveCpu } });
   }
   const f = (x: number, d = 1) => x.toFixed(d);
-  console.log('\n| streams | tsi tokens/s | naive tokens/s | tsi / naive | tsi TTFT p50 / p99 (ms) | naive TTFT p50 / p99 (ms) | CPU ms per 1k tokens, tsi / naive |');
+  console.log('\n| streams | tsi tokens/s | naive tokens/s | tsi / naive | tsi TTFT p50 / p99 (ms) | naive TTFT p50 / p99 (ms) | CPU ms per 1k tokens, tsi server (its main thread) + client / naive |');
   console.log('|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
     const perK = (ms: number, res: Result) => (Number.isNaN(ms) ? '–' : f((ms * 1000) / res.tokens, 0));
-    console.log(`| ${r.streams} | ${f(r.tsi.tokensPerS, 0)} | ${f(r.naive.tokensPerS, 0)} | ${f(r.tsi.tokensPerS / r.naive.tokensPerS, 2)}× | ${f(pct(r.tsi.ttftMs, 50))} / ${f(pct(r.tsi.ttftMs, 99))} | ${f(pct(r.naive.ttftMs, 50))} / ${f(pct(r.naive.ttftMs, 99))} | ${perK(r.cpu.tsi, r.tsi)} / ${perK(r.cpu.naive, r.naive)} |`);
+    console.log(`| ${r.streams} | ${f(r.tsi.tokensPerS, 0)} | ${f(r.naive.tokensPerS, 0)} | ${f(r.tsi.tokensPerS / r.naive.tokensPerS, 2)}× | ${f(pct(r.tsi.ttftMs, 50))} / ${f(pct(r.tsi.ttftMs, 99))} | ${f(pct(r.naive.ttftMs, 50))} / ${f(pct(r.naive.ttftMs, 99))} | ${perK(r.cpu.server, r.tsi)} (${perK(r.cpu.main, r.tsi)}) + ${perK(r.cpu.client, r.tsi)} / ${perK(r.cpu.naive, r.naive)} |`);
   }
   const at = (n: number) => rows.find((r) => r.streams === n);
   const r32 = at(32);

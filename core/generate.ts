@@ -95,11 +95,37 @@ export function generateResponseJson(r: InferResponse): Record<string, unknown> 
   return Object.fromEntries(Object.entries(out).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 
+/** Keys that JavaScript objects put first, in numeric order, whatever the insertion order. */
+const INDEX_KEY = /^(?:0|[1-9]\d*)$/;
+
+/**
+ * JSON.stringify(generateResponseJson(r)) written directly (it runs once per streamed token): the
+ * same keys, order and values, without building and re-sorting objects.
+ */
+function generateResponseText(r: InferResponse): string {
+  const fields = new Map<string, unknown>([['model_name', r.model_name], ['model_version', r.model_version]]);
+  if (r.id) fields.set('id', r.id);
+  for (const [k, v] of Object.entries(r.parameters ?? {})) fields.set(k, typeof v === 'bigint' ? Number(v) : v);
+  for (const t of r.outputs) {
+    const values = toJsonValues(t.datatype, t.data);
+    fields.set(t.name, values.length === 1 ? values[0] : values);
+  }
+  const keys = [...fields.keys()];
+  if (keys.some((k) => INDEX_KEY.test(k))) return JSON.stringify(generateResponseJson(r));
+  let text = '';
+  for (const k of keys.sort()) {
+    // JSON.stringify leaves out what it cannot write (undefined), key and all.
+    const v = JSON.stringify(fields.get(k));
+    if (v !== undefined) text += `${text ? ',' : '{'}${JSON.stringify(k)}:${v}`;
+  }
+  return text ? `${text}}` : '{}';
+}
+
 /** Renders one response (or error) as JSON text, turning an encoding failure into an error object. */
 function render(r: InferResponse | TsiError): { text: string; ok: boolean } {
   if (r instanceof TsiError) return { text: errorJson(r), ok: false };
   try {
-    return { text: JSON.stringify(generateResponseJson(r)), ok: true };
+    return { text: generateResponseText(r), ok: true };
   } catch (err) {
     return { text: errorJson(err), ok: false };
   }

@@ -17,13 +17,18 @@ import type { InstancePlacement, ModelIoInfo } from '../backend.js';
 import { TsiError } from '../errors.js';
 
 export type StepRequest =
-  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[] }[] }
-  | { kind: 'decode'; free: number[]; rows: { seq: number; token: number }[] }
+  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[] }[]; greedy?: boolean }
+  | { kind: 'decode'; free: number[]; rows: { seq: number; token: number }[]; greedy?: boolean }
   | { kind: 'free'; free: number[] };
 
 export interface StepResult {
-  /** rows × vocab float32 logits of each row's last position (absent for `free`). */
+  /** rows × vocab float32 logits of each row's last position (absent for `free`, and with `tokens`). */
   logits?: Float32Array;
+  /**
+   * Each row's argmax, from a session that chose the tokens where the logits are (it may when the
+   * request is `greedy`: every row's token is its argmax); then no logits come back.
+   */
+  tokens?: Int32Array;
   vocab: number;
   /** Bytes the session holds in KV caches after this step (padding included). */
   kvBytes: number;

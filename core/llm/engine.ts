@@ -23,7 +23,13 @@
 import { TsiError, asTsiError } from '../errors.js';
 import type { DecoderSession, StepRequest, StepResult } from './decoder.js';
 import type { Accepted, Generation } from './generation.js';
-import { sampleToken } from './sampling.js';
+import { isGreedy, sampleToken } from './sampling.js';
+
+/**
+ * Whether every row's token is its argmax, so the session may choose them where the logits are (a
+ * worker thread: the logits then never cross to this one). min_tokens masks end tokens first: not greedy.
+ */
+const allGreedy = (seqs: readonly EngineSequence[]) => seqs.every((s) => isGreedy(s.gen.params) && !s.gen.suppressEnd);
 
 /** A sequence as the engine sees it; the scheduler owns the request behind it. */
 export interface EngineSequence {
@@ -147,10 +153,10 @@ export class Engine {
         let req: StepRequest;
         let seqs: EngineSequence[] = [];
         if (admit.length > 0) {
-          req = { kind: 'prefill', free: this.takeFree(), rows: admit.map((s) => ({ seq: s.id, tokens: [...s.gen.prompt] })) };
+          req = { kind: 'prefill', free: this.takeFree(), rows: admit.map((s) => ({ seq: s.id, tokens: [...s.gen.prompt] })), greedy: allGreedy(admit) };
           seqs = admit;
         } else if (this.running.length > 0) {
-          req = { kind: 'decode', free: this.takeFree(), rows: this.running.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })) };
+          req = { kind: 'decode', free: this.takeFree(), rows: this.running.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })), greedy: allGreedy(this.running) };
           seqs = [...this.running];
         } else if (this.pendingFree.length > 0) req = { kind: 'free', free: this.takeFree() };
         else if (deliver) {
@@ -178,7 +184,7 @@ export class Engine {
       while (!this.stopped) {
         const admit = this.admit();
         if (admit.length === 0) break;
-        const req: StepRequest = { kind: 'prefill', free: [], rows: admit.map((s) => ({ seq: s.id, tokens: [...s.gen.prompt] })) };
+        const req: StepRequest = { kind: 'prefill', free: [], rows: admit.map((s) => ({ seq: s.id, tokens: [...s.gen.prompt] })), greedy: allGreedy(admit) };
         const deliver = this.settle(req, admit, await this.run(req));
         // The new sequences (or the caches of those that already finished) go with the next step.
         this.wake();
@@ -250,7 +256,7 @@ export class Engine {
     }
     const t0 = performance.now();
     const V = result.vocab;
-    const logits = result.logits!;
+    const { logits, tokens } = result;
     const out: (Accepted | undefined)[] = [];
     for (let r = 0; r < seqs.length; r++) {
       const s = seqs[r]!;
@@ -260,10 +266,15 @@ export class Engine {
         out.push(undefined);
         continue;
       }
-      const row = logits.subarray(r * V, (r + 1) * V);
       const g = s.gen;
-      if (g.suppressEnd) for (const id of g.endIds) if (id < V) row[id] = -Infinity;
-      const acc = g.accept(sampleToken(row, g.params, g.history, g.random));
+      let token: number;
+      if (tokens) token = tokens[r]!;
+      else {
+        const row = logits!.subarray(r * V, (r + 1) * V);
+        if (g.suppressEnd) for (const id of g.endIds) if (id < V) row[id] = -Infinity;
+        token = sampleToken(row, g.params, g.history, g.random);
+      }
+      const acc = g.accept(token);
       if (first && !acc.finish) this.running.push(s);
       else if (!first && acc.finish) this.running.splice(this.running.indexOf(s), 1);
       if (acc.finish) this.release(s);

@@ -265,8 +265,18 @@ function streamed(server: InferenceServer, request: InferRequest, signal: AbortS
       cancelRequest?.();
     },
   });
-  const send = (data: unknown) => {
-    if (!gone) controller.enqueue(encoder.encode(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`));
+  // The events of one response go out as one chunk (one socket write), and a chunk event is the
+  // request's fixed head around its choice: JSON.stringify({ ...head, choices: [c], usage }) in the
+  // same key order, without rebuilding and re-serialising the head for every token.
+  let events = '';
+  const event = (data: unknown) => {
+    events += `data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
+  };
+  const chunkOpen = `data: ${JSON.stringify(head).slice(0, -1)},"choices":[`;
+  const chunkClose = includeUsage ? '],"usage":null}\n\n' : ']}\n\n';
+  const flush = () => {
+    if (!gone && events.length > 0) controller.enqueue(encoder.encode(events));
+    events = '';
   };
   return new Promise<Response>((resolve) => {
     let started = false;
@@ -283,21 +293,20 @@ function streamed(server: InferenceServer, request: InferRequest, signal: AbortS
           resolve(openAiError(r));
           return;
         }
-        send({ error: { message: plain(r.message), type: 'BadRequestError', param: null, code: HTTP_STATUS[r.code] ?? 400 } });
+        event({ error: { message: plain(r.message), type: 'BadRequestError', param: null, code: HTTP_STATUS[r.code] ?? 400 } });
       } else {
         begin();
         const piece = pieceOf(r);
         if (piece.text.length > 0 || piece.finish || first) {
           const choices = shape.chunkChoices(piece.text, piece.finish?.reason ?? null, first);
           first = false;
-          for (const c of choices) send({ ...head, choices: [c], ...(includeUsage ? { usage: null } : {}) });
+          for (const c of choices) events += chunkOpen + JSON.stringify(c) + chunkClose;
         }
-        if (piece.finish && includeUsage) send({ ...head, choices: [], usage: usageOf(piece.finish) });
+        if (piece.finish && includeUsage) event({ ...head, choices: [], usage: usageOf(piece.finish) });
       }
-      if (final && started) {
-        send('[DONE]');
-        if (!gone) controller.close();
-      }
+      if (final && started) event('[DONE]');
+      flush();
+      if (final && started && !gone) controller.close();
     }, {
       onCancel: (cancel) => {
         cancelRequest = cancel;

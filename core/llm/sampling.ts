@@ -64,6 +64,11 @@ export function applyPenalties(logits: Float32Array, p: SamplingParams, h: Token
   }
 }
 
+/** Whether the token is always the row's argmax (so a session may choose it where the logits are). */
+export function isGreedy(p: SamplingParams): boolean {
+  return (p.temperature === 0 || p.topK === 1) && p.repetitionPenalty === 1 && p.presencePenalty === 0 && p.frequencyPenalty === 0;
+}
+
 /** The next token. `logits` is one row and is modified. */
 export function sampleToken(logits: Float32Array, p: SamplingParams, h: TokenHistory, random: () => number): number {
   applyPenalties(logits, p, h);

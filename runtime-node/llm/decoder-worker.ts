@@ -3,8 +3,9 @@
  * its thread for the whole step, so steps run here and the server's event loop keeps streaming tokens
  * and accepting requests meanwhile. The worker owns the KV caches (core's KvBatch): they never cross
  * the thread boundary; a step message carries token ids in and one row of logits per sequence out
- * (transferred, not copied). The exception is a prefill worker (an instance whose prefills run
- * apart from its decoding): it hands the caches its prefill made back with the result (`handOff`),
+ * (transferred, not copied), or, when every row is greedy, only each row's argmax (so sampling is
+ * off the server's thread). The exception is a prefill worker (an instance whose prefills run apart
+ * from its decoding): it hands the caches its prefill made back with the result (`handOff`),
  * and the decoding worker takes them over with its next step (`adopt`), transferred both ways.
  */
 
@@ -14,6 +15,7 @@ import * as ort from 'onnxruntime-node';
 // Direct module imports, not core/index.js: the worker needs only these.
 import type { DecoderLayout, StepRequest, StepResult } from '../../core/llm/decoder.js';
 import { KvBatch, type KvArray, type KvGroup, type TensorKit } from '../../core/llm/kv-batch.js';
+import { argmax } from '../../core/llm/sampling.js';
 import { movable } from '../worker-instance.js';
 
 export interface DecoderInit {
@@ -82,6 +84,11 @@ async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
   try {
     if (msg.adopt) batch.adopt(msg.adopt);
     const result = await batch.step(msg.req, kit);
+    if (msg.req.kind !== 'free' && msg.req.greedy && result.logits) {
+      // Every row wants its argmax: choose it here, and send the ids instead of rows × vocab floats.
+      result.tokens = argmaxRows(result.logits, result.vocab);
+      result.logits = undefined;
+    }
     const transfer = new Set<ArrayBuffer>();
     if (result.logits) transfer.add(result.logits.buffer as ArrayBuffer);
     const groups = msg.handOff ? movableGroups(batch.takeAll(), transfer) : undefined;
@@ -91,6 +98,12 @@ async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
     if (msg.handOff) batch.takeAll();
     port.postMessage({ kind: 'error', id: msg.id, message: (err as Error).message } satisfies DecoderWorkerReply);
   }
+}
+
+function argmaxRows(logits: Float32Array, vocab: number): Int32Array {
+  const out = new Int32Array(logits.length / vocab);
+  for (let r = 0; r < out.length; r++) out[r] = argmax(logits.subarray(r * vocab, (r + 1) * vocab));
+  return out;
 }
 
 /** Cache groups ready to post: their arrays transferred (copied first only when a view shares its buffer). */
