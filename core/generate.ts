@@ -18,9 +18,9 @@ import { configTypeToDatatype } from './config.js';
 import type { InferenceServer } from './server.js';
 import { fromJsonValues, toJsonValues } from './tensor.js';
 import type { InferInput, InferRequest, InferResponse, Parameters } from './types.js';
+import { SSE_HEADERS, SseStream } from './sse.js';
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
-const SSE_HEADERS = { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache' };
 
 const errorJson = (err: unknown) => JSON.stringify({ error: asTsiError(err).message });
 
@@ -184,58 +184,27 @@ async function single(server: InferenceServer, request: InferRequest, signal: Ab
   return new Response(rendered[0]!.text, { status, headers: JSON_HEADERS });
 }
 
-/** Responses a generate_stream client may leave unread before its request is cancelled. */
-const MAX_UNSENT_BYTES = 256 * 1024 * 1024;
-
 function stream(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
-  const encoder = new TextEncoder();
-  let controller!: ReadableStreamDefaultController<Uint8Array>;
-  let cancelled = false;
-  let cancelRequest: (() => void) | undefined;
-  const body = new ReadableStream<Uint8Array>({
-    start: (c) => {
-      controller = c;
-    },
-    cancel: () => {
-      // The client went away: its request is cancelled (the model may stop early) and what it still
-      // sends is dropped.
-      cancelled = true;
-      cancelRequest?.();
-    },
-  }, new ByteLengthQueuingStrategy({ highWaterMark: 1 << 20 }));
+  const sse = new SseStream('generate_stream');
   return new Promise<Response>((resolve) => {
     let started = false;
     const begin = (ok: boolean) => {
       if (started) return;
       started = true;
-      resolve(new Response(body, { status: ok ? 200 : 400, headers: SSE_HEADERS }));
+      resolve(new Response(sse.body, { status: ok ? 200 : 400, headers: SSE_HEADERS }));
     };
     server.inferStream(request, (r, final) => {
       const flagOnly = final && !(r instanceof TsiError) && isCompletionOnly(r);
       if (!flagOnly) {
         const { text, ok } = render(r);
         begin(ok);
-        if (!cancelled) {
-          controller.enqueue(encoder.encode(`data: ${text}\n\n`));
-          // A client that stops reading while the model keeps sending: past this much unsent, give up on
-          // it (cancel the request, end the stream) rather than hold the model's output in memory.
-          if ((controller.desiredSize ?? 0) < -MAX_UNSENT_BYTES) {
-            cancelled = true;
-            cancelRequest?.();
-            controller.error(new Error(`generate_stream: the client read nothing while ${MAX_UNSENT_BYTES} bytes of responses waited`));
-          }
-        }
+        sse.send(`data: ${text}\n\n`);
       }
       if (final) {
         begin(true);
-        if (!cancelled) controller.close();
+        sse.close();
       }
-    }, {
-      onCancel: (cancel) => {
-        cancelRequest = cancel;
-        signal.addEventListener('abort', cancel, { once: true });
-      },
-    }).catch((err) => {
+    }, sse.inferOptions(signal)).catch((err) => {
       // Refused before anything ran (validation, unknown model): a plain JSON error.
       if (!started) {
         started = true;

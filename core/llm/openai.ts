@@ -12,6 +12,7 @@
 
 import { HTTP_STATUS, TsiError, asTsiError } from '../errors.js';
 import type { InferenceServer } from '../server.js';
+import { SSE_HEADERS, SseStream } from '../sse.js';
 import { decodeString, encodeString } from '../tensor.js';
 import type { InferRequest, InferResponse, Parameters } from '../types.js';
 import { llmModelOf, type LlmModelInfo } from './backend.js';
@@ -20,7 +21,6 @@ import type { ChatMessage } from './chat.js';
 type Json = Record<string, any>;
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
-const SSE_HEADERS = { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache' };
 
 /** OpenAI's completions default when max_tokens is absent. */
 const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
@@ -251,20 +251,8 @@ async function whole(server: InferenceServer, request: InferRequest, signal: Abo
  * `{"error": ...}` event, then the stream ends.
  */
 function streamed(server: InferenceServer, request: InferRequest, signal: AbortSignal, shape: Shape, head: Json, includeUsage: boolean): Promise<Response> {
-  const encoder = new TextEncoder();
-  let controller!: ReadableStreamDefaultController<Uint8Array>;
-  let gone = false;
-  let cancelRequest: (() => void) | undefined;
-  const body = new ReadableStream<Uint8Array>({
-    start: (c) => {
-      controller = c;
-    },
-    cancel: () => {
-      // The client went away: the sequence leaves the batch at the next step.
-      gone = true;
-      cancelRequest?.();
-    },
-  });
+  // A client that goes away cancels the request: the sequence leaves the batch at the next step.
+  const sse = new SseStream(shape.object);
   // The events of one response go out as one chunk (one socket write), and a chunk event is the
   // request's fixed head around its choice: JSON.stringify({ ...head, choices: [c], usage }) in the
   // same key order, without rebuilding and re-serialising the head for every token.
@@ -275,7 +263,7 @@ function streamed(server: InferenceServer, request: InferRequest, signal: AbortS
   const chunkOpen = `data: ${JSON.stringify(head).slice(0, -1)},"choices":[`;
   const chunkClose = includeUsage ? '],"usage":null}\n\n' : ']}\n\n';
   const flush = () => {
-    if (!gone && events.length > 0) controller.enqueue(encoder.encode(events));
+    sse.send(events);
     events = '';
   };
   return new Promise<Response>((resolve) => {
@@ -283,7 +271,7 @@ function streamed(server: InferenceServer, request: InferRequest, signal: AbortS
     const begin = () => {
       if (started) return;
       started = true;
-      resolve(new Response(body, { headers: SSE_HEADERS }));
+      resolve(new Response(sse.body, { headers: SSE_HEADERS }));
     };
     let first = true;
     server.inferStream(request, (r, final) => {
@@ -306,13 +294,8 @@ function streamed(server: InferenceServer, request: InferRequest, signal: AbortS
       }
       if (final && started) event('[DONE]');
       flush();
-      if (final && started && !gone) controller.close();
-    }, {
-      onCancel: (cancel) => {
-        cancelRequest = cancel;
-        signal.addEventListener('abort', cancel, { once: true });
-      },
-    }).catch((err) => {
+      if (final && started) sse.close();
+    }, sse.inferOptions(signal)).catch((err) => {
       if (!started) {
         started = true;
         resolve(openAiError(err));
