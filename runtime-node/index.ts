@@ -211,7 +211,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     rateLimit: opts.rateLimit,
     rateLimitResources: (opts.rateLimitResources ?? []).map(parseRateLimitResource),
   });
-  const shmProvider = nodeShmProvider();
+  const shmProvider = nodeShmProvider({ log });
   const extensions = new ServerExtensions(server, {
     allowClientShm: opts.allowClientShm ?? false,
     shmProvider,
