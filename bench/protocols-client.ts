@@ -16,6 +16,7 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
+import { GRPC_CLIENT_WINDOW } from '../client/grpc.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -39,8 +40,9 @@ if (a.mode === 'fetch') {
     if (!r.ok) throw new Error(`${r.status}: ${Buffer.from(bytes).toString('utf8', 0, 300)}`);
   };
 } else if (a.mode === 'grpc') {
+  // The receive window tsi's own GrpcClient opens (grpc-js's default is Node's 64 KiB).
   const client = new grpc.Client(a.target!, grpc.credentials.createInsecure(), {
-    'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1,
+    'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1, 'grpc-node.flow_control_window': GRPC_CLIENT_WINDOW,
   });
   const id = (b: Buffer) => b;
   once = () => new Promise((resolve, reject) => {

@@ -92,6 +92,14 @@ function grpcError(err: grpc.ServiceError): InferenceServerError {
 
 const COMPRESSION = { deflate: 1, gzip: 2 } as const;
 
+/**
+ * The HTTP/2 receive window a tsi client opens, per stream and per connection: with Node's 64 KiB a
+ * server answering a 4 MB tensor stops every 64 KiB until this process's event loop has read the data
+ * and sent WINDOW_UPDATE. gRPC C++ (tritonclient) grows its windows from what it measures instead;
+ * 16 MiB covers a few large answers in flight at once. A `channelOptions` entry may override it.
+ */
+export const GRPC_CLIENT_WINDOW = 16 * 2 ** 20;
+
 function channelCredentials(o: GrpcClientOptions): grpc.ChannelCredentials {
   if (!o.ssl) {
     if (o.rootCertificates !== undefined || o.privateKey !== undefined || o.certificateChain !== undefined) {
@@ -122,6 +130,7 @@ export class GrpcClient implements InferenceClient {
     const channel: grpc.ChannelOptions = {
       'grpc.max_receive_message_length': -1,
       'grpc.max_send_message_length': -1,
+      'grpc-node.flow_control_window': GRPC_CLIENT_WINDOW,
       ...this.opts.channelOptions,
     };
     if (this.opts.compression) channel['grpc.default_compression_algorithm'] = COMPRESSION[this.opts.compression];

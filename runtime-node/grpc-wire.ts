@@ -510,13 +510,35 @@ function putResponse(b: Buffer, pos: number, pl: Plan): number {
   return pos;
 }
 
+/** Messages written below with their gRPC frame prefix (uncompressed, length) in the 5 bytes before them. */
+const FRAMED = new WeakSet<Uint8Array>();
+
+/**
+ * A buffer of `size` message bytes after a filled-in 5-byte gRPC frame prefix, returned as the
+ * message (grpc.ts's sender then writes the frame as it is, rather than copying a whole large answer
+ * into a fresh frame as grpc-js does).
+ */
+function framedBuffer(size: number): Buffer {
+  const b = Buffer.allocUnsafe(5 + size);
+  b[0] = 0;
+  b.writeUInt32BE(size, 1);
+  const msg = b.subarray(5);
+  FRAMED.add(msg);
+  return msg;
+}
+
+/** The gRPC frame around a message written here (prefix included), or undefined for any other bytes. */
+export function grpcFrameOf(message: Uint8Array): Buffer | undefined {
+  return FRAMED.has(message) ? Buffer.from(message.buffer, message.byteOffset - 5, message.byteLength + 5) : undefined;
+}
+
 /**
  * A ModelInferResponse's bytes: every output's data in `raw_output_contents` (an empty entry for one
  * written to shared memory), as Triton's server sends them; `extra` parameters join the response's own.
  */
 export function writeModelInferResponse(resp: InferResponse, inShm?: ReadonlySet<string>, extra?: Parameters): Buffer {
   const pl = plan(resp, inShm, extra);
-  const b = Buffer.allocUnsafe(pl.size);
+  const b = framedBuffer(pl.size);
   const end = putResponse(b, 0, pl);
   if (end !== pl.size) throw new Error(`ModelInferResponse: wrote ${end} bytes of ${pl.size} measured`);
   return b;
@@ -527,7 +549,7 @@ export function writeModelStreamInferResponse(resp: InferResponse, errorMessage 
   const pl = plan(resp, inShm, extra);
   const errLen = Buffer.byteLength(errorMessage);
   const size = stringField(errLen) + 1 + varintSize(pl.size) + pl.size;
-  const b = Buffer.allocUnsafe(size);
+  const b = framedBuffer(size);
   let pos = putString(b, 0, 0x0a, errorMessage, errLen);
   b[pos++] = 0x12;
   pos = putVarint(b, pos, pl.size);

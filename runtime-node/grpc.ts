@@ -25,6 +25,7 @@
  */
 
 import { existsSync } from 'node:fs';
+import type { Http2SecureServer, Http2Server, ServerHttp2Session } from 'node:http2';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
@@ -36,7 +37,8 @@ import {
 import {
   decodeInferRequest, encodeInferResponse, encodeStreamError, encodeStreamResponse, logSettingsFromProto, logSettingsToProto,
 } from './grpc-codec.js';
-import { readModelInferRequest } from './grpc-wire.js';
+import { BaseServerInterceptingCall } from '@grpc/grpc-js/build/src/server-interceptors.js';
+import { grpcFrameOf, readModelInferRequest } from './grpc-wire.js';
 import { ReloadingServerCredentials, type ReloadableTls } from './tls.js';
 
 type Obj = Record<string, any>;
@@ -159,7 +161,53 @@ export function rawRequestService(def: protoLoader.ServiceDefinition): { service
   return { service: service as unknown as grpc.ServiceDefinition, decoders };
 }
 
+/**
+ * The HTTP/2 receive windows and frame size the server advertises. Node's defaults (64 KiB windows,
+ * 16 KiB frames; grpc-js 1.14 passes no window option to its server) make a client stop every 64 KiB
+ * of a request until the server's event loop has read it and sent WINDOW_UPDATE: a 4 MB ModelInfer
+ * took ~64 such round trips and gRPC ran at 0.3 of HTTP's req/s. 8 MiB lets a 4 MB request arrive
+ * without one; the connection's window holds four of them in flight. A stream whose reader pauses
+ * (ModelStreamInfer past its high-water mark) can leave at most its window unread in the server.
+ */
+export const GRPC_SERVER_HTTP2 = { streamWindow: 8 * 2 ** 20, connectionWindow: 32 * 2 ** 20, maxFrameSize: 2 ** 20 } as const;
+
+/**
+ * Makes every HTTP/2 server grpc-js creates for `g` (plaintext and TLS, at bind) advertise
+ * GRPC_SERVER_HTTP2, through node:http2's own updateSettings and setLocalWindowSize. grpc-js keeps
+ * the server private, so this wraps its createHttp2Server; if a grpc-js upgrade renames it, the
+ * server still works at default windows and test/node/grpc-large-messages.test.ts fails.
+ */
+function widenFlowControl(g: grpc.Server): void {
+  const inner = g as unknown as { createHttp2Server?: (credentials: grpc.ServerCredentials) => Http2Server | Http2SecureServer };
+  const create = inner.createHttp2Server;
+  if (typeof create !== 'function') return;
+  inner.createHttp2Server = (credentials) => {
+    const h2 = create.call(g, credentials);
+    h2.updateSettings({ initialWindowSize: GRPC_SERVER_HTTP2.streamWindow, maxFrameSize: GRPC_SERVER_HTTP2.maxFrameSize });
+    h2.on('session', (session: ServerHttp2Session) => session.setLocalWindowSize(GRPC_SERVER_HTTP2.connectionWindow));
+    return h2;
+  };
+}
+
+/**
+ * grpc-js frames every answer by copying the serialized message into a fresh buffer 5 bytes longer;
+ * for a 4 MB tensor that is a second 4 MB allocation and copy per answer (HTTP writes the tensor as it
+ * is). Answers written by grpc-wire.ts already carry their frame prefix, so the server's framing step
+ * returns that frame for them and does what grpc-js does for anything else. If a grpc-js upgrade drops
+ * the private method this wraps, answers are framed by grpc-js's copy as before (same bytes, slower).
+ */
+function sendFramedAnswersAsWritten(): void {
+  const proto = BaseServerInterceptingCall.prototype as unknown as { serializeMessage?: (value: unknown) => Buffer; tsiFramed?: true };
+  const copying = proto.serializeMessage;
+  if (typeof copying !== 'function' || proto.tsiFramed) return;
+  proto.serializeMessage = function (this: unknown, value: unknown) {
+    return (value instanceof Uint8Array && grpcFrameOf(value)) || copying.call(this, value);
+  };
+  proto.tsiFramed = true;
+}
+
 export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Promise<GrpcListener> {
+  sendFramedAnswersAsWritten();
   const { inference, health } = loadProtos();
   const g = new grpc.Server({
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
@@ -167,6 +215,7 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
     'grpc.default_compression_algorithm': COMPRESSION[opts.responseCompression ?? 'none'],
     ...(opts.authorize ? { interceptors: [authInterceptor(opts.authorize)] } : {}),
   });
+  widenFlowControl(g);
   const inf = rawRequestService(inference);
   const hl = rawRequestService(health);
   g.addService(inf.service, inferenceService(server, opts, inf.decoders));

@@ -14,7 +14,7 @@ import { connect as h2connect, type ClientHttp2Session } from 'node:http2';
 import { connect, type Socket } from 'node:net';
 import * as protoLoader from '@grpc/proto-loader';
 import { encodeInferRequest } from '../client/http.js';
-import { defaultProtoDir } from '../client/grpc.js';
+import { GRPC_CLIENT_WINDOW, defaultProtoDir } from '../client/grpc.js';
 import { buildInferRequest } from '../client/grpc-codec.js';
 import { normalizeInput } from '../client/tensor.js';
 import { InferenceServerError } from '../client/errors.js';
@@ -203,7 +203,13 @@ class GrpcWire implements WireSender {
 
   private open(): ClientHttp2Session {
     if (this.session && !this.session.closed && !this.session.destroyed) return this.session;
-    const s = h2connect(`http://${this.host.includes(':') ? `[${this.host}]` : this.host}:${this.port}`);
+    // The windows and frame size tsi's gRPC client opens (client/grpc.ts), so that large answers are
+    // measured as the server sends them, not as Node's 64 KiB defaults throttle them.
+    const s = h2connect(`http://${this.host.includes(':') ? `[${this.host}]` : this.host}:${this.port}`, {
+      settings: { initialWindowSize: GRPC_CLIENT_WINDOW, maxFrameSize: 2 ** 20 },
+    });
+    // The connection's window can only be set once the session has its socket.
+    s.once('connect', () => s.setLocalWindowSize(GRPC_CLIENT_WINDOW));
     s.on('error', () => {});
     this.session = s;
     return s;
