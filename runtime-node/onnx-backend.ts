@@ -2,8 +2,9 @@
  * The `onnxruntime` backend for Node. Each model instance is a worker thread holding its own
  * onnxruntime-node session (ort-worker.ts), so inference never blocks the server's event loop and
  * `instance_group.count` instances really run in parallel. On the main thread an instance gathers its
- * batch (one tensor per input, concatenated along the batch dimension), transfers the buffers to its
- * worker, and splits the outputs back so each request gets exactly its rows. Config parameters map to
+ * batch (one tensor per input, concatenated along the batch dimension), hands it to its worker through
+ * shared memory (worker-channel.ts; postMessage with transferred buffers for what does not fit), and
+ * splits the outputs back so each request gets exactly its rows. Config parameters map to
  * ORT session options as Triton's onnxruntime_backend maps them.
  */
 
@@ -18,6 +19,7 @@ import { adapterLabel, candidateProviders, probeWebGpu, queryNvidiaGpus, vulkanH
 import { readOnnxIo } from './onnx-info.js';
 import type { InitMessage, WireTensor, WorkerReply, WorkerRequest } from './ort-worker.js';
 import { startWorker } from './worker-url.js';
+import { ChannelMain, channelBuffer, type ChannelOutput, type ChannelTensor, type ChannelTimes } from './worker-channel.js';
 
 const ORT_TYPE: Partial<Record<DataType, string>> = {
   BOOL: 'bool', UINT8: 'uint8', UINT16: 'uint16', UINT32: 'uint32', UINT64: 'uint64', INT8: 'int8', INT16: 'int16',
@@ -107,6 +109,7 @@ class OnnxModel implements BackendModel {
       providers,
       sessionOptions: sessionOptions(config, this.instanceCount, this.opts.cores ?? availableParallelism()) as InitMessage['sessionOptions'],
       gpuLock: GPU_LOCK,
+      channel: channelBuffer(),
     };
     const worker = startWorker('ort-worker', init);
     const ready = await new Promise<Extract<WorkerReply, { kind: 'ready' }>>((resolve, reject) => {
@@ -135,15 +138,20 @@ class OnnxModel implements BackendModel {
       if (notes.length > 0) log.warn(`${where}: ${notes.join('; ')}`);
       log.verbose(1, `${where} runs on execution provider '${placement.provider}'`);
     }
-    return new OnnxInstance(spec, device, placement, worker, config, log);
+    return new OnnxInstance(spec, device, placement, worker, init.channel, ready, config, log);
   }
 
   async unload(): Promise<void> {}
 }
 
-function toWire(t: Tensor, dims: number[]): WireTensor {
+function ortType(t: Tensor): string {
   const type = ORT_TYPE[t.datatype];
   if (!type) throw new TsiError('UNSUPPORTED', `datatype ${t.datatype} of input '${t.name}' is not supported by onnxruntime-node`);
+  return type;
+}
+
+function toWire(t: Tensor, dims: number[]): WireTensor {
+  const type = ortType(t);
   if (t.datatype === 'BYTES') {
     return { type: 'string', dims, data: (t.data as Uint8Array[]).map(decodeString) };
   }
@@ -153,6 +161,13 @@ function toWire(t: Tensor, dims: number[]): WireTensor {
   const own = d.byteOffset === 0 && d.byteLength === d.buffer.byteLength && d.buffer instanceof ArrayBuffer && canTransfer(d.buffer);
   const data = own ? d : (d.slice() as typeof d);
   return { type: type as WireTensor['type'], dims, data: data as unknown as WireTensor['data'] };
+}
+
+/** A reply read from a channel slot, in the shape of a posted one. */
+function channelResult(id: number, times: ChannelTimes, outs: ChannelOutput[], names: readonly string[]): WorkerReply {
+  const outputs: Record<string, WireTensor> = {};
+  for (const o of outs) outputs[names[o.index]!] = { type: o.type as WireTensor['type'], dims: o.dims, data: o.data as WireTensor['data'] };
+  return { kind: 'result', id, outputs, ...times };
 }
 
 /** A provider's failure to create the session, with what to do about it where we know. */
@@ -186,7 +201,13 @@ class OnnxInstance implements BackendInstance {
   /** The worker runs batches one at a time in arrival order, so the next may be queued early. */
   readonly pipelined = true;
   private nextId = 1;
+  /** Order of everything sent to the worker, by channel or postMessage: the worker runs them by it. */
+  private nextSeq = 1;
   private pending = new Map<number, { resolve: (r: WorkerReply) => void; reject: (e: Error) => void }>();
+  private readonly channel: ChannelMain;
+  /** The session's input and output names by index, as the channel names them. */
+  private readonly inputIndex: Map<string, number>;
+  private readonly outputNames: readonly string[];
   private dead?: Error;
   /** Config tensors by name, looked up on every batch. */
   private readonly inputs: Map<string, ModelInput>;
@@ -194,22 +215,32 @@ class OnnxInstance implements BackendInstance {
 
   constructor(
     readonly spec: InstanceSpec, readonly device: string, readonly placement: InstancePlacement, private readonly worker: Worker,
+    channel: SharedArrayBuffer, ready: { inputNames: readonly string[]; outputNames: readonly string[] },
     private readonly config: ModelConfig, private readonly log: Logger,
   ) {
     this.inputs = new Map((config.input ?? []).map((i) => [i.name!, i]));
     this.outputs = new Map((config.output ?? []).map((o) => [o.name!, o]));
+    this.inputIndex = new Map(ready.inputNames.map((n, i) => [n, i]));
+    this.outputNames = ready.outputNames;
+    this.channel = new ChannelMain(channel, (id, times, outs) => this.settle(id, channelResult(id, times, outs, this.outputNames)));
     worker.on('message', (m: WorkerReply) => {
       if (m.kind !== 'result' && m.kind !== 'error') return;
-      const p = this.pending.get(m.id);
-      this.pending.delete(m.id);
-      p?.resolve(m);
+      if (m.slot !== undefined) this.channel.release(m.slot);
+      this.settle(m.id, m);
     });
     worker.on('error', (e) => this.fail(e));
     worker.on('exit', (code) => this.fail(new Error(`worker exited with code ${code}`)));
   }
 
+  private settle(id: number, reply: WorkerReply): void {
+    const p = this.pending.get(id);
+    this.pending.delete(id);
+    p?.resolve(reply);
+  }
+
   private fail(e: Error): void {
     this.dead ??= e;
+    this.channel.close();
     for (const p of this.pending.values()) p.reject(e);
     this.pending.clear();
   }
@@ -218,18 +249,16 @@ class OnnxInstance implements BackendInstance {
     const t0 = performance.now();
     const batching = (this.config.max_batch_size ?? 0) > 0;
     const rows = requests.map((r) => r.batchSize);
-    const feeds: Record<string, WireTensor> = {};
-    const transfer: ArrayBuffer[] = [];
+    const batch: { t: Tensor; dims: number[] }[] = [];
     const first = requests[0]!;
     for (const [name] of first.inputs) {
       const parts = requests.map((r) => r.inputs.get(name)!);
       const t = concatBatch(parts);
+      ortType(t);
       const cfg = this.inputs.get(name);
       let dims = t.shape;
       if (cfg?.reshape) dims = batching ? [t.shape[0]!, ...(cfg.reshape.shape ?? [])] : [...(cfg.reshape.shape ?? [])];
-      const w = toWire(t, dims);
-      feeds[name] = w;
-      if (!Array.isArray(w.data)) transfer.push((w.data as Uint8Array).buffer as ArrayBuffer);
+      batch.push({ t, dims });
     }
     const fetches = new Set<string>();
     for (const r of requests) {
@@ -240,10 +269,10 @@ class OnnxInstance implements BackendInstance {
     if (this.dead) throw new TsiError('INTERNAL', `instance ${this.spec.name} of model '${this.config.name}' is gone: ${this.dead.message}`);
     const id = this.nextId++;
     // Queued behind a running batch: the worker, blocked in that run, cannot see when this one arrived.
-    const behind = this.pending.size > 0;
+    const postedAt = this.pending.size > 0 ? performance.timeOrigin + performance.now() : 0;
     const reply = await new Promise<WorkerReply>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.worker.postMessage({ id, feeds, fetches: [...fetches], postedAt: behind ? performance.timeOrigin + performance.now() : 0 } satisfies WorkerRequest, transfer);
+      this.send(id, postedAt, batch, [...fetches]);
     });
     const t2 = performance.now();
     if (reply.kind === 'error') {
@@ -281,9 +310,43 @@ class OnnxInstance implements BackendInstance {
     };
   }
 
+  /** Hands one batch to the worker: through a channel slot where it fits, else by postMessage. */
+  private send(id: number, postedAt: number, batch: { t: Tensor; dims: number[] }[], fetches: string[]): void {
+    const seq = this.nextSeq++;
+    const feeds: [number, ChannelTensor][] = [];
+    const fetchIndex: number[] = [];
+    for (const { t, dims } of batch) {
+      const index = this.inputIndex.get(t.name);
+      if (index === undefined || t.datatype === 'BYTES') break;
+      feeds.push([index, { type: ORT_TYPE[t.datatype]!, dims, data: t.data as ArrayBufferView }]);
+    }
+    for (const f of fetches) {
+      const index = this.outputNames.indexOf(f);
+      if (index >= 0) fetchIndex.push(index);
+    }
+    // Names the session does not have go by postMessage, so onnxruntime reports them as before.
+    if (feeds.length === batch.length && fetchIndex.length === fetches.length && this.channel.submit(seq, id, postedAt, feeds, fetchIndex)) return;
+    const wire: Record<string, WireTensor> = {};
+    const transfer = new Set<ArrayBuffer>();
+    for (const { t, dims } of batch) {
+      const w = toWire(t, dims);
+      wire[t.name] = w;
+      // Two inputs may be views of one buffer; a transfer list names each buffer once.
+      if (!Array.isArray(w.data)) transfer.add((w.data as Uint8Array).buffer as ArrayBuffer);
+    }
+    try {
+      this.worker.postMessage({ kind: 'run', seq, id, feeds: wire, fetches, postedAt } satisfies WorkerRequest, [...transfer]);
+    } catch (err) {
+      // The worker runs requests strictly by sequence number: a number never sent would stall it.
+      this.worker.postMessage({ kind: 'skip', seq } satisfies WorkerRequest);
+      this.pending.delete(id);
+      throw err;
+    }
+  }
+
   async unload(): Promise<void> {
     if (this.dead) return;
-    this.worker.postMessage('close');
+    this.worker.postMessage({ kind: 'close', seq: this.nextSeq++ } satisfies WorkerRequest);
     const exited = new Promise<void>((r) => this.worker.once('exit', () => r()));
     const timer = setTimeout(() => void this.worker.terminate(), 5000);
     await exited;

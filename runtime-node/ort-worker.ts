@@ -1,7 +1,9 @@
 /**
  * One model instance's onnxruntime-node session, in a worker thread: `session.run()` blocks its thread
- * for the whole inference, so running it here keeps the server's event loop answering. The main thread
- * sends feeds as transferred ArrayBuffers (no copy, no JSON) and gets outputs back the same way.
+ * for the whole inference, so running it here keeps the server's event loop answering. Requests and
+ * replies cross through the instance's shared-memory channel (worker-channel.ts) where they fit, and
+ * as postMessage with transferred ArrayBuffers otherwise; both carry the main thread's sequence
+ * number, and batches run strictly in that order whichever way they came.
  * Execution providers are tried in the given order and the first that creates a session wins; each
  * failure is reported back so the choice can be logged.
  *
@@ -15,6 +17,7 @@
 
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
+import { ChannelWorker, type ChannelTensor, type SlotRequest } from './worker-channel.js';
 
 export interface InitMessage {
   modelPath?: string;
@@ -24,6 +27,8 @@ export interface InitMessage {
   sessionOptions: ort.InferenceSession.SessionOptions;
   /** The process-wide WebGPU lock (one Int32 word: 0 free, 1 held). */
   gpuLock: SharedArrayBuffer;
+  /** This instance's shared-memory channel (worker-channel.ts). */
+  channel: SharedArrayBuffer;
 }
 
 export interface WireTensor {
@@ -32,17 +37,25 @@ export interface WireTensor {
   data: ort.Tensor.DataType;
 }
 
-/** `postedAt`: epoch ms when the main thread queued it behind a running batch, else 0. */
-export type WorkerRequest = { id: number; feeds: Record<string, WireTensor>; fetches: string[]; postedAt: number };
+/**
+ * A request that did not fit the channel. `seq`: the main thread's order of requests (channel and
+ * posted alike) and of the close; `postedAt`: epoch ms when it was queued behind a running batch, else 0.
+ */
+export type WorkerRequest =
+  | { kind: 'run'; seq: number; id: number; feeds: Record<string, WireTensor>; fetches: string[]; postedAt: number }
+  | { kind: 'close'; seq: number }
+  | { kind: 'skip'; seq: number };
 
+/** `slot`: the channel slot of the request, when it came through one and its reply did not fit there. */
 export type WorkerReply =
   | { kind: 'ready'; provider: string; failures: string[]; inputNames: readonly string[]; outputNames: readonly string[] }
   | { kind: 'init-error'; message: string; failures: string[] }
-  | { kind: 'result'; id: number; outputs: Record<string, WireTensor>; waitNs: number; inputNs: number; inferNs: number; outputNs: number }
-  | { kind: 'error'; id: number; message: string };
+  | { kind: 'result'; id: number; slot?: number; outputs: Record<string, WireTensor>; waitNs: number; inputNs: number; inferNs: number; outputNs: number }
+  | { kind: 'error'; id: number; slot?: number; message: string };
 
 const port = parentPort!;
 const init = (workerData as { data: InitMessage }).data;
+const channel = new ChannelWorker(init.channel);
 let session: ort.InferenceSession | undefined;
 /** Set once the session runs on WebGPU: its work then goes through the process-wide lock. */
 let gpuLock: Int32Array | undefined;
@@ -87,52 +100,97 @@ async function start(): Promise<void> {
   port.postMessage({ kind: 'init-error', message: failures.join('; '), failures } satisfies WorkerReply);
 }
 
-// Batches run strictly one after another, in arrival order: the main thread may queue the next batch
+// Batches run strictly one after another, in the main thread's order: it may queue the next batch
 // while this one computes (pipelining), and ORT must never see two runs of this session interleave.
+// Requests come by two ways (channel slots, postMessage) that can overtake each other, so each waits
+// for its sequence number's turn.
 let chain: Promise<void> = Promise.resolve();
 let running = false;
+let nextSeq = 1;
+const early = new Map<number, () => void>();
 
-port.on('message', (msg: WorkerRequest | 'close') => {
+function arrive(seq: number, start: () => void): void {
+  early.set(seq, start);
+  for (let go = early.get(nextSeq); go; go = early.get(nextSeq)) {
+    early.delete(nextSeq++);
+    go();
+  }
+}
+
+/** Queues `work` behind the running batch, timing how long it waited there. */
+function enqueue(postedAt: number, work: (waitMs: number) => Promise<void>): void {
   const arrived = performance.now();
   const queuedBehind = running;
   chain = chain.then(() => {
     // A batch posted while this thread was blocked in a run arrives only after it: its wait counts
     // from when the main thread posted it (timeOrigin makes the two threads' clocks comparable).
-    const posted = msg !== 'close' && msg.postedAt > 0 ? performance.timeOrigin + performance.now() - msg.postedAt : 0;
-    return handle(msg, Math.max(posted, queuedBehind ? performance.now() - arrived : 0));
+    const posted = postedAt > 0 ? performance.timeOrigin + performance.now() - postedAt : 0;
+    return work(Math.max(posted, queuedBehind ? performance.now() - arrived : 0));
   });
-});
+}
 
-async function handle(msg: WorkerRequest | 'close', waitMs: number): Promise<void> {
-  if (msg === 'close') {
-    await locked(gpuLock, async () => session?.release());
-    port.close();
+port.on('message', (msg: WorkerRequest) => {
+  if (msg.kind !== 'run') {
+    arrive(msg.seq, msg.kind === 'close' ? () => enqueue(0, close) : () => {});
     return;
   }
+  arrive(msg.seq, () => enqueue(msg.postedAt, (waitMs) => execute(msg.id, undefined, () => {
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const [name, t] of Object.entries(msg.feeds)) feeds[name] = new ort.Tensor(t.type, t.data as never, t.dims);
+    return feeds;
+  }, msg.fetches, waitMs)));
+});
+
+void channel.serve((r: SlotRequest) => arrive(r.seq, () => enqueue(r.postedAt, (waitMs) => execute(r.id, r.slot, () => {
+  const feeds: Record<string, ort.Tensor> = {};
+  for (const t of r.inputs()) feeds[session!.inputNames[t.index]!] = new ort.Tensor(t.type as ort.Tensor.Type, t.data as never, t.dims);
+  return feeds;
+}, r.fetches.map((i) => session!.outputNames[i]!), waitMs))));
+
+async function close(): Promise<void> {
+  channel.stop();
+  await locked(gpuLock, async () => session?.release());
+  port.close();
+}
+
+/** Runs one batch and replies; never rejects (a rejected link would stop every batch behind it). */
+async function execute(
+  id: number, slot: number | undefined, makeFeeds: () => Record<string, ort.Tensor>, fetches: string[], waitMs: number,
+): Promise<void> {
   running = true;
   try {
     const t0 = performance.now();
-    const feeds: Record<string, ort.Tensor> = {};
-    for (const [name, t] of Object.entries(msg.feeds)) feeds[name] = new ort.Tensor(t.type, t.data as never, t.dims);
+    const feeds = makeFeeds();
     const t1 = performance.now();
-    const results = await locked(gpuLock, () => session!.run(feeds, msg.fetches));
+    const results = await locked(gpuLock, () => session!.run(feeds, fetches));
     const t2 = performance.now();
+    if (slot !== undefined) {
+      const outs: [number, ChannelTensor][] = [];
+      for (const [name, t] of Object.entries(results)) {
+        outs.push([session!.outputNames.indexOf(name), { type: t.type, dims: t.dims, data: t.data as ArrayBufferView }]);
+      }
+      const t3 = performance.now();
+      const times = { waitNs: waitMs * 1e6, inputNs: (t1 - t0) * 1e6, inferNs: (t2 - t1) * 1e6, outputNs: (t3 - t2) * 1e6 };
+      if (channel.reply(slot, times, outs)) return;
+    }
     const outputs: Record<string, WireTensor> = {};
-    const transfer: ArrayBuffer[] = [];
+    const transfer = new Set<ArrayBuffer>();
     for (const [name, t] of Object.entries(results)) {
-      outputs[name] = { type: t.type, dims: [...t.dims], data: t.data };
-      transfer.push(...transferables(t.data));
+      // An output over one of the channel's kept input buffers is copied: that buffer serves the next run.
+      const data = !Array.isArray(t.data) && channel.ownsInput((t.data as Uint8Array).buffer) ? (t.data as Uint8Array).slice() : t.data;
+      outputs[name] = { type: t.type, dims: [...t.dims], data: data as ort.Tensor.DataType };
+      for (const b of transferables(data as ort.Tensor.DataType)) transfer.add(b);
     }
     const t3 = performance.now();
     port.postMessage(
       {
-        kind: 'result', id: msg.id, outputs, waitNs: waitMs * 1e6,
+        kind: 'result', id, slot, outputs, waitNs: waitMs * 1e6,
         inputNs: (t1 - t0) * 1e6, inferNs: (t2 - t1) * 1e6, outputNs: (t3 - t2) * 1e6,
       } satisfies WorkerReply,
-      transfer,
+      [...transfer],
     );
   } catch (err) {
-    port.postMessage({ kind: 'error', id: msg.id, message: (err as Error).message } satisfies WorkerReply);
+    port.postMessage({ kind: 'error', id, slot, message: (err as Error).message } satisfies WorkerReply);
   } finally {
     running = false;
   }
