@@ -315,15 +315,18 @@ interface OutputCompression {
   compress: (data: Uint8Array, format: 'gzip' | 'deflate') => Promise<Uint8Array>;
 }
 
-/** The encoding to send an encoded response in, by the policy and what the client accepts. */
+/**
+ * The encoding to send an encoded response in, by the policy and what the client accepts. Under
+ * `auto` the answer's kind and size are checked before Accept-Encoding is parsed: most answers are
+ * binary or small, and fetch clients send that header with every request.
+ */
 function responseEncoding(c: OutputCompression, accept: string | undefined, enc: { parts: readonly (string | Uint8Array)[]; headerLength?: number }): 'gzip' | 'deflate' | undefined {
   if (c.policy.mode === 'off' || !accept) return undefined;
-  const ce = chooseEncoding(accept);
-  if (!ce || c.policy.mode === 'always') return ce;
+  if (c.policy.mode === 'always') return chooseEncoding(accept);
   if (enc.headerLength !== undefined) return undefined;
   let size = 0;
   for (const p of enc.parts) size += typeof p === 'string' ? p.length : p.byteLength;
-  return size >= c.policy.minBytes ? ce : undefined;
+  return size >= c.policy.minBytes ? chooseEncoding(accept) : undefined;
 }
 
 async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: number, ext: ServerExtensions, c: OutputCompression): Promise<HttpReply> {

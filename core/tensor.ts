@@ -139,6 +139,12 @@ function flatten(v: unknown, out: unknown[], depth: number, what: string): void 
  * the tensor for messages.
  */
 export function fromJsonValues(dt: DataType, json: unknown, what: string): TensorData {
+  // The usual `data` is one flat array of numbers: read straight into the typed array, with no
+  // flattened copy (that copy and a per-element closure cost half as much again as JSON.parse).
+  if (Array.isArray(json) && dt !== 'BYTES' && dt !== 'BOOL' && dt !== 'FP16' && dt !== 'BF16' && dt !== 'INT64' && dt !== 'UINT64') {
+    const out = numbersFromJson(dt, json, what);
+    if (out) return out;
+  }
   const flat: unknown[] = [];
   flatten(json, flat, 0, what);
   const bad = (i: number, expected: string) =>
@@ -178,18 +184,33 @@ export function fromJsonValues(dt: DataType, json: unknown, what: string): Tenso
       });
       return out;
     }
-    default: {
-      const out = new CTOR[dt](flat.length) as Exclude<NumericArray, BigInt64Array | BigUint64Array>;
-      const isInt = !dt.startsWith('FP');
-      const [lo, hi] = INT_RANGE[dt] ?? [-Infinity, Infinity];
-      flat.forEach((v, i) => {
-        if (typeof v !== 'number' || (isInt && !Number.isInteger(v))) throw bad(i, isInt ? 'an integer' : 'a number');
-        if (v < lo || v > hi) throw bad(i, `a value in [${lo}, ${hi}]`);
-        out[i] = v;
-      });
-      return out;
-    }
+    default:
+      // Flattened, no element is an array any more, so this always answers.
+      return numbersFromJson(dt, flat, what)!;
   }
+}
+
+/**
+ * Numeric elements checked and stored in one loop; undefined when an element is an array (nested
+ * `data`: the caller flattens it first). Messages name the element's row-major index.
+ */
+function numbersFromJson(dt: Exclude<DataType, 'BYTES' | 'BOOL' | 'FP16' | 'BF16' | 'INT64' | 'UINT64'>, values: readonly unknown[], what: string): NumericArray | undefined {
+  const n = values.length;
+  const out = new CTOR[dt](n) as Exclude<NumericArray, BigInt64Array | BigUint64Array>;
+  const isInt = dt !== 'FP32' && dt !== 'FP64';
+  const range = INT_RANGE[dt];
+  const lo = range ? range[0] : -Infinity;
+  const hi = range ? range[1] : Infinity;
+  for (let i = 0; i < n; i++) {
+    const v = values[i];
+    if (typeof v !== 'number' || (isInt && !Number.isInteger(v))) {
+      if (Array.isArray(v)) return undefined;
+      throw invalidArg(`${what}: element ${i} is ${describeValue(v)}, expected ${isInt ? 'an integer' : 'a number'} for datatype ${dt}`);
+    }
+    if (v < lo || v > hi) throw invalidArg(`${what}: element ${i} is ${describeValue(v)}, expected a value in [${lo}, ${hi}] for datatype ${dt}`);
+    out[i] = v;
+  }
+  return out;
 }
 
 const INT_RANGE: Partial<Record<DataType, [number, number]>> = {
@@ -206,6 +227,37 @@ export function toJsonValues(dt: DataType, data: TensorData): unknown[] {
     throw invalidArg(`sending ${dt} data via JSON is not supported. Please use the binary data format for output tensors`);
   }
   return Array.from(data as Float32Array);
+}
+
+/** Elements a numeric `data` array is written in at a time (32 KiB of doubles: young-generation sized). */
+export const JSON_CHUNK = 4096;
+/** Reused for every chunk (32 KiB kept); JSON.stringify never calls back into this module, so it is never shared. */
+const scratch: number[] = [];
+
+/**
+ * `JSON.stringify(toJsonValues(dt, data))`, byte for byte, as pieces to send back to back (one piece up
+ * to JSON_CHUNK elements). A numeric tensor is never copied whole into a JS array: JSON.stringify,
+ * whose number formatting is the cost that remains, sees one small reused array at a time, and
+ * the pieces need not be joined into one string before they are written.
+ */
+export function jsonDataText(dt: DataType, data: TensorData): string[] {
+  if (dt === 'BYTES' || dt === 'BOOL' || dt === 'FP16' || dt === 'BF16') return [JSON.stringify(toJsonValues(dt, data))];
+  const values = data as NumericArray;
+  const n = values.length;
+  const big = dt === 'INT64' || dt === 'UINT64';
+  const out: string[] = [];
+  for (let start = 0; start < n || start === 0; start += JSON_CHUNK) {
+    const end = Math.min(n, start + JSON_CHUNK);
+    // Shrunk, never grown by `length` (that would make it holey, which JSON.stringify walks slowly).
+    if (scratch.length > end - start) scratch.length = end - start;
+    if (big) for (let i = start; i < end; i++) scratch[i - start] = Number((values as BigInt64Array)[i]!);
+    else for (let i = start; i < end; i++) scratch[i - start] = (values as Float32Array)[i]!;
+    const text = JSON.stringify(scratch);
+    // "[a,b]" "[c,d]" → "[a,b" ",c,d]"
+    if (start === 0) out.push(end === n ? text : text.slice(0, -1));
+    else out.push(`,${end === n ? text.slice(1) : text.slice(1, -1)}`);
+  }
+  return out;
 }
 
 /**

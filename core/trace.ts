@@ -105,8 +105,10 @@ export class TraceManager {
   /** Whether a request to `model` is traced; if so, its Trace (already stamped `startStamp` if given). */
   sample(model: string, startStamp?: { name: string; ns: number }): Trace | undefined {
     const sampler = this.models.get(model);
+    // Tracing off, the usual case, is decided without copying the settings (this runs per request).
+    if (!this.writer || (!sampler && this.global.level.length === 0)) return undefined;
     const s = this.setting(model);
-    if (s.level.length === 0 || s.rate <= 0 || !s.file || !this.writer) return undefined;
+    if (s.level.length === 0 || s.rate <= 0 || !s.file) return undefined;
     const n = sampler ? sampler.counter++ : this.globalCounter++;
     if (n % s.rate !== 0) return undefined;
     const holder = sampler && sampler.override.count !== undefined ? sampler.override : this.global;

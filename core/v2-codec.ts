@@ -13,7 +13,7 @@ import {
   INPUT_PARAMS, OUTPUT_PARAMS, REQUEST_PARAMS, RESERVED_PREFIX_MESSAGE, checkDatatype, checkJsonParam, checkJsonShape, describeValue,
   jsonKinds, type ParamRules, type ParamSite,
 } from './request-params.js';
-import { byteSize, concatBytes, elementCount, elementSize, fromBytes, fromJsonValues, toBytes, toJsonValues } from './tensor.js';
+import { JSON_CHUNK, byteSize, concatBytes, elementCount, elementSize, fromBytes, fromJsonValues, jsonDataText, toBytes, toJsonValues } from './tensor.js';
 import type { InferInput, InferRequest, InferResponse, Parameters, ParamValue, RequestedOutput } from './types.js';
 
 export const HEADER_LENGTH = 'Inference-Header-Content-Length';
@@ -244,8 +244,9 @@ function decodeRawBinary(body: Uint8Array, modelName: string, modelVersion: stri
 
 export interface EncodedResponse {
   /**
-   * The body in pieces, to be sent back to back: the JSON header (a string) and each binary output's
-   * bytes (views of the outputs, not copies). bodyBytes() joins them where one buffer is needed.
+   * The body in pieces, to be sent back to back: the JSON header (one string, or several when a large
+   * JSON `data` array was written by chunks) and each binary output's bytes (views of the outputs, not
+   * copies). bodyBytes() joins them where one buffer is needed.
    */
   parts: (string | Uint8Array)[];
   /** Set when any output is binary: the JSON header's length in UTF-8 bytes. */
@@ -270,33 +271,70 @@ export function bodyBytes(parts: readonly (string | Uint8Array)[]): Uint8Array {
   return concatBytes(parts.map((p) => (typeof p === 'string' ? utf8Encoder.encode(p) : p)));
 }
 
-/** Serialises a response: JSON data for JSON outputs, appended bytes for binary ones. */
+/**
+ * Serialises a response: JSON data for JSON outputs, appended bytes for binary ones. The JSON is
+ * JSON.stringify of { id?, model_name, model_version, parameters?, outputs: [{ name, datatype, shape,
+ * data?, parameters? }] }; a `data` array of more than JSON_CHUNK elements is formatted a chunk at a
+ * time (jsonDataText) and the header sent as pieces around it, never built whole as a JS array or a
+ * string — the same bytes, at JSON.stringify's own cost.
+ */
 export function encodeInferResponse(resp: InferResponse, encoding: OutputEncoding, skip?: ReadonlySet<string>): EncodedResponse {
   const binaries: Uint8Array[] = [];
+  let chunked = false;
   const outputs = resp.outputs.map((t) => {
     const o: Record<string, unknown> = { name: t.name, datatype: t.datatype, shape: t.shape };
     const params: Parameters = { ...(t.parameters ?? {}) };
+    let data: string[] | undefined;
     if (skip?.has(t.name)) {
       // Written to a shared-memory region by the transport; no data in the body.
     } else if (encoding.binary.get(t.name) ?? (encoding.binaryDefault || t.datatype === 'FP16' || t.datatype === 'BF16')) {
       const bytes = toBytes(t.data);
       params.binary_data_size = byteSize(t.data);
       binaries.push(bytes);
+    } else if (t.data.length > JSON_CHUNK) {
+      data = jsonDataText(t.datatype, t.data);
+      chunked = true;
     } else {
       o.data = toJsonValues(t.datatype, t.data);
     }
     if (Object.keys(params).length > 0) o.parameters = params;
-    return o;
+    return { o, data };
   });
   const head: Record<string, unknown> = {};
   if (resp.id !== undefined && resp.id !== '') head.id = resp.id;
   head.model_name = resp.model_name;
   head.model_version = resp.model_version;
   if (resp.parameters) head.parameters = jsonSafe(resp.parameters);
-  head.outputs = outputs;
-  const json = JSON.stringify(head);
-  if (binaries.length === 0) return { parts: [json], contentType: 'application/json' };
-  return { parts: [json, ...binaries], headerLength: utf8Length(json), contentType: 'application/octet-stream' };
+  let texts: string[];
+  if (!chunked) {
+    head.outputs = outputs.map((x) => x.o);
+    texts = [JSON.stringify(head)];
+  } else {
+    // A placeholder last member, cut off again: `…,"outputs":` followed by the array written here.
+    head.outputs = 0;
+    let text = `${JSON.stringify(head).slice(0, -2)}[`;
+    texts = [];
+    outputs.forEach(({ o, data }, i) => {
+      if (i > 0) text += ',';
+      if (!data) {
+        text += JSON.stringify(o);
+        return;
+      }
+      // `data` goes between shape and parameters, where the object above would have had it.
+      const { parameters, ...rest } = o;
+      text += `${JSON.stringify(rest).slice(0, -1)},"data":${data[0]!}`;
+      for (let k = 1; k < data.length; k++) {
+        texts.push(text);
+        text = data[k]!;
+      }
+      text += parameters ? `,"parameters":${JSON.stringify(parameters)}}` : '}';
+    });
+    texts.push(`${text}]}`);
+  }
+  if (binaries.length === 0) return { parts: texts, contentType: 'application/json' };
+  let headerLength = 0;
+  for (const s of texts) headerLength += utf8Length(s);
+  return { parts: [...texts, ...binaries], headerLength, contentType: 'application/octet-stream' };
 }
 
 function jsonSafe(p: Parameters): Record<string, string | number | boolean> {
