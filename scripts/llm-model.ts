@@ -29,6 +29,8 @@ export interface DecoderSpec {
   /** MLP hidden size. */
   ffn: number;
   seed: number;
+  /** The graph's name (tiny_gpt unless given). */
+  name?: string;
 }
 
 /** The default repository's test model: small enough that every LLM test runs in seconds on 2 cores. */
@@ -43,7 +45,7 @@ export function decoderModel(spec: DecoderSpec = TINY_GPT): Uint8Array {
   const { vocab, dModel: D, heads: H, layers, context, ffn } = spec;
   const hd = D / H;
   if (!Number.isInteger(hd)) throw new Error('decoderModel: dModel must be a multiple of heads');
-  const g = new GraphBuilder('tiny_gpt', { opset: 17, docString: `GPT-style decoder: ${layers} layers, d=${D}, ${H} heads, vocab ${vocab}, context ${context}, seed ${spec.seed}` });
+  const g = new GraphBuilder(spec.name ?? 'tiny_gpt', { opset: 17, docString: `GPT-style decoder: ${layers} layers, d=${D}, ${H} heads, vocab ${vocab}, context ${context}, seed ${spec.seed}` });
   let seed = spec.seed * 1000;
   const w = (name: string, dims: number[], scale: number) => g.initializer(name, 'FLOAT', dims, uniform(dims.reduce((a, b) => a * b, 1), seed++, scale));
   const ones = (name: string, n: number) => g.initializer(name, 'FLOAT', [n], new Float32Array(n).fill(1));

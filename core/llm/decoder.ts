@@ -38,12 +38,24 @@ export interface StepResult {
   inputNs: number;
 }
 
+/**
+ * Rows of a prefill that are done before the rest (a prefill run in parts): their indices in the
+ * request, and their logits or tokens in that order.
+ */
+export type PrefillPart = (rows: readonly number[], result: StepResult) => void;
+
 export interface DecoderSession {
   readonly device: string;
   readonly placement?: InstancePlacement;
   /** Prefills run apart from decoding (their own model session), so they need not wait for a decode step. */
   readonly concurrentPrefill?: boolean;
-  step(req: StepRequest): Promise<StepResult>;
+  /**
+   * With `onPart`, a session may report a prefill's rows as their parts finish (each row once, and
+   * then every row, before it resolves, with a result that carries no logits or tokens), so a short
+   * prompt's first token need not wait for the longer prompts beside it; or it may ignore `onPart`
+   * and answer every row at the end.
+   */
+  step(req: StepRequest, onPart?: PrefillPart): Promise<StepResult>;
   close(): Promise<void>;
 }
 

@@ -21,7 +21,7 @@
  */
 
 import { TsiError, asTsiError } from '../errors.js';
-import type { DecoderSession, StepRequest, StepResult } from './decoder.js';
+import type { DecoderSession, PrefillPart, StepRequest, StepResult } from './decoder.js';
 import type { Accepted, Generation } from './generation.js';
 import { isGreedy, sampleToken } from './sampling.js';
 
@@ -185,7 +185,21 @@ export class Engine {
         const admit = this.admit();
         if (admit.length === 0) break;
         const req: StepRequest = { kind: 'prefill', free: [], rows: admit.map((s) => ({ seq: s.id, tokens: [...s.gen.prompt] })), greedy: allGreedy(admit) };
-        const deliver = this.settle(req, admit, await this.run(req));
+        // Rows the session reported early (a prefill run in parts) start streaming at once.
+        const reported = new Set<number>();
+        const part = (rows: readonly number[], result: StepResult) => {
+          for (const i of rows) reported.add(i);
+          const deliver = this.settle(req, rows.map((i) => admit[i]!), result);
+          this.wake();
+          deliver();
+        };
+        const outcome = await this.run(req, part);
+        if (reported.size > 0 && !('error' in outcome)) {
+          this.kvBytes = outcome.kvBytes;
+          continue;
+        }
+        // A failure after some parts fails only the rows not yet reported.
+        const deliver = this.settle(req, admit.filter((_, i) => !reported.has(i)), outcome);
         // The new sequences (or the caches of those that already finished) go with the next step.
         this.wake();
         deliver();
@@ -224,11 +238,9 @@ export class Engine {
     return f;
   }
 
-  private run(req: StepRequest): Promise<StepResult | { error: unknown }> {
-    return this.session.step(req).catch((error: unknown) => ({ error }));
+  private run(req: StepRequest, onPart?: PrefillPart): Promise<StepResult | { error: unknown }> {
+    return this.session.step(req, onPart).catch((error: unknown) => ({ error }));
   }
-
-
 
   /**
    * Chooses each row's token and settles who runs on (what the next step needs), and returns the

@@ -17,7 +17,7 @@
  */
 
 import { TsiError } from '../errors.js';
-import type { DecoderLayout, StepRequest, StepResult } from './decoder.js';
+import type { DecoderLayout, PrefillPart, StepRequest, StepResult } from './decoder.js';
 
 export type KvArray = Float32Array | Uint16Array;
 
@@ -104,11 +104,14 @@ export class KvBatch {
     });
   }
 
-  /** One step: lays out inputs, runs the model through `kit`, keeps the caches, returns last-position logits. */
-  async step<T>(req: StepRequest, kit: TensorKit<T>): Promise<StepResult> {
+  /**
+   * One step: lays out inputs, runs the model through `kit`, keeps the caches, returns last-position
+   * logits. A prefill run in parts reports each part through `onPart` when given (see DecoderSession).
+   */
+  async step<T>(req: StepRequest, kit: TensorKit<T>, onPart?: PrefillPart): Promise<StepResult> {
     if (req.kind === 'prefill' && req.rows.length > 1) {
       const parts = prefillParts(req.rows.map((r) => r.tokens.length));
-      if (parts.length > 1) return this.prefillInParts(req, parts, kit);
+      if (parts.length > 1) return this.prefillInParts(req, parts, kit, onPart);
     }
     const t0 = performance.now();
     this.free(req.free);
@@ -194,17 +197,25 @@ export class KvBatch {
     return { logits, vocab, kvBytes: this.bytes(), inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 };
   }
 
-  /** A prefill run as several (each its own group), its rows' logits put back in the request's order. */
-  private async prefillInParts<T>(req: Extract<StepRequest, { kind: 'prefill' }>, parts: number[][], kit: TensorKit<T>): Promise<StepResult> {
+  /**
+   * A prefill run as several (each its own group), shortest prompts first: reported part by part
+   * through `onPart`, else its rows' logits put back in the request's order.
+   */
+  private async prefillInParts<T>(req: Extract<StepRequest, { kind: 'prefill' }>, parts: number[][], kit: TensorKit<T>, onPart?: PrefillPart): Promise<StepResult> {
     const t0 = performance.now();
     this.free(req.free);
     let logits: Float32Array | undefined;
     let vocab = 0;
     let inferNs = 0;
-    for (const part of parts) {
+    // Shortest first: while prompts wait for each other, the quick ones' first tokens go out first.
+    for (const part of [...parts].reverse()) {
       const r = await this.step({ kind: 'prefill', free: [], rows: part.map((i) => req.rows[i]!) }, kit);
       vocab = r.vocab;
       inferNs += r.inferNs;
+      if (onPart) {
+        onPart(part, r);
+        continue;
+      }
       logits ??= new Float32Array(req.rows.length * vocab);
       part.forEach((i, k) => logits!.set(r.logits!.subarray(k * vocab, (k + 1) * vocab), i * vocab));
     }
@@ -283,8 +294,13 @@ export function prefillParts(lengths: readonly number[]): number[][] {
   return parts;
 }
 
-/** Row b's last-position logits, as float32: [rows, vocab]. */
+/**
+ * Row b's last-position logits, as float32: [rows, vocab]. With one position per row (the model
+ * keeps only the last one's logits, or a decode step) that is the output itself, not a copy: it is
+ * this step's, and the caller may change it.
+ */
 function lastRows(data: Float32Array | Uint16Array, rows: number, positions: number, vocab: number, half: boolean): Float32Array {
+  if (positions === 1 && !half && data.length === rows * vocab) return data as Float32Array;
   const out = new Float32Array(rows * vocab);
   for (let b = 0; b < rows; b++) {
     const o = (b * positions + positions - 1) * vocab;

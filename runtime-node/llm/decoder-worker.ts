@@ -6,7 +6,9 @@
  * (transferred, not copied), or, when every row is greedy, only each row's argmax (so sampling is
  * off the server's thread). The exception is a prefill worker (an instance whose prefills run apart
  * from its decoding): it hands the caches its prefill made back with the result (`handOff`),
- * and the decoding worker takes them over with its next step (`adopt`), transferred both ways.
+ * and the decoding worker takes them over with its next step (`adopt`), transferred both ways. A
+ * prefill run in parts (prompts of unlike lengths) answers part by part (`part` messages, each with
+ * its caches), so a short prompt's first token does not wait for the long ones.
  */
 
 import { getPriority, setPriority } from 'node:os';
@@ -27,12 +29,14 @@ export interface DecoderInit {
   nice?: number;
 }
 
-export type DecoderWorkerRequest = { id: number; req: StepRequest; adopt?: KvGroup[]; handOff?: boolean };
+/** `parts`: a prefill run in parts answers part by part (only with `handOff`: each part's caches go with it). */
+export type DecoderWorkerRequest = { id: number; req: StepRequest; adopt?: KvGroup[]; handOff?: boolean; parts?: boolean };
 
 export type DecoderWorkerReply =
   | { kind: 'ready' }
   | { kind: 'init-error'; message: string }
   | { kind: 'result'; id: number; result: StepResult; groups?: KvGroup[] }
+  | { kind: 'part'; id: number; rows: readonly number[]; result: StepResult; groups: KvGroup[] }
   | { kind: 'error'; id: number; message: string };
 
 const port = parentPort!;
@@ -81,18 +85,30 @@ async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
     port.close();
     return;
   }
-  try {
-    if (msg.adopt) batch.adopt(msg.adopt);
-    const result = await batch.step(msg.req, kit);
-    if (msg.req.kind !== 'free' && msg.req.greedy && result.logits) {
+  const { id, req } = msg;
+  /** Greedy rows' tokens chosen here; the buffers to transfer; the caches made, when they are handed over. */
+  const reply = (result: StepResult) => {
+    if (req.kind !== 'free' && req.greedy && result.logits) {
       // Every row wants its argmax: choose it here, and send the ids instead of rows × vocab floats.
       result.tokens = argmaxRows(result.logits, result.vocab);
       result.logits = undefined;
     }
     const transfer = new Set<ArrayBuffer>();
-    if (result.logits) transfer.add(result.logits.buffer as ArrayBuffer);
+    // The logits may be onnxruntime's output itself (kv-batch copies them only when it must).
+    if (result.logits) result.logits = movable(result.logits, transfer, true) as Float32Array;
     const groups = msg.handOff ? movableGroups(batch.takeAll(), transfer) : undefined;
-    port.postMessage({ kind: 'result', id: msg.id, result, groups } satisfies DecoderWorkerReply, [...transfer]);
+    return { result, groups, transfer: [...transfer] };
+  };
+  try {
+    if (msg.adopt) batch.adopt(msg.adopt);
+    const onPart = msg.handOff && msg.parts
+      ? (rows: readonly number[], r: StepResult) => {
+        const { result, groups, transfer } = reply(r);
+        port.postMessage({ kind: 'part', id, rows, result, groups: groups! } satisfies DecoderWorkerReply, transfer);
+      }
+      : undefined;
+    const { result, groups, transfer } = reply(await batch.step(req, kit, onPart));
+    port.postMessage({ kind: 'result', id, result, groups } satisfies DecoderWorkerReply, transfer);
   } catch (err) {
     // A prefill that failed part-way hands nothing over: the sequences it had done fail with it.
     if (msg.handOff) batch.takeAll();

@@ -20,6 +20,7 @@ import {
 import { computeCores, sessionOptions } from '../onnx-backend.js';
 import { readOnnxIo } from '../onnx-info.js';
 import { startWorkerInstance, stopWorker } from '../worker-instance.js';
+import type { PrefillPart } from '../../core/llm/decoder.js';
 import type { DecoderInit, DecoderWorkerReply, DecoderWorkerRequest } from './decoder-worker.js';
 
 export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
@@ -82,14 +83,19 @@ function llmSessionOptions(config: ModelConfig, instanceCount: number, cores: nu
 /** One worker's step calls, answered by id; a dead worker fails what is pending and what comes. */
 class WorkerSteps {
   private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (r: Extract<DecoderWorkerReply, { kind: 'result' }>) => void; reject: (e: Error) => void }>();
+  private readonly pending = new Map<number, {
+    resolve: (r: Extract<DecoderWorkerReply, { kind: 'result' }>) => void;
+    reject: (e: Error) => void;
+    part?: (p: Extract<DecoderWorkerReply, { kind: 'part' }>) => void;
+  }>();
   private dead?: Error;
 
   constructor(readonly worker: Worker, model: string) {
     worker.on('message', (m: DecoderWorkerReply) => {
-      if (m.kind !== 'result' && m.kind !== 'error') return;
+      if (m.kind !== 'result' && m.kind !== 'error' && m.kind !== 'part') return;
       const p = this.pending.get(m.id);
       if (!p) return;
+      if (m.kind === 'part') return p.part?.(m);
       this.pending.delete(m.id);
       if (m.kind === 'result') p.resolve(m);
       else p.reject(new TsiError('INTERNAL', m.message));
@@ -103,11 +109,13 @@ class WorkerSteps {
     worker.on('exit', (code) => fail(new TsiError('INTERNAL', `the decoder worker of '${model}' exited (code ${code})`)));
   }
 
-  call(msg: Omit<DecoderWorkerRequest, 'id'>, transfer: ArrayBuffer[] = []): Promise<Extract<DecoderWorkerReply, { kind: 'result' }>> {
+  call(
+    msg: Omit<DecoderWorkerRequest, 'id'>, transfer: ArrayBuffer[] = [], part?: (p: Extract<DecoderWorkerReply, { kind: 'part' }>) => void,
+  ): Promise<Extract<DecoderWorkerReply, { kind: 'result' }>> {
     if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, part });
       this.worker.postMessage({ id, ...msg } satisfies DecoderWorkerRequest, transfer);
     });
   }
@@ -138,14 +146,22 @@ class WorkerDecoderSession implements DecoderSession {
     this.concurrentPrefill = prefill !== undefined;
   }
 
-  async step(req: StepRequest): Promise<StepResult> {
+  async step(req: StepRequest, onPart?: PrefillPart): Promise<StepResult> {
     if (req.kind === 'prefill' && this.prefiller) {
       if (req.free.length > 0) throw new TsiError('INTERNAL', 'a prefill beside decoding carries no frees');
-      const { result, groups = [] } = await this.prefiller.call({ req, handOff: true });
-      for (const g of groups) {
-        this.handed.push(g);
-        for (const a of g.kv) this.handedBytes += a.byteLength;
-      }
+      const hand = (groups: KvGroup[]) => {
+        for (const g of groups) {
+          this.handed.push(g);
+          for (const a of g.kv) this.handedBytes += a.byteLength;
+        }
+      };
+      // A part's caches are here before its rows are reported: they may join the next decode step.
+      const part = (p: Extract<DecoderWorkerReply, { kind: 'part' }>) => {
+        hand(p.groups);
+        onPart?.(p.rows, { ...p.result, kvBytes: this.heldBytes + this.handedBytes });
+      };
+      const { result, groups = [] } = await this.prefiller.call({ req, handOff: true, parts: onPart !== undefined }, [], part);
+      hand(groups);
       return { ...result, kvBytes: this.heldBytes + this.handedBytes };
     }
     const adopt = this.handed;
