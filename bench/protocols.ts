@@ -5,7 +5,8 @@
  * prints each ratio the issue sets a target for, from numbers taken in this run:
  *   - gRPC req/s ÷ HTTP req/s on `simple` at 8 and 64 in flight, and on a 4 MB FP32 tensor (target ≥ 1.0, ≥ 1.2);
  *   - `tsi-node perf` ÷ wrk and ÷ h2load on `simple` at concurrency 8 (target 0.8–1.2);
- *   - encoding a 265,000-element FP32 JSON output ÷ JSON.stringify of the same numbers (target ≤ 1.2);
+ *   - encoding a 265,000-element FP32 JSON output ÷ JSON.stringify of the same numbers (target ≤ 1.2),
+ *     and decoding one from a JSON request ÷ JSON.parse of its text;
  * and, from bench/protocols-served.ts, on the same server:
  *   - large: a 4 MB and a 64 MB FP32 identity over HTTP binary, gRPC raw contents and system shared
  *     memory in MB/s against a memcpy (target for 64 MB over shared memory: ≤ 1.2× memcpy); keep
@@ -32,7 +33,7 @@ import { encodeInferRequest } from '../client/http.js';
 import { defaultProtoDir } from '../client/grpc.js';
 import { buildInferRequest } from '../client/grpc-codec.js';
 import { normalizeInput } from '../client/tensor.js';
-import { encodeInferResponse } from '../core/v2-codec.js';
+import { decodeInferRequest, encodeInferResponse } from '../core/v2-codec.js';
 import type { InferInputSpec } from '../client/types.js';
 import { DEFAULT_MODELS, identityModel } from '../scripts/gen-models.js';
 import { wrkScript } from './load.js';
@@ -120,8 +121,11 @@ async function wrk(port: number, c: Case, conns: number): Promise<number> {
   return Number(/Requests\/sec:\s+([\d.]+)/.exec(out)![1]);
 }
 
+// h2load's windows (-w/-W 30: 1 GiB a stream and a connection) and frames (16 KiB) are spelled out:
+// they stand in for a gRPC C++ client (tritonclient, perf_analyzer), which starts at 64 KiB but grows
+// its windows from measured bandwidth-delay (BDP probing) and keeps gRPC core's 16 KiB frames.
 async function h2load(port: number, c: Case, streams: number): Promise<number> {
-  const out = await run(1, 'h2load', ['-c', '1', '-m', String(streams), '-D', String(SECONDS), '--warm-up-time', '1', '-d', c.grpcFile,
+  const out = await run(1, 'h2load', ['-c', '1', '-m', String(streams), '-D', String(SECONDS), '--warm-up-time', '1', '-w', '30', '-W', '30', '-f', '16K', '-d', c.grpcFile,
     '-H', 'content-type: application/grpc', '-H', 'te: trailers', `http://127.0.0.1:${port}/inference.GRPCInferenceService/ModelInfer`]);
   if (!/status codes: \d+ 2xx, 0 3xx, 0 4xx, 0 5xx/.test(out)) throw new Error(`h2load saw failed answers: ${out}`);
   return Number(/finished in [\d.]+s, ([\d.]+) req\/s/.exec(out)![1]);
@@ -140,23 +144,37 @@ await perfCommand().parseAsync(process.argv.slice(2), { from: 'user' });`;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const f = (x: number, d = 2) => x.toFixed(d);
 
-/** Encoding a 265,000-element FP32 JSON output vs JSON.stringify of the same numbers, best of rounds. */
-function jsonRatio(): { codecMs: number; stringifyMs: number } {
+/**
+ * A 265,000-element FP32 tensor as JSON both ways, against the plain JSON work on the same numbers:
+ * encoding an answer vs JSON.stringify of them, decoding a request vs JSON.parse of its text. Best of
+ * interleaved repetitions (the least disturbed by other work on the host).
+ */
+function jsonRatio(): { codecMs: number; stringifyMs: number; decodeMs: number; parseMs: number } {
   const data = new Float32Array(265_000);
   for (let i = 0; i < data.length; i++) data[i] = Math.sin(i) * 100;
   const numbers = Array.from(data);
   const resp = { model_name: 'm', model_version: '1', outputs: [{ name: 'OUT', datatype: 'FP32' as const, shape: [1, 265_000], data }] };
+  const request = new TextEncoder().encode(JSON.stringify({ inputs: [{ name: 'IN', datatype: 'FP32', shape: [1, 265_000], data: numbers }] }));
+  const config = () => ({ name: 'm' });
   let codecMs = Infinity;
   let stringifyMs = Infinity;
-  for (let r = 0; r < 7; r++) {
+  let decodeMs = Infinity;
+  let parseMs = Infinity;
+  for (let r = 0; r < 15; r++) {
     let t = performance.now();
     encodeInferResponse(resp, { binaryDefault: false, binary: new Map() });
     codecMs = Math.min(codecMs, performance.now() - t);
     t = performance.now();
     JSON.stringify(numbers);
     stringifyMs = Math.min(stringifyMs, performance.now() - t);
+    t = performance.now();
+    decodeInferRequest(request, undefined, 'm', undefined, config);
+    decodeMs = Math.min(decodeMs, performance.now() - t);
+    t = performance.now();
+    JSON.parse(new TextDecoder().decode(request));
+    parseMs = Math.min(parseMs, performance.now() - t);
   }
-  return { codecMs, stringifyMs };
+  return { codecMs, stringifyMs, decodeMs, parseMs };
 }
 
 const repo = join(work, 'models');
@@ -218,6 +236,7 @@ const lines = [
   '|---|---:|---:|---:|',
   ...simpleRows,
   `| 265,000 FP32 as a JSON answer / JSON.stringify of the numbers, ms | ${f(json.codecMs)} / ${f(json.stringifyMs)} | ${f(json.codecMs / json.stringifyMs)} | ≤ 1.2 |`,
+  `| 265,000 FP32 from a JSON request / JSON.parse of its text, ms | ${f(json.decodeMs)} / ${f(json.parseMs)} | ${f(json.decodeMs / json.parseMs)} | |`,
   ...extra,
 ];
 process.stdout.write(`${lines.join('\n')}\n`);
