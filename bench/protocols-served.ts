@@ -6,8 +6,8 @@
  *     (h2load) and system shared memory (a small JSON request naming /dev/shm regions the bench
  *     registered), one request in flight, in MB/s moved (in + out) against a memcpy in this process;
  *     for the 64 MB shared-memory case also what getting the input from the region into the tensor
- *     the server runs costs against a memcpy (the mapped view, the copy crossing to the worker, the
- *     pread fallback), onnxruntime-node's identity alone, and where the server's time went;
+ *     the server runs costs against a memcpy (the mapped view, its crossing to the worker by address,
+ *     the copy that crossing used to be, the pread fallback), onnxruntime-node's identity alone, and where the server's time went;
  *   - servedVsRaw: a ResNet-style model with a dense head (bench/conv-model.ts: 11.3 M parameters,
  *     1 MiB FP32 output) served over HTTP binary with fetch's default headers and over gRPC (grpc-js),
  *     the client a process of its own (bench/protocols-client.ts), vs onnxruntime-node in a loop with
@@ -17,6 +17,7 @@
  */
 
 import { spawn } from 'node:child_process';
+import { Worker } from 'node:worker_threads';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
@@ -25,6 +26,7 @@ import * as ort from 'onnxruntime-node';
 import type { InferInputSpec } from '../client/types.js';
 import { fromBytes } from '../core/index.js';
 import { nodeShmProvider } from '../runtime-node/shm.js';
+import { mappedAddress } from '../runtime-node/shm-map.js';
 import { identityModel } from '../scripts/gen-models.js';
 import { CONV_INPUT, convImages, writeConvModel, type ConvModel } from './conv-model.js';
 import { wrkScript } from './load.js';
@@ -102,11 +104,12 @@ async function largeCases(ctx: BenchContext): Promise<{ mb: number; bytes: numbe
 /**
  * Best-of ms of getting a 64 MB FP32 input from a registered region into the tensor the server runs,
  * through the server's own shm provider (runtime-node/shm.ts, registered here as the server does):
- * the mapped path's view, then what crossing to the onnxruntime worker adds today (onnx-backend
- * copies a view into a fresh buffer to transfer it) and with a reused, already-touched buffer (what a
- * pooled SharedArrayBuffer hand-off costs); and the pread fallback, a fresh buffer per read.
+ * the mapped path's view, then with its crossing to the onnxruntime worker as onnx-backend makes it
+ * (the view's address posted, the worker viewing the same pages through koffi, as shm-map's viewAt),
+ * and with the copy into a fresh buffer that crossing used to be; and the pread fallback, a fresh
+ * buffer per read.
  */
-async function inputPathMs(key: string, bytes: number): Promise<Record<'view' | 'viewFresh' | 'viewReused' | 'pread', number>> {
+async function inputPathMs(key: string, bytes: number): Promise<Record<'view' | 'viewAddress' | 'viewFresh' | 'pread', number>> {
   const best = async (fn: () => Promise<unknown>) => {
     let ms = Infinity;
     for (let i = 0; i < 8; i++) {
@@ -116,7 +119,17 @@ async function inputPathMs(key: string, bytes: number): Promise<Record<'view' | 
     }
     return ms;
   };
-  const reused = new Float32Array(bytes / 4).fill(1);
+  const worker = new Worker(`
+    const { parentPort } = require('node:worker_threads');
+    const koffi = require(${JSON.stringify(createRequire(import.meta.url).resolve('koffi'))});
+    parentPort.on('message', ({ address, byteLength }) => {
+      const t = new Float32Array(koffi.view(koffi.decode(BigUint64Array.of(address), 'void *'), byteLength));
+      parentPort.postMessage(t.length);
+    });`, { eval: true });
+  const crossed = (t: Float32Array) => new Promise((resolve) => {
+    worker.once('message', resolve);
+    worker.postMessage({ address: mappedAddress(t.buffer)! + BigInt(t.byteOffset), byteLength: t.byteLength });
+  });
   const out: Record<string, number> = {};
   for (const io of ['mmap', 'pread'] as const) {
     const region = await nodeShmProvider({ io })!.open(key, 0, bytes);
@@ -125,14 +138,15 @@ async function inputPathMs(key: string, bytes: number): Promise<Record<'view' | 
       if (io === 'pread') out.pread = await best(tensor);
       else {
         out.view = await best(tensor);
+        out.viewAddress = await best(async () => crossed(await tensor()));
         out.viewFresh = await best(async () => (await tensor()).slice());
-        out.viewReused = await best(async () => reused.set(await tensor()));
       }
     } finally {
       await region.close();
     }
   }
-  return out as Record<'view' | 'viewFresh' | 'viewReused' | 'pread', number>;
+  await worker.terminate();
+  return out as Record<'view' | 'viewAddress' | 'viewFresh' | 'pread', number>;
 }
 
 /** Best-of MB/s (in + out) of onnxruntime-node's identity on `bytes` in this process (one thread). */
@@ -203,12 +217,12 @@ export async function largeTensors(ctx: BenchContext): Promise<string[]> {
   const copyMs = big.bytes / 1e6 / memcpy64 * 1000;
   const costs: [string, number][] = [
     ['mapped (mmap): a view of the region', input.view],
-    ['mapped, + the copy crossing to the worker today (a fresh buffer)', input.viewFresh],
-    ['mapped, + a copy into a reused buffer (a pooled SharedArrayBuffer hand-off)', input.viewReused],
+    ['mapped, + the crossing to the worker (its address; the worker views the same pages)', input.viewAddress],
+    ['mapped, + the copy that crossing used to be (a fresh buffer)', input.viewFresh],
     ['pread fallback: a fresh buffer read from the region', input.pread],
   ];
   for (const [what, ms] of costs) {
-    const target = what.includes('reused') ? '≤ 1.2' : '';
+    const target = what.includes('its address') ? '≤ 1.2' : '';
     lines.push(`| 64 MB shm input, region → the tensor the server runs, ms: ${what} / memcpy | ${f(ms, 2)} / ${f(copyMs, 2)} | ${f(ms / copyMs)}× | ${target} |`);
   }
   lines.push(`| 64 MB, floors under the shm path: onnxruntime-node identity alone (in + out) / memcpy MB/s | ${f(ortMBs, 0)} / ${f(memcpy64, 0)} | ${f(ortMBs / memcpy64)} | |`);

@@ -3,7 +3,8 @@
  * onnxruntime-node session (ort-worker.ts), so inference never blocks the server's event loop and
  * `instance_group.count` instances really run in parallel. On the main thread an instance gathers its
  * batch (one tensor per input, concatenated along the batch dimension), hands it to its worker through
- * shared memory (worker-channel.ts; postMessage with transferred buffers for what does not fit), and
+ * shared memory (worker-channel.ts; postMessage with transferred buffers for what does not fit, and
+ * with only the address of an input that is a view of a mapped system shared-memory region), and
  * splits the outputs back so each request gets exactly its rows. Config parameters map to
  * ORT session options as Triton's onnxruntime_backend maps them.
  */
@@ -17,7 +18,8 @@ import {
 } from '../core/index.js';
 import { adapterLabel, candidateProviders, probeWebGpu, queryNvidiaGpus, vulkanHint } from './gpu/index.js';
 import { readOnnxIo } from './onnx-info.js';
-import type { InitMessage, WireTensor, WorkerReply, WorkerRequest } from './ort-worker.js';
+import type { InitMessage, MappedWireTensor, WireTensor, WorkerReply, WorkerRequest } from './ort-worker.js';
+import { mappedAddress } from './shm-map.js';
 import { startWorker } from './worker-url.js';
 import { ChannelMain, channelBuffer, type ChannelOutput, type ChannelTensor, type ChannelTimes } from './worker-channel.js';
 
@@ -150,13 +152,19 @@ function ortType(t: Tensor): string {
   return type;
 }
 
-function toWire(t: Tensor, dims: number[]): WireTensor {
+function toWire(t: Tensor, dims: number[], map: boolean): WireTensor | MappedWireTensor {
   const type = ortType(t);
   if (t.datatype === 'BYTES') {
     return { type: 'string', dims, data: (t.data as Uint8Array[]).map(decodeString) };
   }
-  // Transfer needs a buffer of our own: copy views into shared buffers (HTTP bodies, one-request batches).
   const d = t.data as Uint8Array;
+  // A view of a mapped shared-memory region: the worker views the same pages at their address, no
+  // copy (the pending request holds this view until the reply, so the pages stay mapped).
+  const address = map && d.byteLength > 0 ? mappedAddress(d.buffer) : undefined;
+  if (address !== undefined) {
+    return { type: type as WireTensor['type'], dims, datatype: t.datatype, address: address + BigInt(d.byteOffset), byteLength: d.byteLength };
+  }
+  // Transfer needs a buffer of our own: copy views into shared buffers (HTTP bodies, one-request batches).
   // Buffers others still read (an ensemble tensor with several consumers, a cached response) are copied.
   const own = d.byteOffset === 0 && d.byteLength === d.buffer.byteLength && d.buffer instanceof ArrayBuffer && canTransfer(d.buffer);
   const data = own ? d : (d.slice() as typeof d);
@@ -203,7 +211,11 @@ class OnnxInstance implements BackendInstance {
   private nextId = 1;
   /** Order of everything sent to the worker, by channel or postMessage: the worker runs them by it. */
   private nextSeq = 1;
-  private pending = new Map<number, { resolve: (r: WorkerReply) => void; reject: (e: Error) => void }>();
+  /** Each batch sent and not yet answered; its tensors stay reachable here, the worker may be viewing their pages. */
+  private pending = new Map<number, { resolve: (r: WorkerReply) => void; reject: (e: Error) => void; batch: unknown }>();
+  /** Whether mapped shared-memory inputs cross by address; off for good once the worker cannot view them. */
+  private mapInputs = true;
+  private mappedSent = false;
   private readonly channel: ChannelMain;
   /** The session's input and output names by index, as the channel names them. */
   private readonly inputIndex: Map<string, number>;
@@ -270,10 +282,16 @@ class OnnxInstance implements BackendInstance {
     const id = this.nextId++;
     // Queued behind a running batch: the worker, blocked in that run, cannot see when this one arrived.
     const postedAt = this.pending.size > 0 ? performance.timeOrigin + performance.now() : 0;
-    const reply = await new Promise<WorkerReply>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+    const run = () => new Promise<WorkerReply>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject, batch });
       this.send(id, postedAt, batch, [...fetches]);
     });
+    let reply = await run();
+    if (reply.kind === 'error' && reply.unmapped) {
+      this.log.warn(`instance ${this.spec.name} of '${this.config.name}': shared-memory inputs are copied to its worker: ${reply.message}`);
+      this.mapInputs = false;
+      reply = await run();
+    }
     const t2 = performance.now();
     if (reply.kind === 'error') {
       throw new TsiError('INTERNAL', `onnxruntime failed to run model '${this.config.name}': ${reply.message}`);
@@ -326,13 +344,17 @@ class OnnxInstance implements BackendInstance {
     }
     // Names the session does not have go by postMessage, so onnxruntime reports them as before.
     if (feeds.length === batch.length && fetchIndex.length === fetches.length && this.channel.submit(seq, id, postedAt, feeds, fetchIndex)) return;
-    const wire: Record<string, WireTensor> = {};
+    const wire: Record<string, WireTensor | MappedWireTensor> = {};
     const transfer = new Set<ArrayBuffer>();
     for (const { t, dims } of batch) {
-      const w = toWire(t, dims);
+      const w = toWire(t, dims, this.mapInputs);
       wire[t.name] = w;
+      if ('address' in w && !this.mappedSent) {
+        this.mappedSent = true;
+        this.log.verbose(1, `instance ${this.spec.name} of '${this.config.name}': shared-memory inputs cross to its worker by address, not copied`);
+      }
       // Two inputs may be views of one buffer; a transfer list names each buffer once.
-      if (!Array.isArray(w.data)) transfer.add((w.data as Uint8Array).buffer as ArrayBuffer);
+      if ('data' in w && !Array.isArray(w.data)) transfer.add((w.data as Uint8Array).buffer as ArrayBuffer);
     }
     try {
       this.worker.postMessage({ kind: 'run', seq, id, feeds: wire, fetches, postedAt } satisfies WorkerRequest, [...transfer]);

@@ -17,6 +17,9 @@
 
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
+import { fromBytes } from '../core/tensor.js';
+import type { DataType } from '../core/types.js';
+import { viewAt } from './shm-map.js';
 import { ChannelWorker, type ChannelTensor, type SlotRequest } from './worker-channel.js';
 
 export interface InitMessage {
@@ -38,20 +41,36 @@ export interface WireTensor {
 }
 
 /**
+ * An input that is a view of a system shared-memory region the main thread mapped: its address
+ * crosses instead of its bytes, and this thread views the same pages (the main thread holds its own
+ * view until the reply, so they stay mapped).
+ */
+export interface MappedWireTensor {
+  type: ort.Tensor.Type;
+  dims: number[];
+  datatype: DataType;
+  address: bigint;
+  byteLength: number;
+}
+
+/**
  * A request that did not fit the channel. `seq`: the main thread's order of requests (channel and
  * posted alike) and of the close; `postedAt`: epoch ms when it was queued behind a running batch, else 0.
  */
 export type WorkerRequest =
-  | { kind: 'run'; seq: number; id: number; feeds: Record<string, WireTensor>; fetches: string[]; postedAt: number }
+  | { kind: 'run'; seq: number; id: number; feeds: Record<string, WireTensor | MappedWireTensor>; fetches: string[]; postedAt: number }
   | { kind: 'close'; seq: number }
   | { kind: 'skip'; seq: number };
 
-/** `slot`: the channel slot of the request, when it came through one and its reply did not fit there. */
+/**
+ * `slot`: the channel slot of the request, when it came through one and its reply did not fit there.
+ * `unmapped`: a mapped input could not be viewed here (koffi did not load in this thread).
+ */
 export type WorkerReply =
   | { kind: 'ready'; provider: string; failures: string[]; inputNames: readonly string[]; outputNames: readonly string[] }
   | { kind: 'init-error'; message: string; failures: string[] }
   | { kind: 'result'; id: number; slot?: number; outputs: Record<string, WireTensor>; waitNs: number; inputNs: number; inferNs: number; outputNs: number }
-  | { kind: 'error'; id: number; slot?: number; message: string };
+  | { kind: 'error'; id: number; slot?: number; message: string; unmapped?: true };
 
 const port = parentPort!;
 const init = (workerData as { data: InitMessage }).data;
@@ -136,7 +155,9 @@ port.on('message', (msg: WorkerRequest) => {
   }
   arrive(msg.seq, () => enqueue(msg.postedAt, (waitMs) => execute(msg.id, undefined, () => {
     const feeds: Record<string, ort.Tensor> = {};
-    for (const [name, t] of Object.entries(msg.feeds)) feeds[name] = new ort.Tensor(t.type, t.data as never, t.dims);
+    for (const [name, t] of Object.entries(msg.feeds)) {
+      feeds[name] = new ort.Tensor(t.type, ('address' in t ? viewMapped(t) : t.data) as never, t.dims);
+    }
     return feeds;
   }, msg.fetches, waitMs)));
 });
@@ -146,6 +167,22 @@ void channel.serve((r: SlotRequest) => arrive(r.seq, () => enqueue(r.postedAt, (
   for (const t of r.inputs()) feeds[session!.inputNames[t.index]!] = new ort.Tensor(t.type as ort.Tensor.Type, t.data as never, t.dims);
   return feeds;
 }, r.fetches.map((i) => session!.outputNames[i]!), waitMs))));
+
+/** Buffers over the main thread's mapped pages: an output must never be handed back over one. */
+const viewed = new WeakSet<ArrayBufferLike>();
+
+class Unmapped extends Error {}
+
+function viewMapped(t: MappedWireTensor): ort.Tensor.DataType {
+  let buffer: ArrayBuffer;
+  try {
+    buffer = viewAt(t.address, t.byteLength);
+  } catch (err) {
+    throw new Unmapped(`a shared-memory input could not be viewed in the onnxruntime worker: ${(err as Error).message}`);
+  }
+  viewed.add(buffer);
+  return fromBytes(t.datatype, new Uint8Array(buffer)) as ort.Tensor.DataType;
+}
 
 async function close(): Promise<void> {
   channel.stop();
@@ -177,7 +214,9 @@ async function execute(
     const transfer = new Set<ArrayBuffer>();
     for (const [name, t] of Object.entries(results)) {
       // An output over one of the channel's kept input buffers is copied: that buffer serves the next run.
-      const data = !Array.isArray(t.data) && channel.ownsInput((t.data as Uint8Array).buffer) ? (t.data as Uint8Array).slice() : t.data;
+      // So is one over a shared-memory input's pages: those are the client's, and the main thread's to release.
+      const buf = Array.isArray(t.data) ? undefined : (t.data as Uint8Array).buffer;
+      const data = buf && (channel.ownsInput(buf) || viewed.has(buf)) ? (t.data as Uint8Array).slice() : t.data;
       outputs[name] = { type: t.type, dims: [...t.dims], data: data as ort.Tensor.DataType };
       for (const b of transferables(data as ort.Tensor.DataType)) transfer.add(b);
     }
@@ -190,7 +229,8 @@ async function execute(
       [...transfer],
     );
   } catch (err) {
-    port.postMessage({ kind: 'error', id, slot, message: (err as Error).message } satisfies WorkerReply);
+    const unmapped = err instanceof Unmapped ? { unmapped: true as const } : {};
+    port.postMessage({ kind: 'error', id, slot, message: (err as Error).message, ...unmapped } satisfies WorkerReply);
   } finally {
     running = false;
   }

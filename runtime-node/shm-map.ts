@@ -9,7 +9,9 @@
  * own reference, and the mapping goes (munmap, then close of the descriptor) only once the
  * ArrayBuffer has been garbage-collected, i.e. once no view of it can be reached from any JavaScript
  * at all. A view is never transferred to a worker: Node copies a foreign ArrayBuffer rather than
- * detach it, and the shm provider also marks it retained so backends copy it themselves.
+ * detach it, and the shm provider also marks it retained so backends do not try. A worker thread
+ * can instead view the same pages by their address (`mappedAddress`, `viewAt`), as long as the
+ * sending thread keeps its own view reachable until the worker is done with them.
  *
  * koffi loads lazily, on the first registration, and a failure to load it (an unsupported platform,
  * a missing optional package) is reported as a reason, so the caller falls back to positioned I/O.
@@ -68,6 +70,25 @@ export function mmapBinding(): Libc | string {
 
 interface Held { munmap: Fn; ptr: unknown; size: number; fd: number }
 
+// Weak both ways: an entry goes with its mapping's buffer, and never keeps it reachable.
+const addresses = new WeakMap<ArrayBufferLike, bigint>();
+
+/** Where a mapping's buffer starts in this process's memory; undefined for any other buffer. */
+export function mappedAddress(buffer: ArrayBufferLike): bigint | undefined {
+  return addresses.get(buffer);
+}
+
+/**
+ * An ArrayBuffer over `byteLength` bytes at `address`: in a worker thread, a view of pages the main
+ * thread mapped (`mappedAddress`), valid only while the main thread keeps its own view reachable.
+ * Throws where koffi does not load in this thread.
+ */
+export function viewAt(address: bigint, byteLength: number): ArrayBuffer {
+  const lib = mmapBinding();
+  if (typeof lib === 'string') throw new Error(lib);
+  return lib.koffi.view(lib.koffi.decode(BigUint64Array.of(address), 'void *'), byteLength);
+}
+
 // Registered with the buffer as target and only the pointer as held value: the buffer itself must
 // not be reachable from here, or it would never be collected.
 const unmapper = new FinalizationRegistry<Held>(({ munmap, ptr, size, fd }) => {
@@ -98,6 +119,7 @@ export function mapShared(lib: Libc, fd: number, offset: number, length: number)
   }
   let buffer: ArrayBuffer | undefined = koffi.view(ptr, size);
   unmapper.register(buffer, { munmap, ptr, size, fd });
+  addresses.set(buffer, addr);
   return {
     get buffer(): ArrayBuffer {
       if (!buffer) throw new Error('mapping released');

@@ -129,7 +129,8 @@ const unregistered = (key: string) => new TsiError('UNAVAILABLE', `shared memory
 /** A region mapped into the process: reads are views, writes one copy into the client's pages. */
 function mappedRegion(m: Mapping, fd: number, key: string, base: number): ShmHandle {
   let closed = false;
-  // Backends must copy, not transfer, tensors over these pages.
+  // Backends must not transfer (detach) tensors over these pages: onnx-backend hands its worker their
+  // address (shm-map.ts's mappedAddress), others copy them.
   retainBuffer(new Uint8Array(m.buffer));
   const span = (offset: number, length: number): Uint8Array => {
     if (closed) throw unregistered(key);

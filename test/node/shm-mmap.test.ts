@@ -5,8 +5,9 @@
  * pages and outputs land in them, a region at an offset that is not page-aligned, the ranges refused
  * (outside the object, an object shrunk under its mapping), a request in flight that keeps reading a
  * region unregistered and unlinked under it (an unmapped view would crash the test process), the
- * mapping released once nothing reaches it, and the pread/pwrite fallback forced by option and by
- * TSI_SHM_IO. Linux only, as the provider.
+ * mapping released once nothing reaches it, the pread/pwrite fallback forced by option and by
+ * TSI_SHM_IO, and an onnxruntime model fed from a mapped region by address (its worker views the
+ * client's pages) or, on the fallback, by a copy. Linux only, as the provider.
  */
 
 import { execFileSync } from 'node:child_process';
@@ -19,6 +20,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createLogger, TsiError } from '../../core/index.js';
 import { nodeShmProvider, type ShmIo } from '../../runtime-node/shm.js';
 import { mapShared, mmapBinding } from '../../runtime-node/shm-map.js';
+import { identityModel } from '../../scripts/gen-models.js';
 import { MODELS, postJson, startTestServer, tempRepo } from '../helpers/server.js';
 
 const HAS_SHM = process.platform === 'linux' && existsSync('/dev/shm');
@@ -209,6 +211,47 @@ describe.skipIf(!HAS_SHM)('system shared memory mapped into the server', () => {
       expect(late).toMatchObject({ status: 400, body: { error: "Unable to find shared memory region: 'in' (input 'INPUT0')" } });
     } finally {
       await s.stop();
+      repo.cleanup();
+    }
+  });
+
+  it('feeds an onnxruntime model from a mapped region by address, and by a copy on the pread fallback', async () => {
+    const N = 1 << 18; // FP32s: 1 MiB, past the worker channel's slots, so the input crosses by postMessage
+    const base = 4096 + 64; // the tensor starts inside the mapping's second page
+    const values = Float32Array.from({ length: N }, (_, i) => i * 0.25 - 3000);
+    const bytes = new Uint8Array(values.buffer);
+    const config = 'name: "big_identity"\nbackend: "onnxruntime"\nmax_batch_size: 0\n'
+      + 'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\noutput [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n';
+    const repo = tempRepo({ 'big_identity/config.pbtxt': config, 'big_identity/1/model.onnx': identityModel('FP32', { batch: false }) });
+    const byAddress = 'shared-memory inputs cross to its worker by address';
+    try {
+      for (const io of ['mmap', 'pread'] as const) {
+        if (io === 'pread') process.env.TSI_SHM_IO = 'pread';
+        const input = object(`ort-in-${io}`, base + 4 * N);
+        const whole = new Uint8Array(base + 4 * N);
+        whole.set(bytes, base);
+        writeFileSync(input.path, whole);
+        const output = object(`ort-out-${io}`, 4 * N);
+        const s = await startTestServer({ modelRepositories: [repo.path], allowClientShm: true });
+        try {
+          for (const [name, o, size] of [['in', input, base + 4 * N], ['out', output, 4 * N]] as const) {
+            const r = await postJson(`${s.url}/v2/systemsharedmemory/region/${name}/register`, { key: o.key, offset: 0, byte_size: size });
+            expect(r.status, JSON.stringify(r.body)).toBe(200);
+          }
+          const r = await postJson(`${s.url}/v2/models/big_identity/infer`, {
+            inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [N], parameters: { shared_memory_region: 'in', shared_memory_offset: base, shared_memory_byte_size: 4 * N } }],
+            outputs: [{ name: 'OUTPUT0', parameters: { shared_memory_region: 'out', shared_memory_byte_size: 4 * N } }],
+          });
+          expect(r.status, JSON.stringify(r.body)).toBe(200);
+          expect(Buffer.compare(readFileSync(output.path), Buffer.from(bytes))).toBe(0);
+          expect(s.logs.some((l) => l.includes(io === 'mmap' ? 'mapped into the server (mmap through koffi)' : 'with pread/pwrite'))).toBe(true);
+          // Only the mapped path hands the worker an address; a copy would have been sent without this line.
+          expect(s.logs.some((l) => l.includes(byAddress)), s.logs.join('\n')).toBe(io === 'mmap');
+        } finally {
+          await s.stop();
+        }
+      }
+    } finally {
       repo.cleanup();
     }
   });
