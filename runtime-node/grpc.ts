@@ -3,8 +3,9 @@
  * wire-compatible proto/, plus the standard `grpc.health.v1.Health` (SERVING iff the server is ready),
  * each a thin translation onto InferenceServer and the ServerExtensions the HTTP app shares. TsiErrors
  * map to gRPC status codes by Triton's table (grpc_utils.cc); messages may be 2 GiB − 1 both ways, as in
- * Triton; gzip/deflate-compressed requests are accepted (grpc-js decompresses them) and responses are
- * compressed when `--grpc-infer-response-compression-level` asks for it.
+ * Triton; gzip/deflate-compressed requests are accepted (grpc-js decompresses them), and ModelInfer /
+ * ModelStreamInfer answers are gzip-compressed when `--grpc-infer-response-compression-level` asks for
+ * it and the client accepts gzip (grpc-js's server never compresses; see compressInferAnswers).
  *
  * ModelStreamInfer keeps one bidirectional stream per client: each request is answered on the stream
  * as its responses arrive (a decoupled model may send several), a failed request becomes a message
@@ -25,6 +26,7 @@
  */
 
 import { existsSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
 import type { Http2SecureServer, Http2Server, ServerHttp2Session } from 'node:http2';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -84,7 +86,8 @@ function toStatus(err: unknown): Partial<grpc.StatusObject> {
   return { code: GRPC_STATUS[e.code] ?? grpc.status.UNKNOWN, details: e.message };
 }
 
-const COMPRESSION = { none: 0, low: 2, medium: 2, high: 2 } as const;
+/** --grpc-infer-response-compression-level as zlib levels (Triton's none/low/medium/high). */
+const GZIP_LEVEL = { none: undefined, low: 1, medium: 6, high: 9 } as const;
 
 export interface GrpcOptions {
   port: number;
@@ -92,8 +95,8 @@ export interface GrpcOptions {
   extensions: ServerExtensions;
   /** --grpc-restricted-protocol, keys already prefixed with `triton-grpc-protocol-`. */
   restrictedProtocol?: Restrictions;
-  /** --grpc-infer-response-compression-level: anything but none answers gzip-compressed. */
-  responseCompression?: keyof typeof COMPRESSION;
+  /** --grpc-infer-response-compression-level: anything but none gzips inference answers for clients accepting gzip. */
+  responseCompression?: keyof typeof GZIP_LEVEL;
   /** --grpc-use-ssl[-mutual]: serve TLS with these credentials (reloaded when they change); unset: plaintext. */
   tls?: ReloadableTls;
   /** API keys: judges a call by its method path and `authorization` metadata; a refusal ends it. */
@@ -200,10 +203,84 @@ function sendFramedAnswersAsWritten(): void {
   const proto = BaseServerInterceptingCall.prototype as unknown as { serializeMessage?: (value: unknown) => Buffer; tsiFramed?: true };
   const copying = proto.serializeMessage;
   if (typeof copying !== 'function' || proto.tsiFramed) return;
-  proto.serializeMessage = function (this: unknown, value: unknown) {
-    return (value instanceof Uint8Array && grpcFrameOf(value)) || copying.call(this, value);
+  proto.serializeMessage = function (this: InterceptingCall, value: unknown) {
+    const frame = value instanceof Uint8Array ? grpcFrameOf(value) : undefined;
+    if (!frame) return copying.call(this, value);
+    const level = gzipLevel(this);
+    return level === undefined ? frame : gzipFrame(frame.subarray(5), level);
   };
   proto.tsiFramed = true;
+}
+
+const GZIP_LEVEL_OF = Symbol('tsi gzip level');
+const INFER_PATHS = new Set(['/inference.GRPCInferenceService/ModelInfer', '/inference.GRPCInferenceService/ModelStreamInfer']);
+interface TaggedStream { [GZIP_LEVEL_OF]?: number }
+interface InterceptingCall {
+  stream?: TaggedStream;
+  handler?: { path?: string };
+  metadataSent?: boolean;
+  tsiGzip?: number;
+}
+
+/**
+ * Response compression, which grpc-js's server does not do (it always answers `grpc-encoding:
+ * identity` with the compressed flag 0, whatever the server's options say). Each stream of `g`'s
+ * HTTP/2 servers whose client lists gzip in `grpc-accept-encoding` is tagged with the level; an
+ * inference call on such a stream then sends `grpc-encoding: gzip` with its headers, and each answer
+ * grpc-wire.ts wrote goes out gzipped with the compressed flag set (other messages keep the flag 0,
+ * which gRPC allows on a gzip stream). gzip runs on the main thread, as an opt-in that costs what it
+ * saves on the network. Private grpc-js methods again: if an upgrade renames them, answers go out
+ * uncompressed and test/node/grpc-compression.test.ts fails.
+ */
+function compressInferAnswers(g: grpc.Server, level: number | undefined): void {
+  const inner = g as unknown as { createHttp2Server?: (credentials: grpc.ServerCredentials) => Http2Server | Http2SecureServer };
+  const create = inner.createHttp2Server;
+  if (level === undefined || typeof create !== 'function') return;
+  inner.createHttp2Server = (credentials) => {
+    const h2 = create.call(g, credentials);
+    // Before grpc-js's own listener, which builds the call from the stream.
+    h2.prependListener('stream', (stream, headers) => {
+      const accepted = String(headers['grpc-accept-encoding'] ?? '').split(',').map((e) => e.trim());
+      if (accepted.includes('gzip')) (stream as TaggedStream)[GZIP_LEVEL_OF] = level;
+    });
+    return h2;
+  };
+  const proto = BaseServerInterceptingCall.prototype as unknown as {
+    sendMetadata?: (this: InterceptingCall, metadata: grpc.Metadata | null) => void;
+    tsiCompressing?: true;
+  };
+  const send = proto.sendMetadata;
+  if (typeof send !== 'function' || proto.tsiCompressing) return;
+  proto.sendMetadata = function (this: InterceptingCall, metadata: grpc.Metadata | null) {
+    if (gzipLevel(this) !== undefined) {
+      metadata = metadata ? metadata.clone() : new grpc.Metadata();
+      metadata.set('grpc-encoding', 'gzip');
+    }
+    send.call(this, metadata);
+  };
+  proto.tsiCompressing = true;
+}
+
+/**
+ * The gzip level of an inference call's answers, decided once, before its headers go: grpc-js frames
+ * a call's first message before it sends the headers when no interceptor sent them first, and after
+ * when one did, so whichever of the two comes first decides.
+ */
+function gzipLevel(call: InterceptingCall): number | undefined {
+  if (call.tsiGzip === undefined && !call.metadataSent && INFER_PATHS.has(call.handler?.path ?? '')) {
+    call.tsiGzip = call.stream?.[GZIP_LEVEL_OF];
+  }
+  return call.tsiGzip;
+}
+
+/** A gRPC frame of `message` gzipped at `level`, compressed flag set. */
+function gzipFrame(message: Uint8Array, level: number): Buffer {
+  const z = gzipSync(message, { level });
+  const frame = Buffer.allocUnsafe(5 + z.byteLength);
+  frame[0] = 1;
+  frame.writeUInt32BE(z.byteLength, 1);
+  z.copy(frame, 5);
+  return frame;
 }
 
 export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Promise<GrpcListener> {
@@ -212,10 +289,10 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
   const g = new grpc.Server({
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
-    'grpc.default_compression_algorithm': COMPRESSION[opts.responseCompression ?? 'none'],
     ...(opts.authorize ? { interceptors: [authInterceptor(opts.authorize)] } : {}),
   });
   widenFlowControl(g);
+  compressInferAnswers(g, GZIP_LEVEL[opts.responseCompression ?? 'none']);
   const inf = rawRequestService(inference);
   const hl = rawRequestService(health);
   g.addService(inf.service, inferenceService(server, opts, inf.decoders));
