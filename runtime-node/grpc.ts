@@ -5,7 +5,7 @@
  * map to gRPC status codes by Triton's table (grpc_utils.cc); messages may be 2 GiB − 1 both ways, as in
  * Triton; gzip/deflate-compressed requests are accepted (grpc-js decompresses them), and ModelInfer /
  * ModelStreamInfer answers are gzip-compressed when `--grpc-infer-response-compression-level` asks for
- * it and the client accepts gzip (grpc-js's server never compresses; see compressInferAnswers).
+ * it and the client accepts gzip (grpc-js's server never compresses; see grpc-js-hooks.ts).
  *
  * ModelStreamInfer keeps one bidirectional stream per client: each request is answered on the stream
  * as its responses arrive (a decoupled model may send several), a failed request becomes a message
@@ -26,8 +26,6 @@
  */
 
 import { existsSync } from 'node:fs';
-import { gzipSync } from 'node:zlib';
-import type { Http2SecureServer, Http2Server, ServerHttp2Session } from 'node:http2';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
@@ -39,9 +37,11 @@ import {
 import {
   decodeInferRequest, encodeInferResponse, encodeStreamError, encodeStreamResponse, logSettingsFromProto, logSettingsToProto,
 } from './grpc-codec.js';
-import { BaseServerInterceptingCall } from '@grpc/grpc-js/build/src/server-interceptors.js';
-import { grpcFrameOf, readModelInferRequest } from './grpc-wire.js';
+import { hookGrpcJsCalls, hookHttp2Servers } from './grpc-js-hooks.js';
+import { readModelInferRequest } from './grpc-wire.js';
 import { ReloadingServerCredentials, type ReloadableTls } from './tls.js';
+
+export { GRPC_SERVER_HTTP2 } from './grpc-js-hooks.js';
 
 type Obj = Record<string, any>;
 
@@ -164,135 +164,15 @@ export function rawRequestService(def: protoLoader.ServiceDefinition): { service
   return { service: service as unknown as grpc.ServiceDefinition, decoders };
 }
 
-/**
- * The HTTP/2 receive windows and frame size the server advertises. Node's defaults (64 KiB windows,
- * 16 KiB frames; grpc-js 1.14 passes no window option to its server) make a client stop every 64 KiB
- * of a request until the server's event loop has read it and sent WINDOW_UPDATE: a 4 MB ModelInfer
- * took ~64 such round trips and gRPC ran at 0.3 of HTTP's req/s. 8 MiB lets a 4 MB request arrive
- * without one; the connection's window holds four of them in flight. A stream whose reader pauses
- * (ModelStreamInfer past its high-water mark) can leave at most its window unread in the server.
- */
-export const GRPC_SERVER_HTTP2 = { streamWindow: 8 * 2 ** 20, connectionWindow: 32 * 2 ** 20, maxFrameSize: 2 ** 20 } as const;
-
-/**
- * Makes every HTTP/2 server grpc-js creates for `g` (plaintext and TLS, at bind) advertise
- * GRPC_SERVER_HTTP2, through node:http2's own updateSettings and setLocalWindowSize. grpc-js keeps
- * the server private, so this wraps its createHttp2Server; if a grpc-js upgrade renames it, the
- * server still works at default windows and test/node/grpc-large-messages.test.ts fails.
- */
-function widenFlowControl(g: grpc.Server): void {
-  const inner = g as unknown as { createHttp2Server?: (credentials: grpc.ServerCredentials) => Http2Server | Http2SecureServer };
-  const create = inner.createHttp2Server;
-  if (typeof create !== 'function') return;
-  inner.createHttp2Server = (credentials) => {
-    const h2 = create.call(g, credentials);
-    h2.updateSettings({ initialWindowSize: GRPC_SERVER_HTTP2.streamWindow, maxFrameSize: GRPC_SERVER_HTTP2.maxFrameSize });
-    h2.on('session', (session: ServerHttp2Session) => session.setLocalWindowSize(GRPC_SERVER_HTTP2.connectionWindow));
-    return h2;
-  };
-}
-
-/**
- * grpc-js frames every answer by copying the serialized message into a fresh buffer 5 bytes longer;
- * for a 4 MB tensor that is a second 4 MB allocation and copy per answer (HTTP writes the tensor as it
- * is). Answers written by grpc-wire.ts already carry their frame prefix, so the server's framing step
- * returns that frame for them and does what grpc-js does for anything else. If a grpc-js upgrade drops
- * the private method this wraps, answers are framed by grpc-js's copy as before (same bytes, slower).
- */
-function sendFramedAnswersAsWritten(): void {
-  const proto = BaseServerInterceptingCall.prototype as unknown as { serializeMessage?: (value: unknown) => Buffer; tsiFramed?: true };
-  const copying = proto.serializeMessage;
-  if (typeof copying !== 'function' || proto.tsiFramed) return;
-  proto.serializeMessage = function (this: InterceptingCall, value: unknown) {
-    const frame = value instanceof Uint8Array ? grpcFrameOf(value) : undefined;
-    if (!frame) return copying.call(this, value);
-    const level = gzipLevel(this);
-    return level === undefined ? frame : gzipFrame(frame.subarray(5), level);
-  };
-  proto.tsiFramed = true;
-}
-
-const GZIP_LEVEL_OF = Symbol('tsi gzip level');
-const INFER_PATHS = new Set(['/inference.GRPCInferenceService/ModelInfer', '/inference.GRPCInferenceService/ModelStreamInfer']);
-interface TaggedStream { [GZIP_LEVEL_OF]?: number }
-interface InterceptingCall {
-  stream?: TaggedStream;
-  handler?: { path?: string };
-  metadataSent?: boolean;
-  tsiGzip?: number;
-}
-
-/**
- * Response compression, which grpc-js's server does not do (it always answers `grpc-encoding:
- * identity` with the compressed flag 0, whatever the server's options say). Each stream of `g`'s
- * HTTP/2 servers whose client lists gzip in `grpc-accept-encoding` is tagged with the level; an
- * inference call on such a stream then sends `grpc-encoding: gzip` with its headers, and each answer
- * grpc-wire.ts wrote goes out gzipped with the compressed flag set (other messages keep the flag 0,
- * which gRPC allows on a gzip stream). gzip runs on the main thread, as an opt-in that costs what it
- * saves on the network. Private grpc-js methods again: if an upgrade renames them, answers go out
- * uncompressed and test/node/grpc-compression.test.ts fails.
- */
-function compressInferAnswers(g: grpc.Server, level: number | undefined): void {
-  const inner = g as unknown as { createHttp2Server?: (credentials: grpc.ServerCredentials) => Http2Server | Http2SecureServer };
-  const create = inner.createHttp2Server;
-  if (level === undefined || typeof create !== 'function') return;
-  inner.createHttp2Server = (credentials) => {
-    const h2 = create.call(g, credentials);
-    // Before grpc-js's own listener, which builds the call from the stream.
-    h2.prependListener('stream', (stream, headers) => {
-      const accepted = String(headers['grpc-accept-encoding'] ?? '').split(',').map((e) => e.trim());
-      if (accepted.includes('gzip')) (stream as TaggedStream)[GZIP_LEVEL_OF] = level;
-    });
-    return h2;
-  };
-  const proto = BaseServerInterceptingCall.prototype as unknown as {
-    sendMetadata?: (this: InterceptingCall, metadata: grpc.Metadata | null) => void;
-    tsiCompressing?: true;
-  };
-  const send = proto.sendMetadata;
-  if (typeof send !== 'function' || proto.tsiCompressing) return;
-  proto.sendMetadata = function (this: InterceptingCall, metadata: grpc.Metadata | null) {
-    if (gzipLevel(this) !== undefined) {
-      metadata = metadata ? metadata.clone() : new grpc.Metadata();
-      metadata.set('grpc-encoding', 'gzip');
-    }
-    send.call(this, metadata);
-  };
-  proto.tsiCompressing = true;
-}
-
-/**
- * The gzip level of an inference call's answers, decided once, before its headers go: grpc-js frames
- * a call's first message before it sends the headers when no interceptor sent them first, and after
- * when one did, so whichever of the two comes first decides.
- */
-function gzipLevel(call: InterceptingCall): number | undefined {
-  if (call.tsiGzip === undefined && !call.metadataSent && INFER_PATHS.has(call.handler?.path ?? '')) {
-    call.tsiGzip = call.stream?.[GZIP_LEVEL_OF];
-  }
-  return call.tsiGzip;
-}
-
-/** A gRPC frame of `message` gzipped at `level`, compressed flag set. */
-function gzipFrame(message: Uint8Array, level: number): Buffer {
-  const z = gzipSync(message, { level });
-  const frame = Buffer.allocUnsafe(5 + z.byteLength);
-  frame[0] = 1;
-  frame.writeUInt32BE(z.byteLength, 1);
-  z.copy(frame, 5);
-  return frame;
-}
-
 export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Promise<GrpcListener> {
-  sendFramedAnswersAsWritten();
+  hookGrpcJsCalls();
   const { inference, health } = loadProtos();
   const g = new grpc.Server({
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
     ...(opts.authorize ? { interceptors: [authInterceptor(opts.authorize)] } : {}),
   });
-  widenFlowControl(g);
-  compressInferAnswers(g, GZIP_LEVEL[opts.responseCompression ?? 'none']);
+  hookHttp2Servers(g, GZIP_LEVEL[opts.responseCompression ?? 'none']);
   const inf = rawRequestService(inference);
   const hl = rawRequestService(health);
   g.addService(inf.service, inferenceService(server, opts, inf.decoders));
