@@ -166,7 +166,7 @@ void channel.serve((r: SlotRequest) => arrive(r.seq, () => enqueue(r.postedAt, (
   const feeds: Record<string, ort.Tensor> = {};
   for (const t of r.inputs()) feeds[session!.inputNames[t.index]!] = new ort.Tensor(t.type as ort.Tensor.Type, t.data as never, t.dims);
   return feeds;
-}, r.fetches.map((i) => session!.outputNames[i]!), waitMs))));
+}, r.fetches.map((i) => session!.outputNames[i]!), waitMs))), () => chain);
 
 /** Buffers over the main thread's mapped pages: an output must never be handed back over one. */
 const viewed = new WeakSet<ArrayBufferLike>();

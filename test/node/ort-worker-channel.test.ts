@@ -5,10 +5,12 @@
  * same instances, each get back exactly their own tensor (a mix-up of slots, of the two ways or of
  * their order would show as another request's values). The channel alone: a request that finds every
  * slot taken or does not fit is refused (the caller posts it), replies are matched by id whatever
- * their order, and outputs come back in buffers of their own, not views of the slot.
+ * their order, and outputs come back in buffers of their own, not views of the slot; the worker is
+ * notified only when parked, and no request is lost while it goes to sleep.
  */
 
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Worker } from 'node:worker_threads';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { addSubModel, identityModel } from '../../scripts/gen-models.js';
 import { ChannelMain, ChannelWorker, SLOT_DATA_BYTES, channelBuffer, type ChannelOutput, type SlotRequest } from '../../runtime-node/worker-channel.js';
 import { binaryOutputs, bytesOf, postBinary, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
@@ -113,4 +115,77 @@ describe('the channel alone', () => {
     worker.stop();
     main.close();
   });
+
+  it('notifies the worker only when it is parked, and it still takes what came while it was busy', async () => {
+    const sab = channelBuffer();
+    const got: number[] = [];
+    const main = new ChannelMain(sab, (id) => got.push(id));
+    const worker = new ChannelWorker(sab);
+    const taken: SlotRequest[] = [];
+    let release!: () => void;
+    let running = Promise.resolve();
+    void worker.serve((r) => {
+      taken.push(r);
+      running = new Promise<void>((res) => (release = res)).then(() => {
+        worker.reply(r.slot, { waitNs: 0, inputNs: 0, inferNs: 0, outputNs: 0 }, []);
+      });
+    }, () => running);
+    await new Promise((r) => setTimeout(r, 10));
+    const notify = vi.spyOn(Atomics, 'notify');
+    try {
+      expect(main.submit(1, 1, 0, [[0, tensor(4, 1)]], [0])).toBe(true); // parked: notified
+      expect(notify.mock.calls.filter((c) => c[1] === 0)).toHaveLength(1);
+      await vi.waitFor(() => expect(taken).toHaveLength(1));
+      expect(main.submit(2, 2, 0, [[0, tensor(4, 2)]], [0])).toBe(true); // busy with 1: not notified
+      expect(notify.mock.calls.filter((c) => c[1] === 0)).toHaveLength(1);
+      release();
+      await vi.waitFor(() => expect(taken).toHaveLength(2)); // taken without a notify, once 1 was done
+      release();
+      await vi.waitFor(() => expect(got).toEqual([1, 2]));
+      await new Promise((r) => setTimeout(r, 10));
+      expect(main.submit(3, 3, 0, [[0, tensor(4, 3)]], [0])).toBe(true); // parked again: notified
+      expect(notify.mock.calls.filter((c) => c[1] === 0)).toHaveLength(2);
+      await vi.waitFor(() => expect(taken).toHaveLength(3));
+      release();
+      await vi.waitFor(() => expect(got).toEqual([1, 2, 3]));
+    } finally {
+      notify.mockRestore();
+      worker.stop();
+      main.close();
+    }
+  });
+
+  it('loses no request written while the worker goes to sleep: a worker thread, random timing on both sides', async () => {
+    const sab = channelBuffer();
+    const N = 5000;
+    const echo = new Worker(new URL('../../runtime-node/dev-worker.mjs', import.meta.url), {
+      workerData: { entry: new URL('../helpers/channel-echo-worker.ts', import.meta.url).href, data: { sab } },
+    });
+    const got = new Set<number>();
+    const gaps = [() => undefined, () => Promise.resolve(), () => new Promise((r) => setImmediate(r)), () => new Promise((r) => setTimeout(r, 0))];
+    let sent = 0;
+    let done!: () => void;
+    const all = new Promise<void>((r) => (done = r));
+    const send = async (): Promise<void> => {
+      await gaps[Math.floor(Math.random() * gaps.length)]!();
+      if (sent >= N) return;
+      sent++;
+      expect(main.submit(sent, sent, 0, [[0, tensor(4, sent)]], [0])).toBe(true);
+    };
+    const main = new ChannelMain(sab, (id, _t, outs) => {
+      expect((outs[0]!.data as Float32Array)[0]).toBe(id);
+      got.add(id);
+      if (got.size === N) done();
+      else void send();
+    });
+    try {
+      for (let i = 0; i < 3; i++) void send(); // three outstanding, as the scheduler pipelines
+      // A lost wake-up leaves a request in its slot and the worker asleep: the wait below times out.
+      await all;
+      expect(got.size).toBe(N);
+    } finally {
+      main.close();
+      await echo.terminate();
+    }
+  }, 60_000);
 });
