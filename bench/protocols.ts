@@ -197,12 +197,37 @@ const big = prepare('big', 'identity_fp32', [{ name: 'INPUT0', datatype: 'FP32',
 const server = await startTsi(repo);
 const rows: Record<string, number[]> = {};
 const add = (k: string, v: number) => (rows[k] ??= []).push(v);
+
+/** CPU seconds the server's main thread and the whole process have used so far (Linux /proc; 0 elsewhere). */
+function serverCpu(): { main: number; all: number } {
+  const ticks = (file: string) => {
+    try {
+      const f = readFileSync(file, 'utf8').split(') ')[1]!.split(' ');
+      return (Number(f[11]) + Number(f[12])) / 100; // utime + stime, in USER_HZ (100 on Linux)
+    } catch { return 0; }
+  };
+  return { main: ticks(`/proc/${server.child.pid}/task/${server.child.pid}/stat`), all: ticks(`/proc/${server.child.pid}/stat`) };
+}
+/** Runs one load and records its req/s and the server's CPU µs per request (main thread, whole process). */
+async function measured(key: string, load: () => Promise<number>): Promise<void> {
+  const c0 = serverCpu();
+  const t0 = performance.now();
+  const rps = await load();
+  const secs = (performance.now() - t0) / 1000;
+  const c1 = serverCpu();
+  add(key, rps);
+  // The load tools' own windows are a little shorter than ours (start-up, h2load's warm-up), so per
+  // request CPU is taken over our window with their rate: a slight over-estimate, the same for both.
+  const requests = rps * secs;
+  add(`${key} main us`, ((c1.main - c0.main) / requests) * 1e6);
+  add(`${key} all us`, ((c1.all - c0.all) / requests) * 1e6);
+}
 const extra: string[] = [];
 try {
   for (let r = 0; PARTS.has('simple') && r < ROUNDS; r++) {
     for (const n of [8, 64]) {
-      add(`simple http ${n}`, await wrk(server.http, simple, n));
-      add(`simple grpc ${n}`, await h2load(server.grpc, simple, n));
+      await measured(`simple http ${n}`, () => wrk(server.http, simple, n));
+      await measured(`simple grpc ${n}`, () => h2load(server.grpc, simple, n));
     }
     add('perf http 8', await perf('http', server.http, 'simple', 8));
     add('perf grpc 8', await perf('grpc', server.grpc, 'simple', 8));
@@ -225,6 +250,7 @@ const m = (k: string) => median(rows[k]!);
 const json = jsonRatio();
 const simpleRows = !PARTS.has('simple') ? [] : [
   ...[8, 64].map((n) => `| simple, ${n} in flight: gRPC (h2load) / HTTP (wrk) req/s | ${f(m(`simple grpc ${n}`), 0)} / ${f(m(`simple http ${n}`), 0)} | ${f(m(`simple grpc ${n}`) / m(`simple http ${n}`))} | ≥ 1.0 |`),
+  ...[8, 64].map((n) => `| simple, ${n} in flight: server CPU µs a request, main thread / whole process, gRPC vs HTTP | ${f(m(`simple grpc ${n} main us`), 0)} / ${f(m(`simple grpc ${n} all us`), 0)} vs ${f(m(`simple http ${n} main us`), 0)} / ${f(m(`simple http ${n} all us`), 0)} | ${f(m(`simple http ${n} all us`) / m(`simple grpc ${n} all us`))} | |`),
   `| 4 MB FP32 identity, 4 in flight: gRPC / HTTP req/s | ${f(m('big grpc 4'), 1)} / ${f(m('big http 4'), 1)} | ${f(m('big grpc 4') / m('big http 4'))} | ≥ 1.2 |`,
   `| tsi-node perf / wrk, simple, concurrency 8 (HTTP) | ${f(m('perf http 8'), 0)} / ${f(m('simple http 8'), 0)} | ${f(m('perf http 8') / m('simple http 8'))} | 0.8–1.2 |`,
   `| tsi-node perf / h2load, simple, concurrency 8 (gRPC) | ${f(m('perf grpc 8'), 0)} / ${f(m('simple grpc 8'), 0)} | ${f(m('perf grpc 8') / m('simple grpc 8'))} | 0.8–1.2 |`,

@@ -6,10 +6,11 @@
  * grpc-compression.test.ts fails.
  */
 
-import type { Http2SecureServer, Http2Server, ServerHttp2Session } from 'node:http2';
+import type { Http2SecureServer, Http2Server, IncomingHttpHeaders, ServerHttp2Session, ServerHttp2Stream } from 'node:http2';
 import { gzipSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
 import { BaseServerInterceptingCall } from '@grpc/grpc-js/build/src/server-interceptors.js';
+import { directEligible, serveModelInfer, type DirectModelInfer } from './grpc-direct.js';
 import { grpcFrameOf } from './grpc-wire.js';
 
 /**
@@ -37,22 +38,32 @@ interface InterceptingCall {
  * GRPC_SERVER_HTTP2, through node:http2's own updateSettings and setLocalWindowSize. With a gzip
  * level (`--grpc-infer-response-compression-level`), each stream whose client lists gzip in
  * `grpc-accept-encoding` is tagged with it, for hookGrpcJsCalls's calls to compress their answers.
+ * With `direct`, a ModelInfer call that grpc-direct.ts can answer never reaches grpc-js's 'stream'
+ * listener: the server's emit hands it to serveModelInfer instead.
  */
-export function hookHttp2Servers(g: grpc.Server, gzipLevel: number | undefined): void {
+export function hookHttp2Servers(g: grpc.Server, gzipLevel: number | undefined, direct?: DirectModelInfer): void {
   const inner = g as unknown as { createHttp2Server?: (credentials: grpc.ServerCredentials) => Http2Server | Http2SecureServer };
   const create = inner.createHttp2Server;
   if (typeof create !== 'function') return;
+  const gzipFor = (headers: IncomingHttpHeaders) => gzipLevel !== undefined
+    && String(headers['grpc-accept-encoding'] ?? '').split(',').some((e) => e.trim() === 'gzip');
   inner.createHttp2Server = (credentials) => {
     const h2 = create.call(g, credentials);
     h2.updateSettings({ initialWindowSize: GRPC_SERVER_HTTP2.streamWindow, maxFrameSize: GRPC_SERVER_HTTP2.maxFrameSize });
     h2.on('session', (session: ServerHttp2Session) => session.setLocalWindowSize(GRPC_SERVER_HTTP2.connectionWindow));
-    if (gzipLevel !== undefined) {
-      // Before grpc-js's own listener, which builds the call from the stream.
-      h2.prependListener('stream', (stream, headers) => {
-        const accepted = String(headers['grpc-accept-encoding'] ?? '').split(',').map((e) => e.trim());
-        if (accepted.includes('gzip')) (stream as TaggedStream)[GZIP_LEVEL_OF] = gzipLevel;
-      });
-    }
+    const emit = h2.emit;
+    h2.emit = function (this: typeof h2, event: string | symbol, ...args: unknown[]): boolean {
+      if (event === 'stream') {
+        const [stream, headers] = args as [ServerHttp2Stream & TaggedStream, IncomingHttpHeaders];
+        const gzip = gzipFor(headers);
+        if (direct && directEligible(headers, gzip)) {
+          serveModelInfer(stream, headers, direct);
+          return true;
+        }
+        if (gzip) stream[GZIP_LEVEL_OF] = gzipLevel;
+      }
+      return emit.call(this, event, ...args);
+    } as typeof h2.emit;
     return h2;
   };
 }

@@ -20,6 +20,9 @@
  * decoupled model keeps producing past a hard cap, so a stalled client cannot make the server buffer
  * without bound.
  *
+ * Plain unary ModelInfer calls are answered on node:http2 before grpc-js sees them (grpc-direct.ts,
+ * through directModelInfer below): the same checks and handler without grpc-js's per-call machinery.
+ *
  * TLS (Triton's `--grpc-use-ssl`, `--grpc-use-ssl-mutual`) uses credentials that follow certificate
  * reloads (runtime-node/tls.ts); API keys are checked by a server interceptor on every call of every
  * service but `grpc.health.v1.Health`, before any handler runs.
@@ -37,6 +40,7 @@ import {
 import {
   decodeInferRequest, encodeInferResponse, encodeStreamError, encodeStreamResponse, logSettingsFromProto, logSettingsToProto,
 } from './grpc-codec.js';
+import { MODEL_INFER_PATH, type DirectModelInfer, type GrpcStatus } from './grpc-direct.js';
 import { hookGrpcJsCalls, hookHttp2Servers } from './grpc-js-hooks.js';
 import { readModelInferRequest } from './grpc-wire.js';
 import { ReloadingServerCredentials, type ReloadableTls } from './tls.js';
@@ -170,10 +174,12 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
   const g = new grpc.Server({
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+    // Per-call counters and timestamps for a channelz service tsi does not serve.
+    'grpc.enable_channelz': 0,
     ...(opts.authorize ? { interceptors: [authInterceptor(opts.authorize)] } : {}),
   });
-  hookHttp2Servers(g, GZIP_LEVEL[opts.responseCompression ?? 'none']);
   const inf = rawRequestService(inference);
+  hookHttp2Servers(g, GZIP_LEVEL[opts.responseCompression ?? 'none'], directModelInfer(server, opts, inf.decoders.ModelInfer!));
   const hl = rawRequestService(health);
   g.addService(inf.service, inferenceService(server, opts, inf.decoders));
   g.addService(hl.service, healthService(server, hl.decoders));
@@ -197,6 +203,30 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
       clearTimeout(timer);
       g.forceShutdown();
     },
+  };
+}
+
+/**
+ * ModelInfer as grpc-direct.ts answers it, ahead of grpc-js: the same checks in the same order as the
+ * grpc-js route (the API-key interceptor, the protocol restriction, decoding), the same handler.
+ */
+function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: RequestDecoder): DirectModelInfer {
+  return {
+    admit(headers) {
+      const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
+      if (opts.authorize) {
+        const refusal = opts.authorize(MODEL_INFER_PATH, first(headers.authorization));
+        if (refusal) return { code: refusal.status === 'unauthenticated' ? grpc.status.UNAUTHENTICATED : grpc.status.PERMISSION_DENIED, details: refusal.message };
+      }
+      const rule = opts.restrictedProtocol?.get(grpcCategory('ModelInfer')!);
+      if (rule && first(headers[rule.key.toLowerCase()]) !== rule.value) {
+        return { code: grpc.status.UNAVAILABLE, details: `This protocol is restricted, expecting header '${rule.key}'` };
+      }
+      return undefined;
+    },
+    infer: async (message, onCancel) => modelInfer(server, opts.extensions, decode(message), onCancel),
+    status: (err) => toStatus(err) as GrpcStatus,
+    maxMessageBytes: MAX_MESSAGE_BYTES,
   };
 }
 

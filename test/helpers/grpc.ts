@@ -1,10 +1,12 @@
 /**
  * A grpc-js client over our own proto/ for the gRPC tests, loaded with the same proto-loader options
  * as the server (and as Triton clients effectively see the messages): promise-returning unary calls
- * that reject with the ServiceError, a bidirectional stream helper, and a minimal Prometheus text parser
- * for the metrics tests (prom-client writes the format but does not read it).
+ * that reject with the ServiceError, a bidirectional stream helper, a bare HTTP/2 call for tests that
+ * look at the wire (a grpc-js client hides framing, headers and trailers), and a minimal Prometheus
+ * text parser for the metrics tests (prom-client writes the format but does not read it).
  */
 
+import { connect, constants, type IncomingHttpHeaders } from 'node:http2';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { PROTO_LOADER_OPTIONS, protoDir } from '../../runtime-node/grpc.js';
@@ -13,6 +15,39 @@ export type Obj = Record<string, any>;
 
 const pkg = protoLoader.loadSync(['grpc_service.proto', 'health.proto'], { ...PROTO_LOADER_OPTIONS, includeDirs: [protoDir()] });
 const defs = grpc.loadPackageDefinition(pkg) as any;
+
+/** A gRPC message with its 5-byte prefix (uncompressed). */
+export function grpcFrame(message: Uint8Array): Buffer {
+  const f = Buffer.alloc(5 + message.byteLength);
+  f.writeUInt32BE(message.byteLength, 1);
+  f.set(message, 5);
+  return f;
+}
+
+export interface RawGrpcAnswer { headers: IncomingHttpHeaders; body: Buffer; trailers: IncomingHttpHeaders }
+
+/** One call over a bare HTTP/2 stream: `body` as its DATA, what came back as it came. */
+export async function rawGrpcCall(port: number, path: string, body: Buffer, extra: Record<string, string> = {}): Promise<RawGrpcAnswer> {
+  const session = connect(`http://127.0.0.1:${port}`);
+  try {
+    const stream = session.request({
+      [constants.HTTP2_HEADER_METHOD]: 'POST', [constants.HTTP2_HEADER_PATH]: path, 'content-type': 'application/grpc', te: 'trailers', ...extra,
+    });
+    const headers = new Promise<IncomingHttpHeaders>((resolve) => stream.once('response', resolve));
+    let trailers: IncomingHttpHeaders = {};
+    stream.once('trailers', (t) => (trailers = t));
+    const chunks: Buffer[] = [];
+    stream.on('data', (c: Buffer) => chunks.push(c));
+    stream.end(body);
+    await new Promise<void>((resolve, reject) => {
+      stream.once('close', resolve);
+      stream.once('error', reject);
+    });
+    return { headers: await headers, body: Buffer.concat(chunks), trailers };
+  } finally {
+    session.close();
+  }
+}
 
 export interface GrpcTestClient {
   raw: grpc.Client & Obj;

@@ -8,12 +8,13 @@
  * compressed answers.
  */
 
-import { connect, constants, type IncomingHttpHeaders } from 'node:http2';
+import type { IncomingHttpHeaders } from 'node:http2';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GrpcClient } from '../../client/grpc.js';
 import { loadProtos } from '../../runtime-node/grpc.js';
 import { identityModel } from '../../scripts/gen-models.js';
+import { grpcFrame, rawGrpcCall } from '../helpers/grpc.js';
 import { startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
 type Obj = Record<string, unknown>;
@@ -46,34 +47,10 @@ async function rawInfer(port: number, acceptEncoding: string): Promise<RawAnswer
     inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [N] }],
     raw_input_contents: [Buffer.from(data.buffer)],
   }) as Buffer;
-  const frame = Buffer.alloc(5 + request.byteLength);
-  frame.writeUInt32BE(request.byteLength, 1);
-  request.copy(frame, 5);
-  const session = connect(`http://127.0.0.1:${port}`);
-  try {
-    const stream = session.request({
-      [constants.HTTP2_HEADER_METHOD]: 'POST',
-      [constants.HTTP2_HEADER_PATH]: '/inference.GRPCInferenceService/ModelInfer',
-      'content-type': 'application/grpc',
-      te: 'trailers',
-      'grpc-accept-encoding': acceptEncoding,
-    });
-    const headers = new Promise<IncomingHttpHeaders>((resolve) => stream.once('response', resolve));
-    const trailers = new Promise<IncomingHttpHeaders>((resolve) => stream.once('trailers', resolve));
-    const chunks: Buffer[] = [];
-    stream.on('data', (c: Buffer) => chunks.push(c));
-    stream.end(frame);
-    await new Promise<void>((resolve, reject) => {
-      stream.once('end', resolve);
-      stream.once('error', reject);
-    });
-    const body = Buffer.concat(chunks);
-    const size = body.readUInt32BE(1);
-    expect(body.byteLength).toBe(5 + size);
-    return { headers: await headers, flag: body[0]!, message: body.subarray(5), trailers: await trailers };
-  } finally {
-    session.close();
-  }
+  const a = await rawGrpcCall(port, '/inference.GRPCInferenceService/ModelInfer', grpcFrame(request), { 'grpc-accept-encoding': acceptEncoding });
+  const size = a.body.readUInt32BE(1);
+  expect(a.body.byteLength).toBe(5 + size);
+  return { headers: a.headers, flag: a.body[0]!, message: a.body.subarray(5), trailers: a.trailers };
 }
 
 function outputOf(message: Buffer): Float32Array {

@@ -1,0 +1,99 @@
+/**
+ * Unary ModelInfer answered on node:http2 ahead of grpc-js (runtime-node/grpc-direct.ts), seen on the
+ * wire with a bare HTTP/2 client. A plain call takes the direct path and a call with
+ * `grpc-encoding: gzip` (its message uncompressed, flag 0, which gRPC allows) takes grpc-js's: both
+ * must answer the same headers, frame and trailers, and so must a failure. The direct path keeps
+ * grpc-js's behaviour where a client can see it: `grpc-timeout` (DEADLINE_EXCEEDED, and the request
+ * is cancelled, not computed), a malformed timeout, a call with no message or with two; and the
+ * server goes on serving after each.
+ */
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadProtos } from '../../runtime-node/grpc.js';
+import { grpcFrame, rawGrpcCall, type RawGrpcAnswer } from '../helpers/grpc.js';
+import { startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
+
+type Obj = Record<string, unknown>;
+const protos = loadProtos().inference;
+let s: TestServer;
+let repo: ReturnType<typeof tempRepo>;
+
+// Blocks its instance for `ms`: requests behind it wait in the queue.
+const slow = `
+  export default class {
+    execute(requests) {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(requests[0].parameters.ms ?? 0));
+      return requests.map((r) => ({ outputs: { Y: r.input('X').data } }));
+    }
+  }`;
+
+beforeAll(async () => {
+  repo = tempRepo({
+    'slow/config.pbtxt': 'name: "slow"\nbackend: "javascript"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [ 2 ] }]\noutput [{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }]\ninstance_group [{ kind: KIND_CPU count: 1 }]\n',
+    'slow/1/model.js': slow,
+  });
+  s = await startTestServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
+}, 60_000);
+afterAll(async () => {
+  await s?.stop();
+  repo?.cleanup();
+});
+
+const message = (m: Obj) => protos.ModelInfer!.requestSerialize(m) as Buffer;
+const request = (ms: number, model = 'slow') => message({
+  model_name: model, parameters: { ms: { int64_param: ms } },
+  inputs: [{ name: 'X', datatype: 'FP32', shape: [2], contents: { fp32_contents: [1, 2] } }],
+});
+const INFER = '/inference.GRPCInferenceService/ModelInfer';
+const raw = (body: Buffer, extra: Record<string, string> = {}) => rawGrpcCall(s.grpc!.port, INFER, body, extra);
+const frame = grpcFrame;
+type Raw = RawGrpcAnswer;
+
+/** Headers and trailers without what differs by moment (date). */
+const shape = (r: Raw) => ({ headers: { ...r.headers, date: undefined }, trailers: r.trailers });
+/** A trailers-only failure: its status and message, wherever they came. */
+const status = (r: Raw) => ({ code: (r.trailers['grpc-status'] ?? r.headers['grpc-status']) as string, message: decodeURI(String(r.trailers['grpc-message'] ?? r.headers['grpc-message'])) });
+
+describe('ModelInfer on node:http2 ahead of grpc-js', () => {
+  it('answers as grpc-js does: the same headers, frame and trailers, for an answer and for a failure', async () => {
+    const direct = await raw(frame(request(0)));
+    const viaGrpcJs = await raw(frame(request(0)), { 'grpc-encoding': 'gzip' });
+    expect(shape(direct)).toEqual(shape(viaGrpcJs));
+    expect(direct.trailers['grpc-status']).toBe('0');
+    expect(direct.body.equals(viaGrpcJs.body)).toBe(true);
+    expect(direct.body.readUInt32BE(1)).toBe(direct.body.byteLength - 5);
+    const answer = protos.ModelInfer!.responseDeserialize(direct.body.subarray(5)) as Obj;
+    expect((answer.outputs as Obj[])[0]!.name).toBe('Y');
+
+    const failed = [await raw(frame(request(0, 'nope'))), await raw(frame(request(0, 'nope')), { 'grpc-encoding': 'gzip' })];
+    expect(shape(failed[0]!)).toEqual(shape(failed[1]!));
+    expect(status(failed[0]!)).toEqual({ code: String(5), message: "Request for unknown model: 'nope' is not found" });
+  });
+
+  it('ends a call past its grpc-timeout with DEADLINE_EXCEEDED and never computes it', async () => {
+    const stats = async () => (await (await fetch(`${s.url}/v2/models/slow/stats`)).json()).model_stats[0];
+    const before = await stats();
+    const first = raw(frame(request(400)));
+    await new Promise((r) => setTimeout(r, 50));
+    const late = await raw(frame(request(0)), { 'grpc-timeout': '100m' });
+    expect(status(late)).toEqual({ code: String(4), message: 'Deadline exceeded' });
+    expect((await first).trailers['grpc-status']).toBe('0');
+    await new Promise((r) => setTimeout(r, 100));
+    const after = await stats();
+    expect(after.execution_count - before.execution_count).toBe(1);
+    expect(after.inference_stats.fail.count - before.inference_stats.fail.count).toBe(1);
+  });
+
+  it('answers a malformed timeout, no message and two messages with grpc-js\'s codes and texts, and goes on', async () => {
+    for (const [body, extra, code, text] of [
+      [frame(request(0)), { 'grpc-timeout': 'soon' }, 13, 'Invalid grpc-timeout value "soon"'],
+      [Buffer.alloc(0), {}, 12, 'Received no request message for server streaming method /inference.GRPCInferenceService/ModelInfer'],
+      [Buffer.concat([frame(request(0)), frame(request(0))]), {}, 12, 'Received a second request message for server streaming method /inference.GRPCInferenceService/ModelInfer'],
+    ] as [Buffer, Record<string, string>, number, string][]) {
+      for (const route of [{}, { 'grpc-encoding': 'gzip' }] as Record<string, string>[]) {
+        expect(status(await raw(body, { ...extra, ...route })), `${text} (${route['grpc-encoding'] ?? 'direct'})`).toEqual({ code: String(code), message: text });
+      }
+    }
+    expect((await raw(frame(request(0)))).trailers['grpc-status']).toBe('0');
+  });
+});
