@@ -84,18 +84,24 @@ export function encodeBytesElements(elements: readonly Uint8Array[]): Uint8Array
   return out;
 }
 
-/** One buffer holding `parts` back to back: a JSON header followed by binary tensor data. */
-export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
+/**
+ * One buffer holding `parts` back to back: a JSON header followed by binary tensor data. With
+ * `alignAt`, byte `alignAt` of the result lies on an 8-byte boundary of its buffer, so the tensor
+ * whose bytes start there is viewed by fromBytes, not copied again (a received request's parts are
+ * joined anyway; where its first tensor falls is an accident of the header's length).
+ */
+export function concatBytes(parts: readonly Uint8Array[], alignAt?: number): Uint8Array {
   if (parts.length === 1) return parts[0]!;
   let total = 0;
   for (const p of parts) total += p.byteLength;
-  const out = new Uint8Array(total);
-  let off = 0;
+  const pad = alignAt === undefined ? 0 : (8 - (alignAt % 8)) % 8;
+  const out = new Uint8Array(pad + total);
+  let off = pad;
   for (const p of parts) {
     out.set(p, off);
     off += p.byteLength;
   }
-  return out;
+  return pad === 0 ? out : out.subarray(pad);
 }
 
 /** Splits 4-byte length-prefixed BYTES elements (callers name the tensor in their messages). */

@@ -14,7 +14,8 @@
  */
 
 import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
-import { grpcFrameOf } from './grpc-wire.js';
+import { concatBytes } from '../core/index.js';
+import { firstRawContentsAt } from './grpc-wire.js';
 
 export const MODEL_INFER_PATH = '/inference.GRPCInferenceService/ModelInfer';
 
@@ -33,8 +34,8 @@ export interface GrpcStatus {
 export interface DirectModelInfer {
   /** A status to answer at once (API key refused, protocol restricted), or undefined to go on. */
   admit(headers: IncomingHttpHeaders): GrpcStatus | undefined;
-  /** Runs one ModelInfer message; resolves to the answer's bytes (grpc-wire.ts writes them framed). */
-  infer(message: Buffer, onCancel: (cancel: () => void) => void): Promise<Buffer>;
+  /** Runs one ModelInfer message; resolves to the answer's whole gRPC frame, in pieces to write back to back. */
+  infer(message: Buffer, onCancel: (cancel: () => void) => void): Promise<Uint8Array[]>;
   /** The status of a failure `infer` threw. */
   status(err: unknown): GrpcStatus;
   /** Largest message accepted (grpc-js's grpc.max_receive_message_length). */
@@ -70,7 +71,7 @@ export function serveModelInfer(stream: ServerHttp2Stream, headers: IncomingHttp
     for (const c of cancels ?? []) c();
     cancels = undefined;
   };
-  const end = (status: GrpcStatus, answer?: Buffer): void => {
+  const end = (status: GrpcStatus, answer?: Uint8Array[]): void => {
     if (ended) return;
     ended = true;
     clearTimeout(timer);
@@ -78,7 +79,15 @@ export function serveModelInfer(stream: ServerHttp2Stream, headers: IncomingHttp
     if (status.code === OK && answer) {
       stream.respond(RESPONSE_HEADERS, { waitForTrailers: true });
       stream.once('wantTrailers', () => stream.sendTrailers(OK_TRAILERS));
-      stream.end(frameOf(answer));
+      if (answer.length === 1) {
+        stream.end(answer[0]);
+      } else {
+        // One writev: the frame's small pieces and the output tensors' own bytes.
+        stream.cork();
+        for (const piece of answer) stream.write(piece);
+        stream.uncork();
+        stream.end();
+      }
     } else {
       stream.respond({
         ':status': 200, 'content-type': 'application/grpc+proto', 'grpc-status': String(status.code), 'grpc-message': encodeURI(status.details),
@@ -120,7 +129,7 @@ export function serveModelInfer(stream: ServerHttp2Stream, headers: IncomingHttp
   });
   stream.once('end', () => {
     if (ended) return;
-    const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, length);
+    const body = chunks.length <= 1 ? (chunks[0] ?? Buffer.alloc(0)) : joined(chunks);
     if (body.byteLength < 5 || body.byteLength < 5 + expected) {
       return end({ code: UNIMPLEMENTED, details: `Received no request message for server streaming method ${MODEL_INFER_PATH}` });
     }
@@ -139,13 +148,10 @@ export function serveModelInfer(stream: ServerHttp2Stream, headers: IncomingHttp
   });
 }
 
-/** The gRPC frame of an answer: the one grpc-wire.ts wrote it in, else a copy with its prefix. */
-function frameOf(message: Buffer): Buffer {
-  const framed = grpcFrameOf(message);
-  if (framed) return framed;
-  const frame = Buffer.allocUnsafe(5 + message.byteLength);
-  frame[0] = 0;
-  frame.writeUInt32BE(message.byteLength, 1);
-  message.copy(frame, 5);
-  return frame;
+/** A request's DATA chunks as one buffer, its first raw input 8-byte aligned when it starts in the first chunk. */
+function joined(chunks: Buffer[]): Buffer {
+  const first = chunks[0]!;
+  const at = first.byteLength > 5 ? firstRawContentsAt(first.subarray(5)) : undefined;
+  const u8 = concatBytes(chunks, at === undefined ? undefined : 5 + at);
+  return Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength);
 }

@@ -341,6 +341,30 @@ export function readModelInferRequest(buf: Buffer): Obj {
   return msg;
 }
 
+/**
+ * Where the first `raw_input_contents` bytes start in a ModelInferRequest whose beginning `head` holds,
+ * or undefined when they do not start within it or it does not parse (readModelInferRequest will say
+ * why). The receiver joins a large request's chunks so that this offset is 8-byte aligned: the input
+ * is then viewed, not copied, as a typed array.
+ */
+export function firstRawContentsAt(head: Buffer): number | undefined {
+  const r = new Reader(head);
+  const end = head.byteLength;
+  try {
+    while (r.pos < end) {
+      const tag = r.uint32(end);
+      if (tag === ((7 << 3) | 2)) {
+        r.uint32(end);
+        return r.pos;
+      }
+      r.skip(tag & 7, end);
+    }
+  } catch {
+    // A field runs past `head`, or the bytes are not a message.
+  }
+  return undefined;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writing
 // ---------------------------------------------------------------------------------------------
@@ -482,6 +506,18 @@ function plan(resp: InferResponse, inShm: ReadonlySet<string> | undefined, extra
 }
 
 function putResponse(b: Buffer, pos: number, pl: Plan): number {
+  pos = putResponseHead(b, pos, pl);
+  for (const r of pl.raw) {
+    b[pos++] = 0x32;
+    pos = putVarint(b, pos, r.byteLength);
+    b.set(r, pos);
+    pos += r.byteLength;
+  }
+  return pos;
+}
+
+/** Everything of the response before its raw output contents. */
+function putResponseHead(b: Buffer, pos: number, pl: Plan): number {
   const { resp } = pl;
   pos = putString(b, pos, 0x0a, resp.model_name, pl.modelLen);
   pos = putString(b, pos, 0x12, resp.model_version, pl.versionLen);
@@ -500,12 +536,6 @@ function putResponse(b: Buffer, pos: number, pl: Plan): number {
       for (const d of t.shape) pos = putVarint(b, pos, d);
     }
     pos = putMap(b, pos, 0x22, o.params);
-  }
-  for (const r of pl.raw) {
-    b[pos++] = 0x32;
-    pos = putVarint(b, pos, r.byteLength);
-    b.set(r, pos);
-    pos += r.byteLength;
   }
   return pos;
 }
@@ -542,6 +572,46 @@ export function writeModelInferResponse(resp: InferResponse, inShm?: ReadonlySet
   const end = putResponse(b, 0, pl);
   if (end !== pl.size) throw new Error(`ModelInferResponse: wrote ${end} bytes of ${pl.size} measured`);
   return b;
+}
+
+/** Raw output contents from this size on go out as views of the tensor, not copied into the frame. */
+const VIEWED_RAW_BYTES = 64 * 1024;
+
+/**
+ * A ModelInferResponse as its whole gRPC frame (prefix included), in pieces to write back to back:
+ * raw output contents of VIEWED_RAW_BYTES or more are the output tensors' own bytes, and the rest is
+ * written into one small buffer the pieces between them view. A 4 MB answer is then not copied (nor
+ * a 4 MB frame allocated) before the socket write. One piece when no output is that large.
+ */
+export function writeModelInferResponseFrame(resp: InferResponse, inShm?: ReadonlySet<string>, extra?: Parameters): Uint8Array[] {
+  const pl = plan(resp, inShm, extra);
+  let viewed = 0;
+  for (const r of pl.raw) if (r.byteLength >= VIEWED_RAW_BYTES) viewed += r.byteLength;
+  if (viewed === 0) {
+    const b = framedBuffer(pl.size);
+    if (putResponse(b, 0, pl) !== pl.size) throw new Error('ModelInferResponse: measured and written sizes differ');
+    return [grpcFrameOf(b)!];
+  }
+  const b = Buffer.allocUnsafe(5 + pl.size - viewed);
+  b[0] = 0;
+  b.writeUInt32BE(pl.size, 1);
+  const pieces: Uint8Array[] = [];
+  let from = 0;
+  let pos = putResponseHead(b, 5, pl);
+  for (const r of pl.raw) {
+    b[pos++] = 0x32;
+    pos = putVarint(b, pos, r.byteLength);
+    if (r.byteLength >= VIEWED_RAW_BYTES) {
+      pieces.push(b.subarray(from, pos), r);
+      from = pos;
+    } else {
+      b.set(r, pos);
+      pos += r.byteLength;
+    }
+  }
+  if (pos !== b.byteLength) throw new Error('ModelInferResponse: measured and written sizes differ');
+  if (pos > from) pieces.push(b.subarray(from, pos));
+  return pieces;
 }
 
 /** A ModelStreamInferResponse: an answer, or an error text with what is known of the request. */

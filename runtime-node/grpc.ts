@@ -35,14 +35,14 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import {
   TsiError, asTsiError, attachTrace, checkTraceModel, grpcCategory, parseTraceUpdate, traceSettingsJson,
-  type AuthRefusal, type ErrorCode, type InferenceServer, type Restrictions, type ServerExtensions,
+  type AuthRefusal, type ErrorCode, type InferenceServer, type InferResponse, type Restrictions, type ServerExtensions,
 } from '../core/index.js';
 import {
   decodeInferRequest, encodeInferResponse, encodeStreamError, encodeStreamResponse, logSettingsFromProto, logSettingsToProto,
 } from './grpc-codec.js';
 import { MODEL_INFER_PATH, type DirectModelInfer, type GrpcStatus } from './grpc-direct.js';
 import { hookGrpcJsCalls, hookHttp2Servers } from './grpc-js-hooks.js';
-import { readModelInferRequest } from './grpc-wire.js';
+import { readModelInferRequest, writeModelInferResponseFrame } from './grpc-wire.js';
 import { ReloadingServerCredentials, type ReloadableTls } from './tls.js';
 
 export { GRPC_SERVER_HTTP2 } from './grpc-js-hooks.js';
@@ -224,7 +224,7 @@ function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: Re
       }
       return undefined;
     },
-    infer: async (message, onCancel) => modelInfer(server, opts.extensions, decode(message), onCancel),
+    infer: async (message, onCancel) => modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame),
     status: (err) => toStatus(err) as GrpcStatus,
     maxMessageBytes: MAX_MESSAGE_BYTES,
   };
@@ -282,7 +282,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
       } catch (err) {
         return callback(toStatus(err));
       }
-      modelInfer(server, ext, msg, onCancel).then((res) => callback(null, res), (err) => callback(toStatus(err)));
+      modelInfer(server, ext, msg, onCancel, encodeInferResponse).then((res) => callback(null, res), (err) => callback(toStatus(err)));
     },
     ModelStreamInfer: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
       const denied = restriction('ModelStreamInfer', call.metadata, opts.restrictedProtocol);
@@ -361,7 +361,11 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
   };
 }
 
-async function modelInfer(server: InferenceServer, ext: ServerExtensions, msg: Obj, onCancel: (cancel: () => void) => void): Promise<Buffer> {
+/** One ModelInfer; `encode` writes the answer (one buffer for grpc-js, frame pieces for grpc-direct.ts). */
+async function modelInfer<T>(
+  server: InferenceServer, ext: ServerExtensions, msg: Obj, onCancel: (cancel: () => void) => void,
+  encode: (resp: InferResponse, inShm?: ReadonlySet<string>) => T,
+): Promise<T> {
   const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
   try {
     const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
@@ -378,7 +382,7 @@ async function modelInfer(server: InferenceServer, ext: ServerExtensions, msg: O
     }
     const inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
     trace?.mark('GRPC_SEND_START');
-    return encodeInferResponse(resp, inShm);
+    return encode(resp, inShm);
   } finally {
     trace?.finish();
   }

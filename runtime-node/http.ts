@@ -28,7 +28,7 @@
 import { STATUS_CODES } from 'node:http';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
-import { tooLarge, type HttpReply, type InferHttpRequest } from '../core/index.js';
+import { concatBytes, tooLarge, type HttpReply, type InferHttpRequest } from '../core/index.js';
 import type { ReloadableTls } from './tls.js';
 
 export interface Listener {
@@ -222,6 +222,7 @@ class Body {
   private chunks: Uint8Array[] = [];
   private total = 0;
   private limit = Infinity;
+  private alignAt?: number;
   private ended = false;
   private failure?: Error;
   private waiter?: { resolve: (b: Uint8Array) => void; reject: (e: Error) => void };
@@ -263,9 +264,14 @@ class Body {
     }
   }
 
-  /** The whole body; past `limit` bytes it stops keeping chunks and fails once the body has ended. */
-  read(limit: number): Promise<Uint8Array> {
+  /**
+   * The whole body; past `limit` bytes it stops keeping chunks and fails once the body has ended.
+   * `alignAt`: the offset where binary tensor data starts, placed on an 8-byte boundary when the
+   * chunks are joined (concatBytes).
+   */
+  read(limit: number, alignAt?: number): Promise<Uint8Array> {
     this.limit = limit;
+    this.alignAt = alignAt;
     if (this.total > limit) this.chunks.length = 0;
     return new Promise((resolve, reject) => {
       this.waiter = { resolve, reject };
@@ -291,9 +297,15 @@ class Body {
     if (this.failure) w.reject(this.failure);
     else if (!this.ended) return;
     else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit));
-    else w.resolve(this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total));
+    else w.resolve(concatBytes(this.chunks, this.alignAt));
     this.waiter = undefined;
   }
+}
+
+/** Where a binary request's tensor data starts: after its JSON header (Inference-Header-Content-Length). */
+function binaryStart(headerLength: string | undefined): number | undefined {
+  const n = headerLength === undefined ? NaN : Number(headerLength);
+  return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
 }
 
 let dateSecond = -1;
@@ -563,7 +575,7 @@ class Connection {
       model: m[1]!,
       version: m[2],
       header: (name) => headers.get(name.toLowerCase()),
-      body: (limit) => body.read(limit),
+      body: (limit) => body.read(limit, binaryStart(headers.get('inference-header-content-length'))),
       onCancel: (cancel) => {
         this.cancelInfer = cancel;
       },

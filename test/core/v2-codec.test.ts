@@ -5,6 +5,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { bodyBytes, encodeInferResponse, utf8Length } from '../../core/v2-codec.js';
+import { concatBytes, fromBytes } from '../../core/tensor.js';
 
 describe('v2 response encoding', () => {
   it('counts UTF-8 bytes as TextEncoder writes them', () => {
@@ -26,5 +27,24 @@ describe('v2 response encoding', () => {
     expect(head.id).toBe('réq-1');
     expect(head.outputs[0].parameters.binary_data_size).toBe(12);
     expect([...new Float32Array(body.slice(enc.headerLength).buffer)]).toEqual([1.5, -2, 3]);
+  });
+});
+
+describe('joining a received body', () => {
+  it('puts the binary part on an 8-byte boundary, so its first tensor is a view and not a copy', () => {
+    for (const headerLength of [0, 1, 5, 7, 8, 231]) {
+      const header = new Uint8Array(headerLength).fill(0x20);
+      const data = Float64Array.from([1.5, -2, 3]);
+      const bytes = new Uint8Array(data.buffer);
+      // As a socket delivers it: pieces cut anywhere.
+      const whole = concatBytes([header, bytes]);
+      const parts = [whole.subarray(0, 3), whole.subarray(3, headerLength + 5), whole.subarray(headerLength + 5)];
+      const body = concatBytes(parts, headerLength);
+      expect(Buffer.from(body).equals(Buffer.from(whole))).toBe(true);
+      expect((body.byteOffset + headerLength) % 8).toBe(0);
+      const t = fromBytes('FP64', body.subarray(headerLength)) as Float64Array;
+      expect(t.buffer).toBe(body.buffer);
+      expect([...t]).toEqual([1.5, -2, 3]);
+    }
   });
 });

@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { InferResponse, Parameters } from '../../core/index.js';
 import { loadProtos } from '../../runtime-node/grpc.js';
-import { readModelInferRequest, writeModelInferResponse, writeModelStreamInferResponse } from '../../runtime-node/grpc-wire.js';
+import { firstRawContentsAt, grpcFrameOf, readModelInferRequest, writeModelInferResponse, writeModelInferResponseFrame, writeModelStreamInferResponse } from '../../runtime-node/grpc-wire.js';
 import { GraphBuilder } from '../../scripts/onnx-builder.js';
 import { ONNX_ELEM_TYPE, identityModel, type Datatype } from '../../scripts/gen-models.js';
 import { grpcClient, streamAll, type GrpcTestClient, type Obj } from '../helpers/grpc.js';
@@ -113,6 +113,20 @@ describe('the request reader', () => {
     expect(Array.from(io.contents.int_contents)).toEqual([-1, 5]);
   });
 
+  it('finds where the first raw contents start, in any message and in any prefix of it', () => {
+    fc.assert(fc.property(message, (m) => {
+      const bytes = serialize(m);
+      const raws = readModelInferRequest(bytes).raw_input_contents as Buffer[];
+      const at = firstRawContentsAt(bytes);
+      expect(at).toBe(raws.length > 0 ? raws[0]!.byteOffset - bytes.byteOffset : undefined);
+      // A prefix (the first DATA chunk of a request) knows it only when it reaches that far.
+      for (const cut of [0, 1, Math.floor(bytes.byteLength / 2), bytes.byteLength - 1]) {
+        const got = firstRawContentsAt(bytes.subarray(0, Math.max(0, cut)));
+        if (got !== undefined) expect(got).toBe(at);
+      }
+    }), { numRuns: NUM_RUNS });
+  });
+
   it('keeps raw contents as views of the message, and refuses malformed bytes with a reason', () => {
     const bytes = serialize({ model_name: 'm', raw_input_contents: [Buffer.from([1, 2, 3])] });
     const raw = readModelInferRequest(bytes).raw_input_contents[0] as Buffer;
@@ -171,6 +185,22 @@ describe('the response writer', () => {
       const s = readStreamResponse(writeModelStreamInferResponse(resp, err, inShm, { triton_final_response: true }));
       expect(s.error_message).toBe(err);
       expect(got(s.infer_response)).toEqual(expected({ ...r, parameters: { ...r.parameters, triton_final_response: true } }, inShm));
+    }), { numRuns: NUM_RUNS });
+  });
+
+  it('writes the same frame in pieces, large outputs as the tensors\' own bytes', () => {
+    fc.assert(fc.property(response, fc.nat(3), (r, bigAt) => {
+      const outputs = [...r.outputs] as any[];
+      // One output past the size that is viewed rather than copied (64 KiB), among the others.
+      const big = new Uint8Array(70_000).map((_, i) => i % 251);
+      outputs.splice(Math.min(bigAt, outputs.length), 0, { name: 'big', datatype: 'UINT8', shape: [big.length], data: big });
+      for (const resp of [r, { ...r, outputs }] as unknown as InferResponse[]) {
+        const whole = grpcFrameOf(writeModelInferResponse(resp))!;
+        const pieces = writeModelInferResponseFrame(resp);
+        expect(Buffer.concat(pieces).equals(whole)).toBe(true);
+        expect(pieces.length).toBe(resp.outputs.length > r.outputs.length ? (bigAt >= r.outputs.length ? 2 : 3) : 1);
+        if (pieces.length > 1) expect(pieces[1]!.buffer).toBe(big.buffer);
+      }
     }), { numRuns: NUM_RUNS });
   });
 });

@@ -2,7 +2,8 @@
  * Unary ModelInfer answered on node:http2 ahead of grpc-js (runtime-node/grpc-direct.ts), seen on the
  * wire with a bare HTTP/2 client. A plain call takes the direct path and a call with
  * `grpc-encoding: gzip` (its message uncompressed, flag 0, which gRPC allows) takes grpc-js's: both
- * must answer the same headers, frame and trailers, and so must a failure. The direct path keeps
+ * must answer the same headers, frame and trailers, and so must a failure and a 1 MiB tensor (joined
+ * from many DATA chunks with its bytes aligned, answered from the output tensor's own bytes). The direct path keeps
  * grpc-js's behaviour where a client can see it: `grpc-timeout` (DEADLINE_EXCEEDED, and the request
  * is cancelled, not computed), a malformed timeout, a call with no message or with two; and the
  * server goes on serving after each.
@@ -10,6 +11,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadProtos } from '../../runtime-node/grpc.js';
+import { identityModel } from '../../scripts/gen-models.js';
 import { grpcFrame, rawGrpcCall, type RawGrpcAnswer } from '../helpers/grpc.js';
 import { startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
@@ -31,6 +33,8 @@ beforeAll(async () => {
   repo = tempRepo({
     'slow/config.pbtxt': 'name: "slow"\nbackend: "javascript"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [ 2 ] }]\noutput [{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }]\ninstance_group [{ kind: KIND_CPU count: 1 }]\n',
     'slow/1/model.js': slow,
+    'identity_fp32/config.pbtxt': 'name: "identity_fp32"\nbackend: "onnxruntime"\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }]\noutput [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }]\n',
+    'identity_fp32/1/model.onnx': identityModel('FP32', { batch: false }),
   });
   s = await startTestServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
 }, 60_000);
@@ -68,6 +72,21 @@ describe('ModelInfer on node:http2 ahead of grpc-js', () => {
     const failed = [await raw(frame(request(0, 'nope'))), await raw(frame(request(0, 'nope')), { 'grpc-encoding': 'gzip' })];
     expect(shape(failed[0]!)).toEqual(shape(failed[1]!));
     expect(status(failed[0]!)).toEqual({ code: String(5), message: "Request for unknown model: 'nope' is not found" });
+  });
+
+  it('carries a large tensor both ways as grpc-js does: many DATA chunks in, the answer written from the tensor itself', async () => {
+    // 1 MiB + 4 bytes: many DATA frames in, a raw output far past what is copied into the frame.
+    const data = Float32Array.from({ length: 262_145 }, (_, i) => i * 0.5);
+    for (const id of ['', 'x', 'xyz']) { // moves the raw bytes to each alignment in the message
+      const msg = message({ model_name: 'identity_fp32', id, inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [data.length] }], raw_input_contents: [Buffer.from(data.buffer)] });
+      const direct = await raw(frame(msg));
+      const viaGrpcJs = await raw(frame(msg), { 'grpc-encoding': 'gzip' });
+      expect(shape(direct)).toEqual(shape(viaGrpcJs));
+      expect(direct.body.equals(viaGrpcJs.body)).toBe(true);
+      const answer = protos.ModelInfer!.responseDeserialize(direct.body.subarray(5)) as Obj;
+      const out = (answer.raw_output_contents as Buffer[])[0]!;
+      expect(Buffer.from(out).equals(Buffer.from(data.buffer)), `id '${id}'`).toBe(true);
+    }
   });
 
   it('ends a call past its grpc-timeout with DEADLINE_EXCEEDED and never computes it', async () => {
