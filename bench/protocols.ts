@@ -14,10 +14,11 @@
  *   - conv: served/raw on an 11.3 M-parameter conv model with a 1 MiB output, HTTP (fetch's default
  *     headers) and gRPC, client in its own process, vs onnxruntime-node with the same threads
  *     (targets ≥ 0.9 at 8 clients, ≤ 1.25× raw latency at 1 client);
- *   - fetch: Node fetch with its default headers against tsi vs against a minimal node:http server (≤ 1.3×).
+ *   - fetch: Node fetch with its default headers against tsi vs against a minimal node:http server (≤ 1.3×);
+ *   - page: from a page in headless Chromium, the demo's JSON inference vs a bare fetch round trip (≤ 1.5×).
  *
  *   npm run build && npm run bench:protocols -- [--seconds 4] [--rounds 2] [--dist dist]
- *     [--parts simple,large,conv,fetch] [--conv-threads 1]
+ *     [--parts simple,large,conv,fetch,page] [--conv-threads 1]
  *
  * Needs wrk and h2load (`apt-get install wrk nghttp2-client`). With two or more cores the server is
  * pinned to core 0 and every load generator to core 1 (taskset), as bench/perf-compare.ts does.
@@ -37,16 +38,16 @@ import { decodeInferRequest, encodeInferResponse } from '../core/v2-codec.js';
 import type { InferInputSpec } from '../client/types.js';
 import { DEFAULT_MODELS, identityModel } from '../scripts/gen-models.js';
 import { wrkScript } from './load.js';
-import { addConvModel, fetchVsNodeHttp, largeTensors, servedVsRaw, type BenchContext, type Case } from './protocols-served.js';
+import { addConvModel, fetchVsNodeHttp, largeTensors, pageFetch, servedVsRaw, type BenchContext, type Case } from './protocols-served.js';
 
 const { values: args } = parseArgs({
   options: {
     seconds: { type: 'string', default: '4' }, rounds: { type: 'string', default: '2' }, dist: { type: 'string', default: 'dist' },
-    parts: { type: 'string', default: 'simple,large,conv,fetch' }, 'conv-threads': { type: 'string', default: '1' },
+    parts: { type: 'string', default: 'simple,large,conv,fetch,page' }, 'conv-threads': { type: 'string', default: '1' },
   },
 });
 const PARTS = new Set(args.parts!.split(',').map((p) => p.trim()));
-for (const p of PARTS) if (!['simple', 'large', 'conv', 'fetch'].includes(p)) throw new Error(`--parts: unknown part '${p}' (simple, large, conv, fetch)`);
+for (const p of PARTS) if (!['simple', 'large', 'conv', 'fetch', 'page'].includes(p)) throw new Error(`--parts: unknown part '${p}' (simple, large, conv, fetch, page)`);
 // The conv model's intra-op threads, raw and served alike: with pinning the server and the raw loop
 // share core 0, so one thread is what that core holds.
 const CONV_THREADS = Number(args['conv-threads']);
@@ -241,6 +242,7 @@ try {
   if (PARTS.has('large')) extra.push(...await largeTensors(ctx));
   if (conv) extra.push(...await servedVsRaw(ctx, conv, CONV_THREADS));
   if (PARTS.has('fetch')) extra.push(...await fetchVsNodeHttp(ctx, simple));
+  if (PARTS.has('page')) extra.push(...await pageFetch(ctx, simple));
 } finally {
   server.child.kill('SIGTERM');
   rmSync(work, { recursive: true, force: true });
