@@ -225,11 +225,14 @@ class Runtime:
         import asyncio
         self._check_bls()
         loop = asyncio.get_running_loop()
-        call = BlsCall(self, self._new_id(), loop, loop.create_future(), decoupled)
+        future = loop.create_future()
+        call = BlsCall(self, self._new_id(), loop, future, decoupled)
         self.calls[call.id] = call
         self.ensure_reader()
         self.emit(self._bls_message(req, call.id, decoupled), req._inputs)
-        return call.future
+        # Not call.future: the reader thread clears it once the answer is in, which for a fast
+        # answer (an unknown model's error) can be before this line.
+        return future
 
     def _bls_reply(self, m):
         call = self.calls.get(m["id"])
