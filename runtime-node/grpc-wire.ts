@@ -587,11 +587,6 @@ export function writeModelInferResponseFrame(resp: InferResponse, inShm?: Readon
   const pl = plan(resp, inShm, extra);
   let viewed = 0;
   for (const r of pl.raw) if (r.byteLength >= VIEWED_RAW_BYTES) viewed += r.byteLength;
-  if (viewed === 0) {
-    const b = framedBuffer(pl.size);
-    if (putResponse(b, 0, pl) !== pl.size) throw new Error('ModelInferResponse: measured and written sizes differ');
-    return [grpcFrameOf(b)!];
-  }
   const b = Buffer.allocUnsafe(5 + pl.size - viewed);
   b[0] = 0;
   b.writeUInt32BE(pl.size, 1);
@@ -609,7 +604,7 @@ export function writeModelInferResponseFrame(resp: InferResponse, inShm?: Readon
       pos += r.byteLength;
     }
   }
-  if (pos !== b.byteLength) throw new Error('ModelInferResponse: measured and written sizes differ');
+  if (pos !== b.byteLength) throw new Error(`ModelInferResponse: wrote ${pos} bytes of ${b.byteLength} measured`);
   if (pos > from) pieces.push(b.subarray(from, pos));
   return pieces;
 }

@@ -115,9 +115,7 @@ function authInterceptor(authorize: NonNullable<GrpcOptions['authorize']>): grpc
         const value = metadata.get('authorization')[0];
         const refusal = authorize(method.path, value === undefined ? undefined : String(value));
         if (!refusal) return pass(metadata);
-        call.sendStatus({
-          code: refusal.status === 'unauthenticated' ? grpc.status.UNAUTHENTICATED : grpc.status.PERMISSION_DENIED, details: refusal.message,
-        });
+        call.sendStatus(refusalStatus(refusal));
       },
     }),
   });
@@ -213,16 +211,10 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
 function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: RequestDecoder): DirectModelInfer {
   return {
     admit(headers) {
-      const first = (v: string | string[] | undefined) => (Array.isArray(v) ? v[0] : v);
-      if (opts.authorize) {
-        const refusal = opts.authorize(MODEL_INFER_PATH, first(headers.authorization));
-        if (refusal) return { code: refusal.status === 'unauthenticated' ? grpc.status.UNAUTHENTICATED : grpc.status.PERMISSION_DENIED, details: refusal.message };
-      }
-      const rule = opts.restrictedProtocol?.get(grpcCategory('ModelInfer')!);
-      if (rule && first(headers[rule.key.toLowerCase()]) !== rule.value) {
-        return { code: grpc.status.UNAVAILABLE, details: `This protocol is restricted, expecting header '${rule.key}'` };
-      }
-      return undefined;
+      const header = (key: string) => (Array.isArray(headers[key]) ? headers[key][0] : headers[key]);
+      const refusal = opts.authorize?.(MODEL_INFER_PATH, header('authorization') as string | undefined);
+      if (refusal) return refusalStatus(refusal);
+      return restriction('ModelInfer', header, opts.restrictedProtocol);
     },
     infer: async (message, onCancel) => modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame),
     status: (err) => toStatus(err) as GrpcStatus,
@@ -231,19 +223,27 @@ function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: Re
 }
 
 /** Triton answers a restricted call with UNAVAILABLE and this text. */
-function restriction(method: string, metadata: grpc.Metadata, r?: Restrictions): Partial<grpc.StatusObject> | undefined {
+function restriction(method: string, header: (key: string) => unknown, r?: Restrictions): { code: grpc.status; details: string } | undefined {
   const cat = grpcCategory(method);
   const rule = cat ? r?.get(cat) : undefined;
   if (!rule) return undefined;
-  const got = metadata.get(rule.key.toLowerCase())[0];
+  const got = header(rule.key.toLowerCase());
   if (got !== undefined && String(got) === rule.value) return undefined;
   return { code: grpc.status.UNAVAILABLE, details: `This protocol is restricted, expecting header '${rule.key}'` };
+}
+
+/** The first value of a metadata key, as restriction() reads it from grpc-js's calls. */
+const fromMetadata = (metadata: grpc.Metadata) => (key: string) => metadata.get(key)[0];
+
+/** The status an API-key refusal ends a call with. */
+function refusalStatus(refusal: AuthRefusal): { code: grpc.status; details: string } {
+  return { code: refusal.status === 'unauthenticated' ? grpc.status.UNAUTHENTICATED : grpc.status.PERMISSION_DENIED, details: refusal.message };
 }
 
 function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: Record<string, RequestDecoder>): grpc.UntypedServiceImplementation {
   const ext = opts.extensions;
   const unary = (method: string, fn: (req: Obj) => Obj | Promise<Obj>): grpc.handleUnaryCall<Buffer, Obj> => (call, callback) => {
-    const denied = restriction(method, call.metadata, opts.restrictedProtocol);
+    const denied = restriction(method, fromMetadata(call.metadata), opts.restrictedProtocol);
     if (denied) return callback(denied);
     const decode = decoders[method]!;
     Promise.resolve().then(() => fn(decode(call.request))).then((res) => callback(null, res), (err) => callback(toStatus(err)));
@@ -270,7 +270,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
     ModelConfig: unary('ModelConfig', (req) => ({ config: server.modelConfig(req.name, req.version || undefined) })),
     ModelStatistics: unary('ModelStatistics', (req) => server.statistics(req.name || undefined, req.version || undefined)),
     ModelInfer: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
-      const denied = restriction('ModelInfer', call.metadata, opts.restrictedProtocol);
+      const denied = restriction('ModelInfer', fromMetadata(call.metadata), opts.restrictedProtocol);
       if (denied) return callback(denied);
       const onCancel = (cancel: () => void) => {
         if (call.cancelled) cancel();
@@ -285,7 +285,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
       modelInfer(server, ext, msg, onCancel, encodeInferResponse).then((res) => callback(null, res), (err) => callback(toStatus(err)));
     },
     ModelStreamInfer: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
-      const denied = restriction('ModelStreamInfer', call.metadata, opts.restrictedProtocol);
+      const denied = restriction('ModelStreamInfer', fromMetadata(call.metadata), opts.restrictedProtocol);
       if (denied) {
         call.emit('error', denied);
         return;
