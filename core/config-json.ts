@@ -16,6 +16,7 @@ import {
   type FieldDesc, type Literal, type MessageDesc, type SourcePos,
 } from './config-reflect.js';
 import type { ModelConfig } from './model-config.js';
+import { putEntry } from './types.js';
 
 type JsonNode = SourcePos &
   (
@@ -203,7 +204,7 @@ class JsonConverter {
         const entryPath = `${path}[${JSON.stringify(key)}]`;
         this.positions.set(entryPath, keyPos);
         this.literal({ kind: 'string', value: key, text: key }, keyField, keyPos, entryPath);
-        out[key] = value.kind === 'null' ? defaultValue(valueField) : this.single(value, valueField, entryPath);
+        putEntry(out, key, value.kind === 'null' ? defaultValue(valueField) : this.single(value, valueField, entryPath));
       }
       return out;
     }

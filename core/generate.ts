@@ -17,7 +17,7 @@ import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
 import { configTypeToDatatype } from './config.js';
 import type { InferenceServer } from './server.js';
 import { fromJsonValues, toJsonValues } from './tensor.js';
-import type { InferInput, InferRequest, InferResponse, Parameters } from './types.js';
+import { putEntry, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue } from './types.js';
 import { SSE_HEADERS, SseStream } from './sse.js';
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
@@ -42,7 +42,7 @@ export function generateRequest(server: InferenceServer, model: string, version:
   const take = (key: string, value: unknown) => {
     const cfg = meta.get(key);
     if (!cfg) {
-      if (typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number') parameters[key] = value;
+      if (typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number') putEntry<ParamValue>(parameters, key, value);
       else throw invalidArg(`parameter '${key}' of the generate request must be a string, number or boolean`);
       return;
     }

@@ -16,6 +16,7 @@ import {
   type FieldDesc, type Literal, type MessageDesc, type SourcePos,
 } from './config-reflect.js';
 import type { ModelConfig } from './model-config.js';
+import { putEntry } from './types.js';
 
 type TokenKind = 'ident' | 'number' | 'string' | 'symbol' | 'other' | 'eof';
 
@@ -279,7 +280,7 @@ class Parser {
         const entry = this.parseMessage(field.message!(), entryPath, close);
         const [keyField, valueField] = field.message!().fields as [FieldDesc, FieldDesc];
         const key = String(entry.key ?? defaultValue(keyField));
-        map[key] = entry.value ?? defaultValue(valueField);
+        putEntry(map, key, entry.value ?? defaultValue(valueField));
         this.positions.set(joinPath([...path, `[${JSON.stringify(key)}]`]), pos(nameTok));
         return;
       }

@@ -155,12 +155,15 @@ export const RESERVED_PREFIX_MESSAGE_GRPC =
 const siteText = (name: string, site: ParamSite) =>
   `${site.tensor ? `parameter '${name}' of ${site.tensor}` : `request parameter '${name}'`} for model '${site.model}'`;
 
+/** `name`'s own rule (a key such as `toString` must not find Object.prototype's), else the custom rule. */
+export const ruleFor = (rules: ParamRules, name: string): ParamRule => (Object.hasOwn(rules, name) ? rules[name]! : CUSTOM);
+
 /**
- * Checks one JSON (or in-process) parameter value against its rule (`rules[name]`, else the custom
- * rule); throws INVALID_ARG with Triton's HTTP text followed by what tsi saw.
+ * Checks one JSON (or in-process) parameter value against its rule (`ruleFor`); throws INVALID_ARG
+ * with Triton's HTTP text followed by what tsi saw.
  */
 export function checkJsonParam(rules: ParamRules, name: string, value: unknown, site: ParamSite): void {
-  const rule = rules[name] ?? CUSTOM;
+  const rule = ruleFor(rules, name);
   if ((jsonKinds(value) & rule.json) !== 0) return;
   throw new TsiError('INVALID_ARG',
     `${rule.jsonText.replace('{name}', name)} (${siteText(name, site)}: expected ${rule.expected}, got ${describeValue(value)})`);
@@ -168,7 +171,7 @@ export function checkJsonParam(rules: ParamRules, name: string, value: unknown, 
 
 /** Checks one gRPC InferParameter's kind (its `parameter_choice`) against its rule; Triton's gRPC text. */
 export function checkProtoParam(rules: ParamRules, name: string, choice: unknown, tensor = ''): void {
-  const rule = rules[name] ?? CUSTOM;
+  const rule = ruleFor(rules, name);
   if ((protoKind(choice) & rule.grpc) !== 0) return;
   throw new TsiError('INVALID_ARG', rule.grpcText.replace('{name}', name).replace('{tensor}', tensor));
 }

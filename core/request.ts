@@ -10,7 +10,7 @@ import { TsiError, invalidArg } from './errors.js';
 import type { ModelConfig, ModelInput } from './model-config.js';
 import { UINT64, describeValue, jsonKinds } from './request-params.js';
 import { dataLength, shapeToString } from './tensor.js';
-import type { DataType, InferRequest, Parameters, ParamValue, Tensor } from './types.js';
+import { putEntry, type DataType, type InferRequest, type Parameters, type ParamValue, type Tensor } from './types.js';
 import { configTypeToDatatype } from './config.js';
 
 export type SequenceId = bigint | string;
@@ -233,7 +233,7 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
       const v = reqParams[k]!;
       if (k.startsWith('triton_')) continue; // transport-level flags (checked by the transports)
       if (!RESERVED.has(k)) {
-        parameters[k] = v;
+        putEntry(parameters, k, v);
         continue;
       }
       const prefix = requestPrefix(req.id);

@@ -30,6 +30,15 @@ export interface Tensor {
 export type ParamValue = string | number | boolean | bigint;
 export type Parameters = Record<string, ParamValue>;
 
+/**
+ * Stores an entry under a key a client or a config file chose. A plain `obj['__proto__'] = v` would
+ * swap the object's prototype (or, for a scalar, do nothing) instead of keeping the entry.
+ */
+export function putEntry<T>(obj: Record<string, T>, key: string, value: T): void {
+  if (key === '__proto__') Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true });
+  else obj[key] = value;
+}
+
 export interface InferInput extends Tensor {
   parameters?: Parameters;
 }

@@ -14,7 +14,7 @@ import {
   jsonKinds, type ParamRules, type ParamSite,
 } from './request-params.js';
 import { JSON_CHUNK, byteSize, concatBytes, elementCount, elementSize, fromBytes, fromJsonValues, jsonDataText, toBytes, toJsonValues } from './tensor.js';
-import type { InferInput, InferRequest, InferResponse, Parameters, ParamValue, RequestedOutput } from './types.js';
+import { putEntry, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput } from './types.js';
 
 export const HEADER_LENGTH = 'Inference-Header-Content-Length';
 
@@ -53,9 +53,9 @@ function jsonParams(v: unknown, rules: ParamRules, site: ParamSite, tensorLevel:
   for (const k in v) {
     const x = v[k];
     if (!tensorLevel && k.startsWith('triton_')) throw invalidArg(RESERVED_PREFIX_MESSAGE);
-    if (tensorLevel && !(k in rules) && jsonKinds(x) === 0) continue;
+    if (tensorLevel && !Object.hasOwn(rules, k) && jsonKinds(x) === 0) continue;
     checkJsonParam(rules, k, x, site);
-    out[k] = x as ParamValue;
+    putEntry(out, k, x as ParamValue);
   }
   return out;
 }
@@ -125,7 +125,7 @@ export function decodeInferRequest(
     }
     const rest: Parameters = {};
     for (const k in params) {
-      if (k !== 'binary_data_size' && k !== 'shared_memory_region' && k !== 'shared_memory_offset' && k !== 'shared_memory_byte_size') rest[k] = params[k]!;
+      if (k !== 'binary_data_size' && k !== 'shared_memory_region' && k !== 'shared_memory_offset' && k !== 'shared_memory_byte_size') putEntry(rest, k, params[k]!);
     }
     if (raw.data !== undefined) {
       inputs.push({ name, datatype: dt, shape, data: fromJsonValues(dt, raw.data, `${what} for model '${model}'`), parameters: rest });

@@ -12,7 +12,7 @@
  */
 
 import {
-  TsiError, elementSize, fromBytes, toBytes,
+  TsiError, elementSize, fromBytes, putEntry, toBytes,
   INPUT_PARAMS, OUTPUT_PARAMS, REQUEST_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, TRITON_GRPC_PARAMS, checkDatatype, checkProtoParam, checkShape,
   type DataType, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput, type ShmRef, type TensorData,
 } from '../core/index.js';
@@ -50,7 +50,7 @@ function requestParams(p: Obj | null | undefined): Parameters {
     const v = p[k] as Obj | null;
     const choice = v?.parameter_choice;
     if (k.startsWith('triton_')) {
-      if (!(k in TRITON_GRPC_PARAMS)) throw new TsiError('INVALID_ARG', RESERVED_PREFIX_MESSAGE_GRPC);
+      if (!Object.hasOwn(TRITON_GRPC_PARAMS, k)) throw new TsiError('INVALID_ARG', RESERVED_PREFIX_MESSAGE_GRPC);
       checkProtoParam(TRITON_GRPC_PARAMS, k, choice);
     } else {
       checkProtoParam(REQUEST_PARAMS, k, choice);
@@ -58,7 +58,7 @@ function requestParams(p: Obj | null | undefined): Parameters {
         throw new TsiError('INVALID_ARG', `invalid value for 'priority', expected value >= 0.`);
       }
     }
-    out[k] = paramValue(v)!;
+    putEntry(out, k, paramValue(v)!);
   }
   return out;
 }
@@ -152,7 +152,7 @@ export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
     for (const [k, v] of Object.entries(io.parameters ?? {})) {
       if (!k.startsWith('shared_memory_')) {
         const x = paramValue(v as Obj);
-        if (x !== undefined) tensorParams[k] = x;
+        if (x !== undefined) putEntry(tensorParams, k, x);
       }
     }
     const shm = shmParams(name, io.parameters);

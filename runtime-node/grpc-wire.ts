@@ -14,7 +14,7 @@
  * naming the flaw, which the handlers answer with INVALID_ARG.
  */
 
-import { toBytes, type InferResponse, type Parameters, type ParamValue } from '../core/index.js';
+import { putEntry, toBytes, type InferResponse, type Parameters, type ParamValue } from '../core/index.js';
 
 type Obj = Record<string, any>;
 
@@ -172,7 +172,7 @@ function readParamEntry(r: Reader, end: number, into: Obj): void {
       value = readParam(r, vEnd);
     } else r.skip(wire, stop);
   }
-  into[key] = value;
+  putEntry(into, key, value);
 }
 
 /** How each repeated scalar of InferTensorContents is held once read. */

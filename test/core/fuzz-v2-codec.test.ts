@@ -46,6 +46,8 @@ function attempt(body: Uint8Array, headerLength: string | undefined, cfg = confi
 }
 
 const enc = new TextEncoder();
+/** Keys an object inherits: a lookup by a client's key must not find these (CI once found `toString`). */
+const PROTO_KEYS = ['__proto__', 'toString', 'constructor', 'hasOwnProperty'] as const;
 /** JSON values with a bias toward what the decoder reads: known keys, near-valid tensors. */
 const value = fc.oneof(
   fc.jsonValue({ maxDepth: 4 }),
@@ -56,13 +58,13 @@ const tensor = fc.record({
   datatype: fc.oneof(fc.constantFrom('INT32', 'FP32', 'BYTES', 'INT64', 'BOOL', 'FP16'), value),
   shape: fc.oneof(fc.array(fc.oneof(fc.integer({ min: -2, max: 4 }), value), { maxLength: 3 }), value),
   data: fc.option(fc.oneof(fc.array(fc.oneof(fc.integer(), fc.string(), fc.boolean(), fc.double(), value), { maxLength: 10 }), value)),
-  parameters: fc.option(fc.dictionary(fc.constantFrom('binary_data_size', 'shared_memory_region', 'custom', 'shared_memory_byte_size'), value, { maxKeys: 2 })),
+  parameters: fc.option(fc.dictionary(fc.constantFrom('binary_data_size', 'shared_memory_region', 'custom', 'shared_memory_byte_size', ...PROTO_KEYS), value, { maxKeys: 2 })),
 }, { requiredKeys: ['name'] });
 const request = fc.record({
   id: value,
-  parameters: fc.oneof(value, fc.dictionary(fc.constantFrom('priority', 'timeout', 'sequence_id', 'sequence_start', 'binary_data_output', 'triton_x', 'k'), value, { maxKeys: 3 })),
+  parameters: fc.oneof(value, fc.dictionary(fc.constantFrom('priority', 'timeout', 'sequence_id', 'sequence_start', 'binary_data_output', 'triton_x', 'k', ...PROTO_KEYS), value, { maxKeys: 3 })),
   inputs: fc.oneof(fc.array(tensor, { maxLength: 4 }), value),
-  outputs: fc.oneof(fc.array(fc.record({ name: fc.oneof(fc.constant('X'), value), parameters: fc.dictionary(fc.constantFrom('binary_data', 'classification', 'shared_memory_region'), value, { maxKeys: 2 }) }), { maxLength: 2 }), value),
+  outputs: fc.oneof(fc.array(fc.record({ name: fc.oneof(fc.constant('X'), value), parameters: fc.dictionary(fc.constantFrom('binary_data', 'classification', 'shared_memory_region', ...PROTO_KEYS), value, { maxKeys: 2 }) }), { maxLength: 2 }), value),
 }, { requiredKeys: [] });
 
 describe('the v2 codec never fails but with INVALID_ARG', () => {

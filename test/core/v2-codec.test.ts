@@ -1,10 +1,14 @@
 /**
  * The v2 response encoding's pieces: the JSON header's UTF-8 length (sent as
- * Inference-Header-Content-Length, counted without encoding it) and the parts joined into one body.
+ * Inference-Header-Content-Length, counted without encoding it) and the parts joined into one body;
+ * and parameter or map keys a client or config chose that collide with what every object inherits.
  */
 
 import { describe, expect, it } from 'vitest';
-import { bodyBytes, encodeInferResponse, utf8Length } from '../../core/v2-codec.js';
+import { parseModelConfig } from '../../core/config.js';
+import type { ModelConfig } from '../../core/model-config.js';
+import { validateRequest } from '../../core/request.js';
+import { bodyBytes, decodeInferRequest, encodeInferResponse, utf8Length } from '../../core/v2-codec.js';
 import { concatBytes, fromBytes } from '../../core/tensor.js';
 
 describe('v2 response encoding', () => {
@@ -46,5 +50,47 @@ describe('joining a received body', () => {
       expect(t.buffer).toBe(body.buffer);
       expect([...t]).toEqual([1.5, -2, 3]);
     }
+  });
+});
+
+describe('parameter keys named like what every object inherits', () => {
+  it('are the client\'s own parameters, kept and passed on, on the request and on its tensors', () => {
+    const config = {
+      name: 'm', max_batch_size: 0,
+      input: [{ name: 'I', data_type: 'TYPE_INT32', dims: [1] }], output: [{ name: 'X', data_type: 'TYPE_INT32', dims: [1] }],
+    } as ModelConfig;
+    // Written as text: a JS literal's `__proto__:` would set the prototype, not send a key.
+    const body = '{"parameters":{"toString":"t","__proto__":"p","constructor":1,"hasOwnProperty":true,"valueOf":2.5},'
+      + '"inputs":[{"name":"I","datatype":"INT32","shape":[1],"data":[3],"parameters":{"__proto__":"q","toString":7}}],'
+      + '"outputs":[{"name":"X","parameters":{"toString":"o","__proto__":{"nested":1}}}]}';
+    const { request } = decodeInferRequest(new TextEncoder().encode(body), undefined, 'm', undefined, () => config);
+    const expected = [['toString', 't'], ['__proto__', 'p'], ['constructor', 1], ['hasOwnProperty', true], ['valueOf', 2.5]];
+    expect(Object.entries(request.parameters!)).toEqual(expected);
+    expect(Object.getPrototypeOf(request.parameters)).toBe(Object.prototype);
+    expect(Object.entries(request.inputs[0]!.parameters!)).toEqual([['__proto__', 'q'], ['toString', 7]]);
+    // An output keeps only what tsi acts on (classification); the others were checked and accepted.
+    expect(request.outputs).toEqual([{ name: 'X', parameters: {} }]);
+    const pending = validateRequest(request, { modelName: 'm', config, sink: () => {} });
+    expect(Object.entries(pending.parameters)).toEqual(expected);
+    expect(JSON.parse(JSON.stringify(pending.parameters))).toEqual(JSON.parse('{"toString":"t","__proto__":"p","constructor":1,"hasOwnProperty":true,"valueOf":2.5}'));
+  });
+
+  it('are checked by the custom rule, not by a function found on the prototype', () => {
+    const config = { name: 'm', max_batch_size: 0, input: [], output: [] } as ModelConfig;
+    const decode = (json: string) => () => decodeInferRequest(new TextEncoder().encode(json), undefined, 'm', undefined, () => config);
+    expect(decode('{"inputs":[],"parameters":{"toString":[1]}}')).toThrow(/parameter 'toString' has invalid type.*request parameter 'toString' for model 'm'/);
+    expect(decode('{"inputs":[],"parameters":{"__proto__":{}}}')).toThrow(/parameter '__proto__' has invalid type/);
+  });
+});
+
+describe('config maps keyed like what every object inherits', () => {
+  it('keep a `__proto__` or `toString` key as an entry', () => {
+    const cfg = parseModelConfig([
+      'name: "m"', 'backend: "onnxruntime"',
+      'parameters { key: "__proto__" value: { string_value: "a" } }',
+      'parameters { key: "toString" value: { string_value: "b" } }',
+    ].join('\n'), 'm/config.pbtxt');
+    expect(Object.entries(cfg.parameters!)).toEqual([['__proto__', { string_value: 'a' }], ['toString', { string_value: 'b' }]]);
+    expect(Object.getPrototypeOf(cfg.parameters)).toBe(Object.prototype);
   });
 });

@@ -11,6 +11,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { InferResponse, Parameters } from '../../core/index.js';
 import { loadProtos } from '../../runtime-node/grpc.js';
+import { decodeInferRequest as decodeGrpcRequest } from '../../runtime-node/grpc-codec.js';
 import { firstRawContentsAt, grpcFrameOf, readModelInferRequest, writeModelInferResponse, writeModelInferResponseFrame, writeModelStreamInferResponse } from '../../runtime-node/grpc-wire.js';
 import { GraphBuilder } from '../../scripts/onnx-builder.js';
 import { ONNX_ELEM_TYPE, identityModel, type Datatype } from '../../scripts/gen-models.js';
@@ -125,6 +126,20 @@ describe('the request reader', () => {
         if (got !== undefined) expect(got).toBe(at);
       }
     }), { numRuns: NUM_RUNS });
+  });
+
+  it('keeps parameter keys named like what every object inherits as the client\'s own entries', () => {
+    const parameters = JSON.parse('{"__proto__":{"string_param":"p"},"toString":{"int64_param":"7"},"constructor":{"bool_param":true}}');
+    const bytes = serialize({
+      model_name: 'm', parameters,
+      inputs: [{ name: 'I', datatype: 'INT32', shape: [1], parameters: JSON.parse('{"__proto__":{"string_param":"q"}}'), contents: { int_contents: [3] } }],
+    });
+    const msg = readModelInferRequest(bytes);
+    expect(Object.keys(msg.parameters)).toEqual(['__proto__', 'toString', 'constructor']);
+    expect(Object.getPrototypeOf(msg.parameters)).toBe(Object.prototype);
+    const { request } = decodeGrpcRequest(msg);
+    expect(Object.entries(request.parameters!)).toEqual([['__proto__', 'p'], ['toString', 7], ['constructor', true]]);
+    expect(Object.entries(request.inputs[0]!.parameters!)).toEqual([['__proto__', 'q']]);
   });
 
   it('keeps raw contents as views of the message, and refuses malformed bytes with a reason', () => {
