@@ -61,7 +61,9 @@ const param = fc.oneof(
 );
 const params = fc.dictionary(
   fc.oneof(fc.constantFrom('priority', 'timeout', 'sequence_id', 'sequence_start', 'sequence_end', 'triton_enable_empty_final_response', 'triton_x',
-    'classification', 'shared_memory_region', 'shared_memory_offset', 'shared_memory_byte_size', 'binary_data_output'), fc.string({ maxLength: 6 })),
+    'classification', 'shared_memory_region', 'shared_memory_offset', 'shared_memory_byte_size', 'binary_data_output',
+    // Keys every object inherits: a lookup by the client's key must not find these.
+    '__proto__', 'toString', 'constructor'), fc.string({ maxLength: 6 })),
   param, { maxKeys: 3 },
 );
 const dim = fc.oneof(fc.integer({ min: -3, max: 5 }).map(String), fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n }).map(String));
