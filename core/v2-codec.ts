@@ -339,7 +339,7 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
 
 function jsonSafe(p: Parameters): Record<string, string | number | boolean> {
   const out: Record<string, string | number | boolean> = {};
-  for (const [k, v] of Object.entries(p)) out[k] = typeof v === 'bigint' ? Number(v) : v;
+  for (const [k, v] of Object.entries(p)) putEntry(out, k, typeof v === 'bigint' ? Number(v) : v);
   return out;
 }
 

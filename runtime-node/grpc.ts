@@ -34,7 +34,7 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import {
-  TsiError, asTsiError, attachTrace, checkTraceModel, grpcCategory, parseTraceUpdate, traceSettingsJson,
+  TsiError, asTsiError, attachTrace, checkTraceModel, grpcCategory, parseTraceUpdate, putEntry, traceSettingsJson,
   type AuthRefusal, type ErrorCode, type InferenceServer, type InferResponse, type Restrictions, type ServerExtensions,
 } from '../core/index.js';
 import {
@@ -346,7 +346,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
         const u: Record<string, string | string[] | null> = {};
         for (const [k, v] of settings) {
           const values: string[] = v?.value ?? [];
-          u[k] = values.length === 0 ? null : k === 'trace_level' ? values : values.length === 1 ? values[0]! : values;
+          putEntry(u, k, values.length === 0 ? null : k === 'trace_level' ? values : values.length === 1 ? values[0]! : values);
         }
         ext.traces.update(model, parseTraceUpdate(u));
       }

@@ -81,6 +81,14 @@ describe('parameter keys named like what every object inherits', () => {
     expect(decode('{"inputs":[],"parameters":{"toString":[1]}}')).toThrow(/parameter 'toString' has invalid type.*request parameter 'toString' for model 'm'/);
     expect(decode('{"inputs":[],"parameters":{"__proto__":{}}}')).toThrow(/parameter '__proto__' has invalid type/);
   });
+
+  it('are sent back as the model gave them, in the JSON header of a response', () => {
+    const parameters = JSON.parse('{"__proto__":"p","toString":5,"big":0}');
+    parameters.big = 7n;
+    const enc = encodeInferResponse({ model_name: 'm', model_version: '1', parameters, outputs: [] }, { binaryDefault: false, binary: new Map() });
+    const head = new TextDecoder().decode(bodyBytes(enc.parts));
+    expect(head).toContain('"parameters":{"__proto__":"p","toString":5,"big":7}');
+  });
 });
 
 describe('config maps keyed like what every object inherits', () => {
