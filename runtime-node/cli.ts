@@ -129,6 +129,7 @@ export function buildCli(): Command {
     .option('--allow-model-code-upload <bool>', 'let model load requests upload code (JavaScript/Python model files, native libraries) or point EXECUTION_ENV_PATH elsewhere: anyone who can load models can then run code here; off, such a load is refused with 403', parseBool, false)
     .option('--http-headers-timeout-secs <secs>', 'how long a request head (and a TLS handshake) may take to arrive before 408', parseSecs, 60)
     .option('--http-request-timeout-secs <secs>', 'how long a whole request may take to arrive before 408', parseSecs, 300)
+    .option('--grpc-handshake-timeout-secs <secs>', 'how long a new gRPC connection may take to finish its TLS handshake and send the HTTP/2 preface before it is closed', parseSecs, 60)
     .option('--metrics-port <port>', 'Prometheus metrics port (GET /metrics)', parsePort, 8002)
     .option('--metrics-address <address>', 'metrics listen address (default: the HTTP address)')
     .option('--allow-metrics <bool>', 'serve Prometheus metrics', parseBool, true)
@@ -244,6 +245,7 @@ export function buildCli(): Command {
           apiKeys: o.apiKey,
           apiKeyFile: o.apiKeyFile,
           httpHeadersTimeoutMs: o.httpHeadersTimeoutSecs * 1000,
+          grpcHandshakeTimeoutMs: o.grpcHandshakeTimeoutSecs * 1000,
           httpRequestTimeoutMs: o.httpRequestTimeoutSecs * 1000,
           repositoryPollSecs: o.repositoryPollSecs,
           trace,

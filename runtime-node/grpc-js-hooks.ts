@@ -39,9 +39,15 @@ interface InterceptingCall {
  * level (`--grpc-infer-response-compression-level`), each stream whose client lists gzip in
  * `grpc-accept-encoding` is tagged with it, for hookGrpcJsCalls's calls to compress their answers.
  * With `direct`, a ModelInfer call that grpc-direct.ts can answer never reaches grpc-js's 'stream'
- * listener: the server's emit hands it to serveModelInfer instead.
+ * listener: the server's emit hands it to serveModelInfer instead. With `handshakeMs`, a connection
+ * that has not sent the HTTP/2 preface and its SETTINGS that long after it opened (after its TLS
+ * handshake, over TLS) is closed: grpc-js keeps a connection that never speaks open for good, so a
+ * crowd of them would hold the server's sockets (gRPC's C++ core, Triton's, closes them at 120 s).
  */
-export function hookHttp2Servers(g: grpc.Server, gzipLevel: number | undefined, direct?: DirectModelInfer): void {
+export function hookHttp2Servers(
+  g: grpc.Server, opts: { gzipLevel?: number; direct?: DirectModelInfer; handshakeMs?: number },
+): void {
+  const { gzipLevel, direct, handshakeMs } = opts;
   const inner = g as unknown as { createHttp2Server?: (credentials: grpc.ServerCredentials) => Http2Server | Http2SecureServer };
   const create = inner.createHttp2Server;
   if (typeof create !== 'function') return;
@@ -50,7 +56,10 @@ export function hookHttp2Servers(g: grpc.Server, gzipLevel: number | undefined, 
   inner.createHttp2Server = (credentials) => {
     const h2 = create.call(g, credentials);
     h2.updateSettings({ initialWindowSize: GRPC_SERVER_HTTP2.streamWindow, maxFrameSize: GRPC_SERVER_HTTP2.maxFrameSize });
-    h2.on('session', (session: ServerHttp2Session) => session.setLocalWindowSize(GRPC_SERVER_HTTP2.connectionWindow));
+    h2.on('session', (session: ServerHttp2Session) => {
+      session.setLocalWindowSize(GRPC_SERVER_HTTP2.connectionWindow);
+      if (handshakeMs) closeUnlessSettingsWithin(session, handshakeMs);
+    });
     const emit = h2.emit;
     h2.emit = function (this: typeof h2, event: string | symbol, ...args: unknown[]): boolean {
       if (event === 'stream') {
@@ -66,6 +75,14 @@ export function hookHttp2Servers(g: grpc.Server, gzipLevel: number | undefined, 
     } as typeof h2.emit;
     return h2;
   };
+}
+
+function closeUnlessSettingsWithin(session: ServerHttp2Session, ms: number): void {
+  const timer = setTimeout(() => session.destroy(), ms);
+  timer.unref();
+  const done = () => clearTimeout(timer);
+  session.once('remoteSettings', done);
+  session.once('close', done);
 }
 
 /**

@@ -105,7 +105,14 @@ export interface GrpcOptions {
   tls?: ReloadableTls;
   /** API keys: judges a call by its method path and `authorization` metadata; a refusal ends it. */
   authorize?: (path: string, authorization: string | undefined) => AuthRefusal | undefined;
+  /**
+   * --grpc-handshake-timeout-secs: how long a new connection may take to finish its TLS handshake and,
+   * then, to send the HTTP/2 preface and SETTINGS before it is closed (default 60 s, as HTTP's head).
+   */
+  handshakeTimeoutMs?: number;
 }
+
+const GRPC_HANDSHAKE_TIMEOUT_MS = 60_000;
 
 /** Ends a call the `authorize` check refuses, before its handler sees it. */
 function authInterceptor(authorize: NonNullable<GrpcOptions['authorize']>): grpc.ServerInterceptor {
@@ -177,13 +184,16 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
     ...(opts.authorize ? { interceptors: [authInterceptor(opts.authorize)] } : {}),
   });
   const inf = rawRequestService(inference);
-  hookHttp2Servers(g, GZIP_LEVEL[opts.responseCompression ?? 'none'], directModelInfer(server, opts, inf.decoders.ModelInfer!));
+  const handshakeMs = opts.handshakeTimeoutMs ?? GRPC_HANDSHAKE_TIMEOUT_MS;
+  hookHttp2Servers(g, {
+    gzipLevel: GZIP_LEVEL[opts.responseCompression ?? 'none'], direct: directModelInfer(server, opts, inf.decoders.ModelInfer!), handshakeMs,
+  });
   const hl = rawRequestService(health);
   g.addService(inf.service, inferenceService(server, opts, inf.decoders));
   g.addService(hl.service, healthService(server, hl.decoders));
   const host = opts.address.includes(':') && !opts.address.startsWith('[') ? `[${opts.address}]` : opts.address;
   const port = await new Promise<number>((resolve, reject) => {
-    const credentials = opts.tls ? new ReloadingServerCredentials(opts.tls) : grpc.ServerCredentials.createInsecure();
+    const credentials = opts.tls ? new ReloadingServerCredentials(opts.tls, handshakeMs) : grpc.ServerCredentials.createInsecure();
     g.bindAsync(`${host}:${opts.port}`, credentials, (err, p) => (err ? reject(err) : resolve(p)));
   });
   let shutdown: Promise<void> | undefined;

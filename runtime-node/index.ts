@@ -94,6 +94,8 @@ export interface NodeServerOptions {
   httpHeadersTimeoutMs?: number;
   /** How long a whole request may take to arrive, in ms (default 300 s). */
   httpRequestTimeoutMs?: number;
+  /** How long a new gRPC connection may take to finish TLS and send the HTTP/2 preface, in ms (default 60 s). */
+  grpcHandshakeTimeoutMs?: number;
   /** --rate-limit: `execution_count` makes instances wait for their rate_limiter resources; default off. */
   rateLimit?: RateLimitMode;
   /** --rate-limit-resource values, `<name>:<count>[:<device>]`. */
@@ -271,7 +273,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       grpc = await listenGrpc(server, {
         port: opts.grpcPort, address: opts.grpcAddress ?? '0.0.0.0', extensions, restrictedProtocol: grpcRestrictions,
         responseCompression: opts.grpcResponseCompression,
-        tls: grpcTls, authorize: keyring && grpcAuthorizer(keyring),
+        tls: grpcTls, authorize: keyring && grpcAuthorizer(keyring), handshakeTimeoutMs: opts.grpcHandshakeTimeoutMs,
       });
     }
     if (opts.metricsPort !== undefined) {

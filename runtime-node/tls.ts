@@ -201,8 +201,9 @@ function describe(cert: Buffer): string {
  * verifies client certificates (Triton's GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY).
  */
 export class ReloadingServerCredentials extends grpc.ServerCredentials {
-  constructor(tls: ReloadableTls) {
-    super({ requestCert: tls.mutual, rejectUnauthorized: tls.mutual }, tls.context);
+  /** `handshakeTimeoutMs`: a connection whose TLS handshake has not finished by then is dropped. */
+  constructor(tls: ReloadableTls, handshakeTimeoutMs?: number) {
+    super({ requestCert: tls.mutual, rejectUnauthorized: tls.mutual, ...(handshakeTimeoutMs ? { handshakeTimeout: handshakeTimeoutMs } : {}) }, tls.context);
     tls.onChange((ctx) => this.updateSecureContextOptions(ctx));
   }
 

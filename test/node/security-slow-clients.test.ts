@@ -5,15 +5,19 @@
  * (the connection never goes quiet, so an idle timeout would not catch them) are all cut off, the
  * trickled ones with a 408 and a JSON error; and a crowd of such connections does not starve a real
  * client, whose inferences are answered while the crowd is still connected. Each trickle would take
- * far longer than the test if the server let it run: its end is what shows the cut-off.
+ * far longer than the test if the server let it run: its end is what shows the cut-off. Over gRPC
+ * (`--grpc-handshake-timeout-secs`, TLS and plaintext): a connection that never starts its TLS
+ * handshake, or never sends the HTTP/2 preface, is closed, and a client's connection that outlives
+ * the window is kept.
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { connect as tcpConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
+import * as grpc from '@grpc/grpc-js';
 import { addSubModel } from '../../scripts/gen-models.js';
-import { HttpClient, nodeHttpFetch } from '../../client/node.js';
+import { GrpcClient, HttpClient, nodeHttpFetch } from '../../client/node.js';
 import { startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 import { makeCerts, type TestCerts } from '../helpers/security-certs.js';
 
@@ -34,6 +38,7 @@ beforeAll(async () => {
   s = await startTestServer({
     modelRepositories: [repo.path], httpTls: { ...certs.serverA }, credentialsWatchMs: 0,
     httpHeadersTimeoutMs: HEADERS_MS, httpRequestTimeoutMs: REQUEST_MS,
+    grpcPort: 0, grpcAddress: '127.0.0.1', grpcTls: { ...certs.serverA }, grpcHandshakeTimeoutMs: HEADERS_MS,
   });
 });
 afterAll(async () => {
@@ -129,4 +134,60 @@ describe('slow clients over HTTPS', () => {
     await Promise.all(crowd.map((c) => c.closed));
     expect(crowd.slice(40).map((c) => refusal(c).status)).toEqual(Array(80).fill(408));
   }, 30_000);
+});
+
+describe('slow clients over gRPC', () => {
+  const silentFor = (port: number) => {
+    const t0 = Date.now();
+    const sock = watchSocket(tcpConnect(port, '127.0.0.1'));
+    return sock.closed.then(() => ({ ms: Date.now() - t0, data: sock.data() }));
+  };
+
+  it('closes a TLS connection that never starts its handshake, and one that never sends the HTTP/2 preface', async () => {
+    const noTls = silentFor(s.grpc!.port);
+    const tls = tlsConnect({ host: '127.0.0.1', port: s.grpc!.port, ca: readFileSync(certs.ca), servername: 'localhost', ALPNProtocols: ['h2'] });
+    await new Promise<void>((resolve, reject) => {
+      tls.once('secureConnect', resolve);
+      tls.once('error', reject);
+    });
+    const noPreface = watchSocket(tls);
+    const t0 = Date.now();
+    expect((await noTls).ms).toBeGreaterThanOrEqual(HEADERS_MS - 50);
+    await noPreface.closed;
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(HEADERS_MS - 50);
+  });
+
+  it('keeps a client\'s connection past the handshake window', async () => {
+    const g = new GrpcClient({ url: `127.0.0.1:${s.grpc!.port}`, ssl: true, rootCertificates: readFileSync(certs.ca, 'utf8') });
+    try {
+      expect(await g.isServerLive()).toBe(true);
+      const channel = (g as unknown as { stub: grpc.Client }).stub.getChannel();
+      await new Promise((r) => setTimeout(r, HEADERS_MS * 2));
+      expect(channel.getConnectivityState(false)).toBe(grpc.connectivityState.READY);
+      expect(await g.isServerLive()).toBe(true);
+    } finally {
+      await g.close();
+    }
+  });
+
+  it('closes a plaintext connection that never sends the preface, or sends half of it', async () => {
+    const plain = await startTestServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1', grpcHandshakeTimeoutMs: HEADERS_MS });
+    try {
+      const silent = silentFor(plain.grpc!.port);
+      const halfSock = tcpConnect(plain.grpc!.port, '127.0.0.1');
+      const half = watchSocket(halfSock);
+      halfSock.write('PRI * HTTP/2.0\r\n');
+      const client = new GrpcClient({ url: `127.0.0.1:${plain.grpc!.port}` });
+      try {
+        expect(await client.isServerLive()).toBe(true);
+        expect((await silent).ms).toBeGreaterThanOrEqual(HEADERS_MS - 50);
+        await half.closed;
+        expect(await client.isServerLive()).toBe(true);
+      } finally {
+        await client.close();
+      }
+    } finally {
+      await plain.stop(1000);
+    }
+  });
 });
