@@ -97,6 +97,15 @@ function samplingParameters(body: Json, maxTokensDefault: number | undefined): P
   if (body.best_of !== undefined && body.best_of !== null && body.best_of !== 1) throw bad(`'best_of' must be 1`);
   if (body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false) throw bad(`'logprobs' is not supported`);
   if (body.suffix !== undefined && body.suffix !== null) throw bad(`'suffix' is not supported`);
+  // Features a client relies on for the answer's content: refused rather than ignored. Their empty
+  // forms (what some clients send by default) change nothing and pass.
+  const bias = body.logit_bias;
+  if (typeof bias === 'object' && bias !== null && Object.keys(bias).length > 0) throw bad(`'logit_bias' is not supported`);
+  if (Array.isArray(body.tools) && body.tools.length > 0) throw bad(`'tools' (function calling) is not supported`);
+  const format = body.response_format;
+  if (format !== undefined && format !== null && format?.type !== 'text') {
+    throw bad(`'response_format' ${JSON.stringify(format?.type ?? format).slice(0, 40)} is not supported: only {"type": "text"}`);
+  }
   const p: Parameters = {};
   const copy = (from: string, to = from) => {
     const v = body[from];
