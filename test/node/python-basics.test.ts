@@ -111,7 +111,8 @@ describe('add_sub (Triton\'s example model.py)', () => {
 describe('what a request carries', () => {
   it('gives sequences\' correlation ids and START/END flags, parameters, the model folder and readiness', async () => {
     const step = (x: number, sequence: Record<string, unknown>) => postJson(`${s.url}/v2/models/sequence_py/infer`, {
-      parameters: { ...sequence, note: 'hi', n: 3, timeout: 5_000_000 },
+      // `['__proto__']` is a key of its own (a plain `__proto__:` would set the literal's prototype).
+      parameters: { ...sequence, note: 'hi', n: 3, timeout: 5_000_000, ['__proto__']: 'p', toString: 't' },
       inputs: [{ name: 'X', datatype: 'INT32', shape: [1], data: [x] }], outputs: [{ name: 'SUM' }, { name: 'INFO' }],
     });
     // One sequence slot (max_batch_size 0): one sequence at a time.
@@ -128,6 +129,7 @@ describe('what a request carries', () => {
       open: 0, timeout: 5_000_000, parameters: { note: 'hi', n: 3 }, requested: ['INFO', 'SUM'], requested_type: 'set',
       model_dir: join(repo.path, 'sequence_py', '1'), add_sub_ready: true, nope_ready: false,
     });
+    expect(Object.entries(info(d).parameters)).toEqual(expect.arrayContaining([['__proto__', 'p'], ['toString', 't']]));
     expect(a.body.parameters).toEqual({ as_int: 7, as_bool: true, as_str: 's' });
     expect(s.logs.some((l) => /^W.*sequence_py \(sequence_py_0\) model\.py:\d+: sequence 42: flags 1$/.test(l))).toBe(true);
     expect(s.logs.some((l) => /^E.*sequence_py \(sequence_py_0\) model\.py:\d+: explicit error level$/.test(l))).toBe(true);
