@@ -13,7 +13,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { dirname } from 'node:path';
-import type { Duplex } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { TsiError, type Logger } from '../../core/index.js';
 import { Channel, type StubMessage } from './channel.js';
@@ -85,20 +85,33 @@ export class StubProcess {
       const done = (code: number | null, signal: NodeJS.Signals | null) => {
         if (this.exitInfo) return;
         this.exitInfo = { code, signal };
-        this.channel.close();
-        // stderr may still hold the last lines (a traceback): give it a moment to drain.
+        // 'exit' can come before the pipes are read to their end: the control socket may still hold
+        // the last reply (a stub that answers and exits, as auto_complete_config's does) and stderr
+        // the last lines (a traceback). Both are read to their end, for at most 200 ms, first.
+        const open = [this.child.stdio[3] as Readable | null, this.child.stderr].filter((s): s is Readable => !!s && !s.readableEnded && !s.destroyed);
+        let left = open.length;
+        let timer: NodeJS.Timeout | undefined;
         const finish = () => {
+          if (left < 0) return;
+          left = -1;
+          clearTimeout(timer);
+          this.channel.close();
           for (const fd of this.fds.splice(0)) closeSync(fd);
           resolve();
           this.onExit(this.describeExit());
         };
-        if (this.child.stderr && !this.child.stderr.readableEnded) {
-          const t = setTimeout(finish, 200);
-          this.child.stderr.once('end', () => {
-            clearTimeout(t);
-            finish();
-          });
-        } else finish();
+        if (open.length === 0) return finish();
+        timer = setTimeout(finish, 200);
+        for (const s of open) {
+          let ended = false;
+          const one = () => {
+            if (ended) return;
+            ended = true;
+            if (--left === 0) finish();
+          };
+          s.once('end', one);
+          s.once('close', one);
+        }
       };
       this.child.once('exit', done);
       this.child.once('error', (err) => {
