@@ -156,7 +156,7 @@ const siteText = (name: string, site: ParamSite) =>
   `${site.tensor ? `parameter '${name}' of ${site.tensor}` : `request parameter '${name}'`} for model '${site.model}'`;
 
 /** `name`'s own rule (a key such as `toString` must not find Object.prototype's), else the custom rule. */
-export const ruleFor = (rules: ParamRules, name: string): ParamRule => (Object.hasOwn(rules, name) ? rules[name]! : CUSTOM);
+const ruleFor = (rules: ParamRules, name: string): ParamRule => (Object.hasOwn(rules, name) ? rules[name]! : CUSTOM);
 
 /**
  * Checks one JSON (or in-process) parameter value against its rule (`ruleFor`); throws INVALID_ARG

@@ -103,8 +103,8 @@ function samplingParameters(body: Json, maxTokensDefault: number | undefined): P
   if (typeof bias === 'object' && bias !== null && Object.keys(bias).length > 0) throw bad(`'logit_bias' is not supported`);
   if (Array.isArray(body.tools) && body.tools.length > 0) throw bad(`'tools' (function calling) is not supported`);
   const format = body.response_format;
-  if (format !== undefined && format !== null && format?.type !== 'text') {
-    throw bad(`'response_format' ${JSON.stringify(format?.type ?? format).slice(0, 40)} is not supported: only {"type": "text"}`);
+  if (format !== undefined && format !== null && format.type !== 'text') {
+    throw bad(`'response_format' ${JSON.stringify(format.type ?? format).slice(0, 40)} is not supported: only {"type": "text"}`);
   }
   const p: Parameters = {};
   const copy = (from: string, to = from) => {

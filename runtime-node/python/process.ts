@@ -14,6 +14,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
+import { finished } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
 import { TsiError, type Logger } from '../../core/index.js';
 import { Channel, type StubMessage } from './channel.js';
@@ -89,29 +90,15 @@ export class StubProcess {
         // the last reply (a stub that answers and exits, as auto_complete_config's does) and stderr
         // the last lines (a traceback). Both are read to their end, for at most 200 ms, first.
         const open = [this.child.stdio[3] as Readable | null, this.child.stderr].filter((s): s is Readable => !!s && !s.readableEnded && !s.destroyed);
-        let left = open.length;
         let timer: NodeJS.Timeout | undefined;
-        const finish = () => {
-          if (left < 0) return;
-          left = -1;
+        const drained = Promise.allSettled(open.map((s) => finished(s, { writable: false })));
+        void Promise.race([drained, new Promise((r) => (timer = setTimeout(r, 200)))]).then(() => {
           clearTimeout(timer);
           this.channel.close();
           for (const fd of this.fds.splice(0)) closeSync(fd);
           resolve();
           this.onExit(this.describeExit());
-        };
-        if (open.length === 0) return finish();
-        timer = setTimeout(finish, 200);
-        for (const s of open) {
-          let ended = false;
-          const one = () => {
-            if (ended) return;
-            ended = true;
-            if (--left === 0) finish();
-          };
-          s.once('end', one);
-          s.once('close', one);
-        }
+        });
       };
       this.child.once('exit', done);
       this.child.once('error', (err) => {

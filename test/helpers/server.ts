@@ -26,6 +26,18 @@ export async function startTestServer(opts: Partial<NodeServerOptions> & { model
   return Object.assign(running, { url: `http://127.0.0.1:${running.http!.port}`, logs });
 }
 
+/**
+ * model.js of a JavaScript model that echoes X as Y after blocking its instance's thread for the
+ * request's `ms` parameter (else `defaultMs`): requests behind it wait in the scheduler's queue.
+ */
+export const blockingJsModel = (defaultMs: number) => `
+  export default class {
+    execute(requests) {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(requests[0].parameters.ms ?? ${defaultMs}));
+      return requests.map((r) => ({ outputs: { Y: r.input('X').data } }));
+    }
+  }`;
+
 /** A temporary repository: `{ 'm/config.pbtxt': text, 'm/1/model.onnx': bytes, ... }`. */
 export function tempRepo(files: Record<string, string | Uint8Array>): { path: string; cleanup: () => void } {
   const path = mkdtempSync(join(tmpdir(), 'tsi-repo-'));

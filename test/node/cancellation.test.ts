@@ -8,16 +8,9 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { grpcClient, parsePrometheus } from '../helpers/grpc.js';
-import { postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
+import { blockingJsModel, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
-const busy = `
-  export default class {
-    execute(requests) {
-      // Blocks this instance's thread: later requests wait in the scheduler's queue.
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(requests[0].parameters.ms ?? 400));
-      return requests.map((r) => ({ outputs: { Y: r.input('X').data } }));
-    }
-  }`;
+const busy = blockingJsModel(400);
 
 describe('cancelled requests', () => {
   let server: TestServer;

@@ -13,21 +13,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadProtos } from '../../runtime-node/grpc.js';
 import { identityModel } from '../../scripts/gen-models.js';
 import { grpcFrame, rawGrpcCall, type RawGrpcAnswer } from '../helpers/grpc.js';
-import { startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
+import { blockingJsModel, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
 type Obj = Record<string, unknown>;
 const protos = loadProtos().inference;
 let s: TestServer;
 let repo: ReturnType<typeof tempRepo>;
 
-// Blocks its instance for `ms`: requests behind it wait in the queue.
-const slow = `
-  export default class {
-    execute(requests) {
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(requests[0].parameters.ms ?? 0));
-      return requests.map((r) => ({ outputs: { Y: r.input('X').data } }));
-    }
-  }`;
+const slow = blockingJsModel(0);
 
 beforeAll(async () => {
   repo = tempRepo({

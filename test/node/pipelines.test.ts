@@ -10,7 +10,7 @@ import { cpSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IMAGE_CLASSIFIER_LABELS, addSubModel, imageClassifierModel } from '../../scripts/gen-models.js';
-import { MODELS, getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
+import { MODELS, blockingJsModel, getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
 const fp32 = (name: string, dims: number[]) => `{ name: "${name}" data_type: TYPE_FP32 dims: [ ${dims.join(', ')} ] }`;
 const jsModel = (name: string, io: { inputs: string[]; outputs: string[] }, extra = '') =>
@@ -44,13 +44,7 @@ const FILES: Record<string, string | Uint8Array> = {
   // Blocks its thread for 300 ms per batch; two instances must serve two requests at once.
   'js_busy/config.pbtxt': jsModel('js_busy', { inputs: [fp32('X', [4])], outputs: [fp32('Y', [4])] },
     'instance_group [{ kind: KIND_CPU count: 2 }]'),
-  'js_busy/1/model.js': `
-    export default class {
-      execute(requests) {
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 300);
-        return requests.map((r) => ({ outputs: { Y: r.input('X').data } }));
-      }
-    }`,
+  'js_busy/1/model.js': blockingJsModel(300),
   // A running sum per sequence: the sequence batcher's START/READY controls arrive as inputs.
   'js_acc/config.pbtxt': jsModel('js_acc', { inputs: [fp32('X', [1])], outputs: [fp32('SUM', [1])] }, `
     sequence_batching {
