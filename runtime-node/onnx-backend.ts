@@ -17,6 +17,7 @@ import {
   type InstancePlacement, type InstanceSpec, type Logger, type ModelConfig, type ModelInput, type ModelOutput, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
 } from '../core/index.js';
 import { adapterLabel, candidateProviders, probeWebGpu, queryNvidiaGpus, vulkanHint } from './gpu/index.js';
+import { WEBGPU_LOCK } from './gpu/lock.js';
 import { readOnnxIo } from './onnx-info.js';
 import type { InitMessage, MappedWireTensor, WireTensor, WorkerReply, WorkerRequest } from './ort-worker.js';
 import { mappedAddress } from './shm-map.js';
@@ -28,9 +29,6 @@ const ORT_TYPE: Partial<Record<DataType, string>> = {
   INT32: 'int32', INT64: 'int64', FP16: 'float16', FP32: 'float32', FP64: 'float64', BYTES: 'string',
 };
 const FROM_ORT: Record<string, DataType> = Object.fromEntries(Object.entries(ORT_TYPE).map(([k, v]) => [v, k as DataType]));
-
-/** One for the process: onnxruntime's WebGPU context is shared by every session (see ort-worker.ts). */
-const GPU_LOCK = new SharedArrayBuffer(4);
 
 export interface OnnxBackendOptions {
   log: Logger;
@@ -110,7 +108,7 @@ class OnnxModel implements BackendModel {
       modelBytes: local ? undefined : await files.read(path),
       providers,
       sessionOptions: sessionOptions(config, this.instanceCount, this.opts.cores ?? availableParallelism()) as InitMessage['sessionOptions'],
-      gpuLock: GPU_LOCK,
+      gpuLock: WEBGPU_LOCK,
       channel: channelBuffer(),
     };
     const worker = startWorker('ort-worker', init);
@@ -188,7 +186,7 @@ function failureNote(f: string): string {
 }
 
 /** Where an instance ended up: its provider, and the GPU or adapter behind it in words. */
-async function placementOf(spec: InstanceSpec, provider: string, notes: string[]): Promise<InstancePlacement> {
+export async function placementOf(spec: InstanceSpec, provider: string, notes: string[]): Promise<InstancePlacement> {
   if (provider === 'cpu') return { kind: spec.kind === 'KIND_MODEL' ? 'KIND_MODEL' : 'KIND_CPU', provider, notes };
   let adapter: string | undefined;
   if (provider === 'webgpu') {

@@ -19,6 +19,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import { fromBytes } from '../core/tensor.js';
 import type { DataType } from '../core/types.js';
+import { gpuLocked } from './gpu/lock.js';
 import { viewAt } from './shm-map.js';
 import { ChannelWorker, type ChannelTensor, type SlotRequest } from './worker-channel.js';
 
@@ -79,16 +80,6 @@ let session: ort.InferenceSession | undefined;
 /** Set once the session runs on WebGPU: its work then goes through the process-wide lock. */
 let gpuLock: Int32Array | undefined;
 
-async function locked<T>(lock: Int32Array | undefined, fn: () => Promise<T>): Promise<T> {
-  if (!lock) return fn();
-  while (Atomics.compareExchange(lock, 0, 0, 1) !== 0) Atomics.wait(lock, 0, 1);
-  try {
-    return await fn();
-  } finally {
-    Atomics.store(lock, 0, 0);
-    Atomics.notify(lock, 0, 1);
-  }
-}
 
 function transferables(data: ort.Tensor.DataType): ArrayBuffer[] {
   if (Array.isArray(data)) return [];
@@ -103,7 +94,7 @@ async function start(): Promise<void> {
     const ep = p.name === 'cpu' ? 'cpu' : { name: p.name, ...(p.deviceId !== undefined ? { deviceId: p.deviceId } : {}), ...(p.options ?? {}) };
     const lock = p.name === 'webgpu' ? new Int32Array(init.gpuLock) : undefined;
     try {
-      session = await locked(lock, () => ort.InferenceSession.create(source as string, {
+      session = await gpuLocked(lock, () => ort.InferenceSession.create(source as string, {
         ...init.sessionOptions,
         executionProviders: [ep as ort.InferenceSession.ExecutionProviderConfig],
       }));
@@ -186,7 +177,7 @@ function viewMapped(t: MappedWireTensor): ort.Tensor.DataType {
 
 async function close(): Promise<void> {
   channel.stop();
-  await locked(gpuLock, async () => session?.release());
+  await gpuLocked(gpuLock, async () => session?.release());
   port.close();
 }
 
@@ -199,7 +190,7 @@ async function execute(
     const t0 = performance.now();
     const feeds = makeFeeds();
     const t1 = performance.now();
-    const results = await locked(gpuLock, () => session!.run(feeds, fetches));
+    const results = await gpuLocked(gpuLock, () => session!.run(feeds, fetches));
     const t2 = performance.now();
     if (slot !== undefined) {
       const outs: [number, ChannelTensor][] = [];

@@ -9,6 +9,12 @@
  * and the decoding worker takes them over with its next step (`adopt`), transferred both ways. A
  * prefill run in parts (prompts of unlike lengths) answers part by part (`part` messages, each with
  * its caches), so a short prompt's first token does not wait for the long ones.
+ *
+ * A KIND_GPU instance's session tries the GPU providers the onnxruntime backend would (WebGPU with the
+ * bundled binary), then the CPU; on WebGPU every run holds the process-wide lock (gpu/lock.ts), since
+ * all WebGPU sessions of the process share onnxruntime's one device. The caches still live here, in
+ * this thread's memory: the batch is re-laid out between steps in JavaScript (kv-batch.ts), so each
+ * step uploads them and reads the new ones back.
  */
 
 import { getPriority, setPriority } from 'node:os';
@@ -18,12 +24,18 @@ import * as ort from 'onnxruntime-node';
 import type { DecoderLayout, StepRequest, StepResult } from '../../core/llm/decoder.js';
 import { KvBatch, type KvArray, type KvGroup, type TensorKit } from '../../core/llm/kv-batch.js';
 import { argmax } from '../../core/llm/sampling.js';
+import type { ProviderChoice } from '../gpu/providers.js';
+import { gpuLocked } from '../gpu/lock.js';
 import { movable } from '../worker-instance.js';
 
 export interface DecoderInit {
   modelPath?: string;
   modelBytes?: Uint8Array;
   sessionOptions: ort.InferenceSession.SessionOptions;
+  /** Execution providers to try, best first (the last is the CPU). */
+  providers: ProviderChoice[];
+  /** The process's WebGPU lock (gpu/lock.ts). */
+  gpuLock: SharedArrayBuffer;
   layout: DecoderLayout;
   /** Added to this thread's nice value (and its ORT threads', made after it) before the session. */
   nice?: number;
@@ -33,7 +45,7 @@ export interface DecoderInit {
 export type DecoderWorkerRequest = { id: number; req: StepRequest; adopt?: KvGroup[]; handOff?: boolean; parts?: boolean };
 
 export type DecoderWorkerReply =
-  | { kind: 'ready' }
+  | { kind: 'ready'; provider: string; failures: string[] }
   | { kind: 'init-error'; message: string }
   | { kind: 'result'; id: number; result: StepResult; groups?: KvGroup[] }
   | { kind: 'part'; id: number; rows: readonly number[]; result: StepResult; groups: KvGroup[] }
@@ -42,6 +54,8 @@ export type DecoderWorkerReply =
 const port = parentPort!;
 const init = (workerData as { data: DecoderInit }).data;
 let session: ort.InferenceSession | undefined;
+/** Set once the session runs on WebGPU. */
+let gpuLock: Int32Array | undefined;
 const batch = new KvBatch(init.layout);
 const kvType = init.layout.kvType;
 
@@ -51,24 +65,34 @@ const kit: TensorKit<ort.Tensor> = {
   kv: (data: KvArray, dims) => new ort.Tensor(kvType, data, dims),
   data: (t) => t.data as Float32Array | Uint16Array,
   dims: (t) => t.dims,
-  run: (feeds, fetches) => session!.run(feeds, fetches) as Promise<Record<string, ort.Tensor>>,
+  run: (feeds, fetches) => gpuLocked(gpuLock, () => session!.run(feeds, fetches) as Promise<Record<string, ort.Tensor>>),
 };
 
 async function start(): Promise<void> {
-  try {
-    if (init.nice) {
-      // On Linux a thread's priority is its own: pid 0 is this thread, not the process.
-      try {
-        setPriority(0, Math.min(19, getPriority(0) + init.nice));
-      } catch {
-        // Not allowed here (some sandboxes): the steps just run at the server's priority.
-      }
+  if (init.nice) {
+    // On Linux a thread's priority is its own: pid 0 is this thread, not the process.
+    try {
+      setPriority(0, Math.min(19, getPriority(0) + init.nice));
+    } catch {
+      // Not allowed here (some sandboxes): the steps just run at the server's priority.
     }
-    session = await ort.InferenceSession.create((init.modelPath ?? init.modelBytes!) as string, { ...init.sessionOptions, executionProviders: ['cpu'] });
-    port.postMessage({ kind: 'ready' } satisfies DecoderWorkerReply);
-  } catch (err) {
-    port.postMessage({ kind: 'init-error', message: (err as Error).message } satisfies DecoderWorkerReply);
   }
+  const failures: string[] = [];
+  for (const p of init.providers) {
+    const ep = p.name === 'cpu' ? 'cpu' : { name: p.name, ...(p.deviceId !== undefined ? { deviceId: p.deviceId } : {}), ...(p.options ?? {}) };
+    const lock = p.name === 'webgpu' ? new Int32Array(init.gpuLock) : undefined;
+    try {
+      session = await gpuLocked(lock, () => ort.InferenceSession.create((init.modelPath ?? init.modelBytes!) as string, {
+        ...init.sessionOptions, executionProviders: [ep as ort.InferenceSession.ExecutionProviderConfig],
+      }));
+      gpuLock = lock;
+      port.postMessage({ kind: 'ready', provider: p.name, failures } satisfies DecoderWorkerReply);
+      return;
+    } catch (err) {
+      failures.push(`${p.name}: ${(err as Error).message.split('\n')[0]}`);
+    }
+  }
+  port.postMessage({ kind: 'init-error', message: failures.join('; ') } satisfies DecoderWorkerReply);
 }
 
 // The engine never sends a step before the previous one is answered; the chain only keeps a close
@@ -81,7 +105,7 @@ port.on('message', (msg: DecoderWorkerRequest | 'close') => {
 
 async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
   if (msg === 'close') {
-    await session?.release();
+    await gpuLocked(gpuLock, async () => session?.release());
     port.close();
     return;
   }

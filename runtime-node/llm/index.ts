@@ -9,15 +9,21 @@
  * step in flight, so time to first token stays near its one-stream value under load, and long
  * prompts never stall the running streams. The price is the model's weights loaded twice; with
  * `separate_prefill: false` one worker does both.
+ *
+ * A KIND_GPU instance runs its decoder on the GPU providers the onnxruntime backend would try
+ * (candidateProviders: WebGPU with the bundled binary, CUDA where installed), else on the CPU with a
+ * warning, as a KIND_GPU onnxruntime model does; the placement is logged and reported the same way.
  */
 
 import { availableParallelism } from 'node:os';
 import type { Worker } from 'node:worker_threads';
 import {
   TsiError, createLlmBackend,
-  type Backend, type DecoderRuntime, type DecoderSession, type KvGroup, type ModelConfig, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult,
+  type Backend, type InstancePlacement, type DecoderRuntime, type DecoderSession, type KvGroup, type ModelConfig, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult,
 } from '../../core/index.js';
-import { computeCores, sessionOptions } from '../onnx-backend.js';
+import { candidateProviders, vulkanHint } from '../gpu/index.js';
+import { WEBGPU_LOCK } from '../gpu/lock.js';
+import { computeCores, placementOf, sessionOptions } from '../onnx-backend.js';
 import { readOnnxIo } from '../onnx-info.js';
 import { startWorkerInstance, stopWorker } from '../worker-instance.js';
 import type { PrefillPart } from '../../core/llm/decoder.js';
@@ -28,13 +34,16 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
     async describe(files: ModelFiles, path: string): Promise<ModelIoInfo> {
       return readOnnxIo(await files.read(path));
     },
-    async open({ ctx, path, layout, instanceCount }) {
+    async open({ ctx, spec, path, layout, instanceCount }) {
       const local = ctx.files.localPath?.(path);
       const separate = separatePrefill(ctx.config);
+      const { providers, notes } = candidateProviders(ctx.config, spec);
       const init: DecoderInit = {
         modelPath: local,
         modelBytes: local ? undefined : await ctx.files.read(path),
         sessionOptions: llmSessionOptions(ctx.config, instanceCount, opts.cores ?? availableParallelism()),
+        providers,
+        gpuLock: WEBGPU_LOCK,
         layout,
       };
       const name = ctx.config.name ?? 'llm';
@@ -47,7 +56,23 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
         for (const r of [decode, prefill]) if (r?.status === 'fulfilled') await stopWorker(r.value.worker);
         throw decode.status === 'rejected' ? decode.reason : (prefill as PromiseRejectedResult).reason;
       }
-      return new WorkerDecoderSession(name, decode.value.worker, prefill?.status === 'fulfilled' ? prefill.value.worker : undefined);
+      const ready = decode.value.ready as Extract<DecoderWorkerReply, { kind: 'ready' }>;
+      // The prefill worker tried the same providers in the same order; it may have ended up elsewhere
+      // only if the device refused a second session, which the log then says.
+      const prefillReady = prefill?.status === 'fulfilled' ? prefill.value.ready as Extract<DecoderWorkerReply, { kind: 'ready' }> : undefined;
+      const failures = ready.failures.map((f) => (f.startsWith('webgpu:') && /adapter/i.test(f) ? `${f} (${vulkanHint()})` : f));
+      const placement = await placementOf(spec, ready.provider, [...notes, ...failures]);
+      const where = `${name} (${spec.name})`;
+      const skipped = placement.notes!.length > 0 ? `; ${placement.notes!.join('; ')}` : '';
+      if (spec.kind === 'KIND_GPU' && placement.kind !== 'KIND_GPU') {
+        ctx.log.warn(`${where}: KIND_GPU instance runs on the CPU: no GPU execution provider could be used${skipped}`);
+      } else if (spec.kind === 'KIND_GPU') {
+        ctx.log.info(`${where}: decoder runs on execution provider '${placement.provider}'${placement.adapter ? ` on ${placement.adapter}` : ''}${skipped}`);
+      }
+      if (prefillReady && prefillReady.provider !== ready.provider) {
+        ctx.log.warn(`${where}: the prefill session runs on '${prefillReady.provider}', the decoder on '${ready.provider}'`);
+      }
+      return new WorkerDecoderSession(name, placement, decode.value.worker, prefill?.status === 'fulfilled' ? prefill.value.worker : undefined);
     },
   };
   return createLlmBackend(runtime);
@@ -131,8 +156,7 @@ class WorkerSteps {
  * engine puts a sequence in a decode only after its prefill resolved, so they are always here by then).
  */
 class WorkerDecoderSession implements DecoderSession {
-  readonly device = 'cpu';
-  readonly placement = { kind: 'KIND_CPU' as const, provider: 'cpu' };
+  readonly device: string;
   readonly concurrentPrefill: boolean;
   private readonly decoder: WorkerSteps;
   private readonly prefiller?: WorkerSteps;
@@ -140,7 +164,8 @@ class WorkerDecoderSession implements DecoderSession {
   private handedBytes = 0;
   private heldBytes = 0;
 
-  constructor(model: string, decode: Worker, prefill?: Worker) {
+  constructor(model: string, readonly placement: InstancePlacement, decode: Worker, prefill?: Worker) {
+    this.device = placement.provider === 'cpu' ? 'cpu' : `${placement.provider}${placement.adapter ? ` (${placement.adapter})` : ''}`;
     this.decoder = new WorkerSteps(decode, model);
     this.prefiller = prefill && new WorkerSteps(prefill, model);
     this.concurrentPrefill = prefill !== undefined;
