@@ -23,7 +23,9 @@ export const BIG_GPT: DecoderSpec = { ...TINY_GPT, dModel: 1024, heads: 16, laye
  * Writes a model folder serving `spec` with tiny_gpt's tokenizer and config, its KV budget set to
  * `kvBytes` and its instance group to `kind`.
  */
-export function writeGptFolder(dir: string, spec: DecoderSpec, kvBytes: number, kind: 'KIND_CPU' | 'KIND_GPU' = 'KIND_CPU', name = spec.name!): void {
+export function writeGptFolder(
+  dir: string, spec: DecoderSpec, kvBytes: number, kind: 'KIND_CPU' | 'KIND_GPU' = 'KIND_CPU', name = spec.name!, model = decoderModel(spec),
+): Uint8Array {
   const tiny = join(ROOT, 'models', 'tiny_gpt');
   mkdirSync(join(dir, '1'), { recursive: true });
   const config = readFileSync(join(tiny, 'config.pbtxt'), 'utf8').replace(/^#.*\n/gm, '').replace('name: "tiny_gpt"', `name: "${name}"`)
@@ -31,7 +33,8 @@ export function writeGptFolder(dir: string, spec: DecoderSpec, kvBytes: number, 
   writeFileSync(join(dir, 'config.pbtxt'), config);
   for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) copyFileSync(join(tiny, '1', f), join(dir, '1', f));
   writeFileSync(join(dir, '1', 'config.json'), hfConfigJson(spec));
-  writeFileSync(join(dir, '1', 'model.onnx'), decoderModel(spec));
+  writeFileSync(join(dir, '1', 'model.onnx'), model);
+  return model;
 }
 
 export interface Result {

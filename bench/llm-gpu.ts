@@ -52,8 +52,8 @@ mkdirSync(repo);
 const t0 = performance.now();
 // 32 streams of up to 40 + TOKENS tokens fit with room to spare.
 const kvBytes = 2 * spec.layers * spec.dModel * 4 * 32 * (48 + TOKENS) * 2;
-writeGptFolder(join(repo, 'cpu'), spec, kvBytes, 'KIND_CPU', 'cpu');
-writeGptFolder(join(repo, 'gpu'), spec, kvBytes, 'KIND_GPU', 'gpu');
+const model = writeGptFolder(join(repo, 'cpu'), spec, kvBytes, 'KIND_CPU', 'cpu');
+writeGptFolder(join(repo, 'gpu'), spec, kvBytes, 'KIND_GPU', 'gpu', model);
 process.stderr.write(`made ${spec.name} twice in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
 const { argv, build } = tsiServer(repo, work, { server: args.server });
 const server = await spawnServer(argv, 'tsi');
