@@ -8,8 +8,9 @@
  */
 
 import { execFile } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { basename, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 export interface WebGpuAdapter {
@@ -114,6 +115,26 @@ const LOADER_PATHS = [
   '/usr/lib/libvulkan.so.1', '/lib/x86_64-linux-gnu/libvulkan.so.1', '/usr/local/lib/libvulkan.so.1',
 ];
 
+const icdsIn = (dir: string) => {
+  try {
+    return readdirSync(dir).filter((f) => f.endsWith('.json')).map((f) => join(dir, f));
+  } catch {
+    return [];
+  }
+};
+
+/** The first NVIDIA ICD manifest among `files` that loads the GLX library (container toolkits mount that one). */
+function nvidiaGlxIcd(files: string[]): string | undefined {
+  for (const f of [...files, ...icdsIn('/usr/local/nvidia/share/vulkan/icd.d')]) {
+    try {
+      if (readFileSync(f, 'utf8').includes('libGLX_nvidia')) return f;
+    } catch {
+      // Unreadable: not the one.
+    }
+  }
+  return undefined;
+}
+
 /**
  * What to install when Dawn found no adapter, in words. On Linux Dawn needs the Vulkan loader and
  * an installable client driver (ICD); macOS (Metal) and Windows (D3D12) have what it needs built in.
@@ -127,18 +148,18 @@ export function vulkanHint(): string {
     const missing = forced.split(':').filter((f) => f && !existsSync(f));
     if (missing.length > 0) return `VK_DRIVER_FILES/VK_ICD_FILENAMES names Vulkan driver file(s) that do not exist (${missing.join(', ')}); unset it or point it at a driver's ICD json`;
   }
-  if (!LOADER_PATHS.some((p) => existsSync(p))) {
+  const ldDirs = (process.env.LD_LIBRARY_PATH ?? '').split(':').filter(Boolean);
+  if (![...LOADER_PATHS, ...ldDirs.map((d) => join(d, 'libvulkan.so.1'))].some((p) => existsSync(p))) {
     return 'no Vulkan loader (libvulkan.so.1): install it and a Vulkan driver (Debian/Ubuntu: apt-get install libvulkan1 mesa-vulkan-drivers; NVIDIA: the driver package that ships nvidia_icd.json)';
   }
-  const icds = ICD_DIRS.flatMap((d) => {
-    try {
-      return readdirSync(d).filter((f) => f.endsWith('.json'));
-    } catch {
-      return [];
-    }
-  });
+  const icdFiles = ICD_DIRS.flatMap(icdsIn);
+  const icds = icdFiles.map((f) => basename(f));
   if (icds.length === 0 && forced === undefined) {
     return 'the Vulkan loader is installed but no Vulkan driver (ICD) is: install the GPU\'s Vulkan driver (AMD/Intel: mesa-vulkan-drivers; NVIDIA: the driver\'s Vulkan ICD), or Mesa >= 24 for the lavapipe software device (Debian bookworm: from bookworm-backports)';
+  }
+  const glx = nvidiaGlxIcd([...(forced ?? '').split(':').filter(Boolean), ...icdFiles]);
+  if (glx && !process.env.DISPLAY && !process.env.WAYLAND_DISPLAY) {
+    return `the NVIDIA Vulkan driver manifest ${glx} names libGLX_nvidia.so.0, whose vkCreateInstance fails without an X server: point VK_DRIVER_FILES at a copy that names libEGL_nvidia.so.0 (sed 's/libGLX_nvidia/libEGL_nvidia/' ${glx} > /etc/nvidia_egl_icd.json; docs/gpu.md)`;
   }
   return `Vulkan driver(s) are installed (${icds.join(', ') || forced}) but none gives Dawn an adapter: it needs Vulkan 1.1 features that Mesa older than 24 lacks (Debian bookworm's lavapipe is 22.3; bookworm-backports has 25), or a GPU driver newer than the one installed`;
 }
