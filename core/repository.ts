@@ -12,6 +12,7 @@ import {
   autoCompleteConfig, checkConfigAgainstModel, normalizeModelConfig, parseModelConfig, validateModelConfig,
 } from './config.js';
 import { TsiError, asTsiError } from './errors.js';
+import { checkEnsembleSteps, type StepConfigs } from './ensemble-check.js';
 import type { ModelConfig } from './model-config.js';
 import { ModelVersion, type ModelState } from './model.js';
 import type { Clock, Logger } from './types.js';
@@ -167,7 +168,8 @@ export class ModelRepository {
   private async doLoad(name: string, overrides?: LoadOverrides): Promise<void> {
     const { log } = this.opts;
     const e = this.entry(name);
-    const found = (await this.scan()).get(name);
+    const repos = await this.scan();
+    const found = repos.get(name);
     if (found instanceof Error) {
       e.error = found.message;
       e.state = 'UNAVAILABLE';
@@ -182,6 +184,16 @@ export class ModelRepository {
     const wasReady = e.versions.size > 0;
     if (!wasReady) e.state = 'LOADING';
     e.explicitlyUnloaded = false;
+    // A model that never served shows the reason; a loaded one keeps serving its old config.
+    const refuse = (err: unknown, logLine: (msg: string) => string): never => {
+      const msg = asTsiError(err).message;
+      log.error(logLine(msg));
+      if (!wasReady) {
+        e.error = msg;
+        e.state = 'UNAVAILABLE';
+      }
+      throw asTsiError(err, 'INVALID_ARG');
+    };
     let config: ModelConfig;
     let versions: number[];
     try {
@@ -189,13 +201,12 @@ export class ModelRepository {
       versions = await this.selectVersions(name, files, config);
       e.fingerprint = await found?.fingerprint?.(name);
     } catch (err) {
-      const msg = asTsiError(err).message;
-      log.error(`failed to load '${name}': ${msg}`);
-      if (!wasReady) {
-        e.error = msg;
-        e.state = 'UNAVAILABLE';
-      }
-      throw asTsiError(err, 'INVALID_ARG');
+      return refuse(err, (msg) => `failed to load '${name}': ${msg}`);
+    }
+    // Before any step loads, so a config mistake is reported whether or not the steps can load;
+    // logged as Triton logs a dependency-graph error.
+    if (config.platform === 'ensemble') {
+      await checkEnsembleSteps(config, this.stepConfigs(repos)).catch((err: unknown) => refuse(err, (msg) => `Invalid argument: ${msg}`));
     }
     const backendName = config.platform === 'ensemble' ? 'ensemble' : config.backend!;
     const backend = await this.opts.backends.get(backendName);
@@ -284,6 +295,21 @@ export class ModelRepository {
     const normalized = normalizeModelConfig(config, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
     validateModelConfig(normalized, { modelName: name, gpuCount: this.opts.gpuCount });
     return normalized;
+  }
+
+  /** The step models of an ensemble, read from the repository (as `scan` found it) without loading them. */
+  private stepConfigs(found: Map<string, RepositorySource | Error>): StepConfigs {
+    const prepared = new Map<string, Promise<ModelConfig>>();
+    const config = (m: string): Promise<ModelConfig> => {
+      let p = prepared.get(m);
+      if (!p) prepared.set(m, (p = this.prepareConfig(m, (found.get(m) as RepositorySource).files(m))));
+      return p;
+    };
+    return {
+      has: (m) => found.get(m) !== undefined && !(found.get(m) instanceof Error),
+      config,
+      versions: async (m) => this.selectVersions(m, (found.get(m) as RepositorySource).files(m), await config(m)),
+    };
   }
 
   private async detectBackend(files: ModelFiles, config: ModelConfig): Promise<ModelConfig | undefined> {
