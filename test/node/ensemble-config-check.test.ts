@@ -1,0 +1,143 @@
+/**
+ * Ensembles checked from their configs alone, as Triton checks them: repositories of Triton's
+ * `identity` and `repeat` test backends, each bad ensemble reported with Triton's text in the start-up
+ * log (`E... Invalid argument: ...`), in the index, and identically by the load API of a server in
+ * explicit mode; a valid ensemble of identity steps loads and answers over HTTP.
+ */
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
+
+type Io = [name: string, type: string, dims: number[]];
+const io = ([name, type, dims]: Io) => `{ name: "${name}" data_type: ${type} dims: [ ${dims.join(', ')} ] }`;
+
+/** An identity model (INPUT<i> -> OUTPUT<i>) with one empty version folder, as Triton's tests have them. */
+function identity(name: string, type: string, dims: number[], extra = ''): Record<string, string> {
+  return {
+    [`${name}/config.pbtxt`]: `name: "${name}"\nbackend: "identity"\nmax_batch_size: 4\n${extra}\ninput [ ${io(['INPUT0', type, dims])} ]\noutput [ ${io(['OUTPUT0', type, dims])} ]\n`,
+    [`${name}/1/.keep`]: '',
+  };
+}
+
+interface Step { model: string; version?: number; inputs: Record<string, string>; outputs: Record<string, string> }
+
+function ensemble(name: string, inputs: Io[], outputs: Io[], steps: Step[], mbs = 4): Record<string, string> {
+  const map = (m: Record<string, string>, kind: string) => Object.entries(m).map(([k, v]) => `${kind} { key: "${k}" value: "${v}" }`).join(' ');
+  const stepText = steps.map((s) => `{ model_name: "${s.model}" model_version: ${s.version ?? -1} ${map(s.inputs, 'input_map')} ${map(s.outputs, 'output_map')} }`);
+  return {
+    [`${name}/config.pbtxt`]: `name: "${name}"\nplatform: "ensemble"\nmax_batch_size: ${mbs}\ninput [ ${inputs.map(io).join(', ')} ]\noutput [ ${outputs.map(io).join(', ')} ]\nensemble_scheduling { step [ ${stepText.join(', ')} ] }\n`,
+    [`${name}/1/.keep`]: '',
+  };
+}
+
+const F = 'TYPE_FP32';
+const I = 'TYPE_INT32';
+const U = 'TYPE_UINT32';
+const repeatModel = (name: string): Record<string, string> => ({
+  [`${name}/config.pbtxt`]: `name: "${name}"\nbackend: "repeat"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n`
+    + `input [ ${io(['IN', I, [-1]])}, ${io(['DELAY', U, [-1]])}, ${io(['WAIT', U, [1]])} ]\noutput [ ${io(['OUT', I, [1]])}, ${io(['IDX', U, [1]])} ]\n`,
+  [`${name}/1/.keep`]: '',
+});
+
+/** Each bad ensemble with Triton's text for it. */
+const BAD: [string, Record<string, string>, string][] = [
+  ['inconsistent_data_type', ensemble('inconsistent_data_type', [['data', F, [1]]], [['prob', I, [1]]], [
+    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
+  ]), 'in ensemble inconsistent_data_type, ensemble tensor data: inconsistent data type: TYPE_FP32 is inferred from model inconsistent_data_type while TYPE_INT32 is inferred from model int32_dim1_batch4'],
+  ['inconsistent_shape', ensemble('inconsistent_shape', [['data', I, [2]]], [['prob', I, [1]]], [
+    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
+  ]), 'in ensemble inconsistent_shape, ensemble tensor data: inconsistent shape: [-1,2] is inferred from model inconsistent_shape while [-1,1] is inferred from model int32_dim1_batch4'],
+  ['non_existing_input', ensemble('non_existing_input', [['data', I, [1]]], [['prob', I, [1]]], [
+    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data', INPUT9: 'data' }, outputs: { OUTPUT0: 'prob' } },
+  ]), 'in ensemble non_existing_input, ensemble tensor data is mapping to non-existing input INPUT9 in model int32_dim1_batch4'],
+  ['non_existing_output', ensemble('non_existing_output', [['data', I, [1]]], [['prob', I, [1]]], [
+    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT9: 'prob' } },
+  ]), 'in ensemble non_existing_output, ensemble tensor prob is mapped from non-existing output OUTPUT9 in model int32_dim1_batch4'],
+  ['unmapped_input', ensemble('unmapped_input', [['data', I, [1]]], [['prob', I, [1]]], [
+    { model: 'two_inputs', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
+  ]), 'in ensemble unmapped_input, input INPUT1 in model two_inputs is not mapped to any ensemble tensors'],
+  ['batch_too_big', ensemble('batch_too_big', [['data', I, [1]]], [['prob', I, [1]]], [
+    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
+  ], 8), 'ensemble batch_too_big allows maximum batch size 8, but it contains model int32_dim1_batch4 which only allows maximum batch size to be 4'],
+  ['two_decoupled', ensemble('two_decoupled', [['in', I, [-1]], ['delay', U, [-1]], ['wait', U, [1]]], [['out', I, [1]], ['other', I, [1]], ['idx', U, [1]]], [
+    { model: 'repeat_a', inputs: { IN: 'in', DELAY: 'delay', WAIT: 'wait' }, outputs: { OUT: 'a', IDX: 'idx' } },
+    { model: 'repeat_b', inputs: { IN: 'in', DELAY: 'delay', WAIT: 'wait' }, outputs: { OUT: 'b' } },
+    { model: 'two_inputs_nb', inputs: { INPUT0: 'a', INPUT1: 'b' }, outputs: { OUTPUT0: 'out', OUTPUT1: 'other' } },
+  ], 0), "in ensemble two_decoupled, step of model 'two_inputs_nb' receives inputs originated from different decoupled models"],
+  ['missing_version', ensemble('missing_version', [['data', I, [1]]], [['prob', I, [1]]], [
+    { model: 'int32_dim1_batch4', version: 3, inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
+  ]), "ensemble 'missing_version' depends on 'int32_dim1_batch4' whose required version 3 is not loaded."],
+  ['missing_model', ensemble('missing_model', [['data', I, [1]]], [['prob', I, [1]]], [
+    { model: 'ghost', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
+  ]), 'ensemble missing_model contains models that are not available or ambiguous: ghost'],
+  ['cycle_a', ensemble('cycle_a', [['data', I, [1]]], [['prob', I, [1]]], [
+    { model: 'cycle_b', inputs: { data: 'data' }, outputs: { prob: 'prob' } },
+  ]), 'circular dependency between ensembles: cycle_a -> ... -> cycle_b -> cycle_a'],
+  // The step's own load fails (the identity backend refuses its outputs); the ensemble still gets
+  // the mistake in its own config, and the step its own error.
+  ['bad_step_type', ensemble('bad_step_type', [['data', F, [1]]], [['prob', I, [1]]], [
+    { model: 'unloadable', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
+  ]), 'in ensemble bad_step_type, ensemble tensor data: inconsistent data type: TYPE_FP32 is inferred from model bad_step_type while TYPE_INT32 is inferred from model unloadable'],
+];
+
+function twoInputs(name: string, mbs: number): Record<string, string> {
+  const ins = [io(['INPUT0', I, [1]]), io(['INPUT1', I, [1]])].join(', ');
+  const outs = [io(['OUTPUT0', I, [1]]), io(['OUTPUT1', I, [1]])].join(', ');
+  return { [`${name}/config.pbtxt`]: `name: "${name}"\nbackend: "identity"\nmax_batch_size: ${mbs}\ninput [ ${ins} ]\noutput [ ${outs} ]\n`, [`${name}/1/.keep`]: '' };
+}
+
+const STEP_MODELS: Record<string, string> = {
+  ...identity('int32_dim1_batch4', I, [1]),
+  ...twoInputs('two_inputs', 4),
+  ...twoInputs('two_inputs_nb', 0),
+  ...repeatModel('repeat_a'),
+  ...repeatModel('repeat_b'),
+  ...ensemble('cycle_b', [['data', I, [1]]], [['prob', I, [1]]], [{ model: 'cycle_a', inputs: { data: 'data' }, outputs: { prob: 'prob' } }]),
+  [`unloadable/config.pbtxt`]: `name: "unloadable"\nbackend: "identity"\nmax_batch_size: 4\ninput [ ${io(['INPUT0', I, [1]])} ]\noutput [ ${io(['OUTPUT0', I, [1]])}, ${io(['OUTPUT1', I, [1]])} ]\n`,
+  [`unloadable/1/.keep`]: '',
+};
+
+const GOOD = {
+  ...ensemble('chain', [['data', I, [1]]], [['prob', I, [1]]], [
+    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'mid' } },
+    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'mid' }, outputs: { OUTPUT0: 'prob' } },
+  ]),
+};
+
+describe('ensembles checked from their configs (Triton texts)', () => {
+  let repo: ReturnType<typeof tempRepo>;
+  let atStart: TestServer;
+  let explicit: TestServer;
+  beforeAll(async () => {
+    repo = tempRepo({ ...STEP_MODELS, ...GOOD, ...Object.assign({}, ...BAD.map(([, files]) => files)) });
+    atStart = await startTestServer({ modelRepositories: [repo.path] });
+    explicit = await startTestServer({ modelRepositories: [repo.path], modelControlMode: 'explicit' });
+  }, 60_000);
+  afterAll(async () => {
+    await atStart?.stop();
+    await explicit?.stop();
+    repo?.cleanup();
+  });
+
+  it('a valid ensemble of identity steps loads and answers over HTTP', async () => {
+    const r = await postJson(`${atStart.url}/v2/models/chain/infer`, { inputs: [{ name: 'data', datatype: 'INT32', shape: [2, 1], data: [7, -3] }] });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body.outputs).toEqual([{ name: 'prob', datatype: 'INT32', shape: [2, 1], data: [7, -3] }]);
+  });
+
+  for (const [name, , text] of BAD) {
+    it(`${name}: Triton's text at start-up and from the load API`, async () => {
+      expect(atStart.logs.filter((l) => l.startsWith('E') && l.endsWith(`Invalid argument: ${text}`))).toHaveLength(1);
+      const index = (await postJson(`${atStart.url}/v2/repository/index`, {})).body as { name: string; reason?: string }[];
+      expect(index.find((e) => e.name === name)?.reason).toBe(text);
+      const load = await postJson(`${explicit.url}/v2/repository/models/${name}/load`, {});
+      expect(load.status).toBe(400);
+      expect(load.body.error).toBe(`failed to load '${name}', ${text}`);
+    });
+  }
+
+  it("a step that cannot load keeps its own error beside the ensemble's", async () => {
+    const index = (await postJson(`${atStart.url}/v2/repository/index`, {})).body as { name: string; reason?: string }[];
+    expect(index.find((e) => e.name === 'unloadable')?.reason).toBe('model configuration must have equal input/output pairs');
+  });
+});
