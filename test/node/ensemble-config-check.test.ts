@@ -39,45 +39,40 @@ const repeatModel = (name: string): Record<string, string> => ({
   [`${name}/1/.keep`]: '',
 });
 
+/** An ensemble of one step running `model` (default int32_dim1_batch4: INPUT0 from data, OUTPUT0 to prob). */
+function single(name: string, step: Partial<Step> = {}, opts: { inType?: string; mbs?: number; dims?: number[] } = {}): Record<string, string> {
+  const s: Step = { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' }, ...step };
+  return ensemble(name, [['data', opts.inType ?? I, opts.dims ?? [1]]], [['prob', I, [1]]], [s], opts.mbs);
+}
+
 /** Each bad ensemble with Triton's text for it. */
 const BAD: [string, Record<string, string>, string][] = [
-  ['inconsistent_data_type', ensemble('inconsistent_data_type', [['data', F, [1]]], [['prob', I, [1]]], [
-    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
-  ]), 'in ensemble inconsistent_data_type, ensemble tensor data: inconsistent data type: TYPE_FP32 is inferred from model inconsistent_data_type while TYPE_INT32 is inferred from model int32_dim1_batch4'],
-  ['inconsistent_shape', ensemble('inconsistent_shape', [['data', I, [2]]], [['prob', I, [1]]], [
-    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
-  ]), 'in ensemble inconsistent_shape, ensemble tensor data: inconsistent shape: [-1,2] is inferred from model inconsistent_shape while [-1,1] is inferred from model int32_dim1_batch4'],
-  ['non_existing_input', ensemble('non_existing_input', [['data', I, [1]]], [['prob', I, [1]]], [
-    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data', INPUT9: 'data' }, outputs: { OUTPUT0: 'prob' } },
-  ]), 'in ensemble non_existing_input, ensemble tensor data is mapping to non-existing input INPUT9 in model int32_dim1_batch4'],
-  ['non_existing_output', ensemble('non_existing_output', [['data', I, [1]]], [['prob', I, [1]]], [
-    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT9: 'prob' } },
-  ]), 'in ensemble non_existing_output, ensemble tensor prob is mapped from non-existing output OUTPUT9 in model int32_dim1_batch4'],
-  ['unmapped_input', ensemble('unmapped_input', [['data', I, [1]]], [['prob', I, [1]]], [
-    { model: 'two_inputs', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
-  ]), 'in ensemble unmapped_input, input INPUT1 in model two_inputs is not mapped to any ensemble tensors'],
-  ['batch_too_big', ensemble('batch_too_big', [['data', I, [1]]], [['prob', I, [1]]], [
-    { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
-  ], 8), 'ensemble batch_too_big allows maximum batch size 8, but it contains model int32_dim1_batch4 which only allows maximum batch size to be 4'],
+  ['inconsistent_data_type', single('inconsistent_data_type', {}, { inType: F }),
+    'in ensemble inconsistent_data_type, ensemble tensor data: inconsistent data type: TYPE_FP32 is inferred from model inconsistent_data_type while TYPE_INT32 is inferred from model int32_dim1_batch4'],
+  ['inconsistent_shape', single('inconsistent_shape', {}, { dims: [2] }),
+    'in ensemble inconsistent_shape, ensemble tensor data: inconsistent shape: [-1,2] is inferred from model inconsistent_shape while [-1,1] is inferred from model int32_dim1_batch4'],
+  ['non_existing_input', single('non_existing_input', { inputs: { INPUT0: 'data', INPUT9: 'data' } }),
+    'in ensemble non_existing_input, ensemble tensor data is mapping to non-existing input INPUT9 in model int32_dim1_batch4'],
+  ['non_existing_output', single('non_existing_output', { outputs: { OUTPUT9: 'prob' } }),
+    'in ensemble non_existing_output, ensemble tensor prob is mapped from non-existing output OUTPUT9 in model int32_dim1_batch4'],
+  ['unmapped_input', single('unmapped_input', { model: 'two_inputs' }),
+    'in ensemble unmapped_input, input INPUT1 in model two_inputs is not mapped to any ensemble tensors'],
+  ['batch_too_big', single('batch_too_big', {}, { mbs: 8 }),
+    'ensemble batch_too_big allows maximum batch size 8, but it contains model int32_dim1_batch4 which only allows maximum batch size to be 4'],
   ['two_decoupled', ensemble('two_decoupled', [['in', I, [-1]], ['delay', U, [-1]], ['wait', U, [1]]], [['out', I, [1]], ['other', I, [1]], ['idx', U, [1]]], [
     { model: 'repeat_a', inputs: { IN: 'in', DELAY: 'delay', WAIT: 'wait' }, outputs: { OUT: 'a', IDX: 'idx' } },
     { model: 'repeat_b', inputs: { IN: 'in', DELAY: 'delay', WAIT: 'wait' }, outputs: { OUT: 'b' } },
     { model: 'two_inputs_nb', inputs: { INPUT0: 'a', INPUT1: 'b' }, outputs: { OUTPUT0: 'out', OUTPUT1: 'other' } },
   ], 0), "in ensemble two_decoupled, step of model 'two_inputs_nb' receives inputs originated from different decoupled models"],
-  ['missing_version', ensemble('missing_version', [['data', I, [1]]], [['prob', I, [1]]], [
-    { model: 'int32_dim1_batch4', version: 3, inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
-  ]), "ensemble 'missing_version' depends on 'int32_dim1_batch4' whose required version 3 is not loaded."],
-  ['missing_model', ensemble('missing_model', [['data', I, [1]]], [['prob', I, [1]]], [
-    { model: 'ghost', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
-  ]), 'ensemble missing_model contains models that are not available or ambiguous: ghost'],
-  ['cycle_a', ensemble('cycle_a', [['data', I, [1]]], [['prob', I, [1]]], [
-    { model: 'cycle_b', inputs: { data: 'data' }, outputs: { prob: 'prob' } },
-  ]), 'circular dependency between ensembles: cycle_a -> ... -> cycle_b -> cycle_a'],
+  ['missing_version', single('missing_version', { version: 3 }),
+    "ensemble 'missing_version' depends on 'int32_dim1_batch4' whose required version 3 is not loaded."],
+  ['missing_model', single('missing_model', { model: 'ghost' }), 'ensemble missing_model contains models that are not available or ambiguous: ghost'],
+  ['cycle_a', single('cycle_a', { model: 'cycle_b', inputs: { data: 'data' }, outputs: { prob: 'prob' } }),
+    'circular dependency between ensembles: cycle_a -> ... -> cycle_b -> cycle_a'],
   // The step's own load fails (the identity backend refuses its outputs); the ensemble still gets
   // the mistake in its own config, and the step its own error.
-  ['bad_step_type', ensemble('bad_step_type', [['data', F, [1]]], [['prob', I, [1]]], [
-    { model: 'unloadable', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'prob' } },
-  ]), 'in ensemble bad_step_type, ensemble tensor data: inconsistent data type: TYPE_FP32 is inferred from model bad_step_type while TYPE_INT32 is inferred from model unloadable'],
+  ['bad_step_type', single('bad_step_type', { model: 'unloadable' }, { inType: F }),
+    'in ensemble bad_step_type, ensemble tensor data: inconsistent data type: TYPE_FP32 is inferred from model bad_step_type while TYPE_INT32 is inferred from model unloadable'],
 ];
 
 function twoInputs(name: string, mbs: number): Record<string, string> {
@@ -92,7 +87,7 @@ const STEP_MODELS: Record<string, string> = {
   ...twoInputs('two_inputs_nb', 0),
   ...repeatModel('repeat_a'),
   ...repeatModel('repeat_b'),
-  ...ensemble('cycle_b', [['data', I, [1]]], [['prob', I, [1]]], [{ model: 'cycle_a', inputs: { data: 'data' }, outputs: { prob: 'prob' } }]),
+  ...single('cycle_b', { model: 'cycle_a', inputs: { data: 'data' }, outputs: { prob: 'prob' } }),
   [`unloadable/config.pbtxt`]: `name: "unloadable"\nbackend: "identity"\nmax_batch_size: 4\ninput [ ${io(['INPUT0', I, [1]])} ]\noutput [ ${io(['OUTPUT0', I, [1]])}, ${io(['OUTPUT1', I, [1]])} ]\n`,
   [`unloadable/1/.keep`]: '',
 };
