@@ -261,13 +261,16 @@ export class ModelRepository {
       throw new TsiError('INVALID_ARG', `failed to open text file for read ${name}/config.pbtxt: no such file (auto-complete is disabled)`);
     }
     if (!config.name) config = { ...config, name };
-    if (config.name !== name) {
-      throw new TsiError('INVALID_ARG', `unexpected directory name '${name}' for model '${config.name}', directory name must equal model name`);
-    }
     if (!config.backend && !config.platform) {
       const detected = await this.detectBackend(files, config);
       if (detected) config = { ...config, ...detected };
+      else if (!config.default_model_filename) config = { ...config, ...backendFromModelName(name) };
     }
+    const normalize = (c: ModelConfig) => normalizeModelConfig(c, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
+    // Triton's order: the config and the folder name are checked, and the instance groups, before
+    // the backend completes the config or looks for the model file.
+    const ioCheck = this.opts.autoComplete ? 'last' : 'first';
+    validateModelConfig(normalize(config), { modelName: name, gpuCount: this.opts.gpuCount, io: ioCheck === 'last' ? 'skip' : ioCheck });
     const backendName = config.platform === 'ensemble' ? 'ensemble' : (config.backend || platformBackend(config.platform));
     const backend = backendName ? await this.opts.backends.get(backendName) : undefined;
     if (backend?.autoCompleteConfig && this.opts.autoComplete) {
@@ -282,7 +285,7 @@ export class ModelRepository {
     if (backend?.describeModel) {
       const versions = await this.versionDirs(files);
       if (versions.length > 0) {
-        const filled = normalizeModelConfig(config, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
+        const filled = normalize(config);
         const io = await backend.describeModel(filled, versions[versions.length - 1]!, files);
         if (this.opts.autoComplete) {
           const r = autoCompleteConfig(config, io, { defaultMaxBatchSize: this.opts.defaultMaxBatchSize, modelName: name });
@@ -292,8 +295,8 @@ export class ModelRepository {
         checkConfigAgainstModel(config, io, name);
       }
     }
-    const normalized = normalizeModelConfig(config, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
-    validateModelConfig(normalized, { modelName: name, gpuCount: this.opts.gpuCount });
+    const normalized = normalize(config);
+    validateModelConfig(normalized, { modelName: name, gpuCount: this.opts.gpuCount, io: ioCheck });
     return normalized;
   }
 
@@ -464,6 +467,19 @@ export class ModelRepository {
     const removed = [...this.models.entries()].filter(([n, e]) => !found.has(n) && e.source !== undefined).map(([n]) => n);
     return { added, removed, modified };
   }
+}
+
+/**
+ * Triton's last resort for a config with no backend, no platform and no model file it knows: a
+ * model named `<anything>.<backend>` runs that backend from `model.<backend>`.
+ */
+function backendFromModelName(name: string): ModelConfig {
+  const dot = name.indexOf('.');
+  if (dot < 0) {
+    throw new TsiError('INVALID_ARG', `Invalid model name: Could not determine backend for model '${name}' with no backend in model configuration. Expected model name of the form 'model.<backend_name>'.`);
+  }
+  const backend = name.slice(dot + 1);
+  return { backend, default_model_filename: `model.${backend}` };
 }
 
 function platformBackend(platform: string | undefined): string | undefined {

@@ -1,8 +1,11 @@
 /**
- * Ensembles checked from their configs alone, as Triton checks them: repositories of Triton's
- * `identity` and `repeat` test backends, each bad ensemble reported with Triton's text in the start-up
- * log (`E... Invalid argument: ...`), in the index, and identically by the load API of a server in
- * explicit mode; a valid ensemble of identity steps loads and answers over HTTP.
+ * Config errors reported as Triton reports them, at start-up (the log line and the index) and,
+ * identically, by the load API of a server in explicit mode, over one repository:
+ * - ensembles checked from their configs alone, over steps of Triton's `identity` and `repeat` test
+ *   backends, each bad one logged as `E... Invalid argument: <Triton's text>`; a valid ensemble of
+ *   identity steps loads and answers over HTTP;
+ * - Triton's order: config errors before the folder-name check, instance groups before the search
+ *   for the model file, and Triton's text for a model with no platform, no backend and no file.
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -92,6 +95,23 @@ const STEP_MODELS: Record<string, string> = {
   [`unloadable/1/.keep`]: '',
 };
 
+const ioText = 'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]\noutput [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]\n';
+const step = 'ensemble_scheduling { step [{ model_name: "x" model_version: -1 input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "OUTPUT0" } }] }\n';
+
+/** Folder name -> config.pbtxt, and the text Triton reports first for it. */
+const CASES: [folder: string, config: string, text: string][] = [
+  ['ens_folder_a', `name: "ens_named_a"\nplatform: "ensemble"\n${ioText}`,
+    'ensemble scheduling must be set for ensemble ens_named_a whose platform is ensemble'],
+  ['ens_folder_b', `name: "ens_named_b"\nplatform: "ensemble"\n${ioText}${step}model_warmup [{ name: "w" batch_size: 1 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } }]\n`,
+    "model_warmup can not be specified for ensemble 'ens_named_b'"],
+  ['cpu_with_gpus', `name: "cpu_with_gpus"\nbackend: "onnxruntime"\n${ioText}instance_group [{ name: "g" kind: KIND_CPU gpus: [ 0 ] }]\n`,
+    'instance group g of model cpu_with_gpus has kind KIND_CPU but specifies one or more GPUs'],
+  ['negative_gpu', `name: "negative_gpu"\nbackend: "onnxruntime"\n${ioText}instance_group [{ name: "g" kind: KIND_GPU gpus: [ -1 ] }]\n`,
+    'instance group g of model negative_gpu specifies invalid or unsupported gpu id -1. Available GPUs are: '],
+  ['no_backend', `name: "no_backend"\n${ioText}`,
+    "Invalid model name: Could not determine backend for model 'no_backend' with no backend in model configuration. Expected model name of the form 'model.<backend_name>'."],
+];
+
 const GOOD = {
   ...ensemble('chain', [['data', I, [1]]], [['prob', I, [1]]], [
     { model: 'int32_dim1_batch4', inputs: { INPUT0: 'data' }, outputs: { OUTPUT0: 'mid' } },
@@ -99,12 +119,14 @@ const GOOD = {
   ]),
 };
 
-describe('ensembles checked from their configs (Triton texts)', () => {
+describe("Triton's config checks, order and texts", () => {
   let repo: ReturnType<typeof tempRepo>;
   let atStart: TestServer;
   let explicit: TestServer;
   beforeAll(async () => {
-    repo = tempRepo({ ...STEP_MODELS, ...GOOD, ...Object.assign({}, ...BAD.map(([, files]) => files)) });
+    // Every model has a version folder but no model file: the file search must not come first.
+    const ordered = Object.fromEntries(CASES.flatMap(([folder, config]) => [[`${folder}/config.pbtxt`, config], [`${folder}/1/.keep`, '']]));
+    repo = tempRepo({ ...STEP_MODELS, ...GOOD, ...ordered, ...Object.assign({}, ...BAD.map(([, files]) => files)) });
     atStart = await startTestServer({ modelRepositories: [repo.path] });
     explicit = await startTestServer({ modelRepositories: [repo.path], modelControlMode: 'explicit' });
   }, 60_000);
@@ -135,4 +157,18 @@ describe('ensembles checked from their configs (Triton texts)', () => {
     const index = (await postJson(`${atStart.url}/v2/repository/index`, {})).body as { name: string; reason?: string }[];
     expect(index.find((e) => e.name === 'unloadable')?.reason).toBe('model configuration must have equal input/output pairs');
   });
+
+  for (const [folder, , text] of CASES) {
+    it(`${folder}: ${text}`, async () => {
+      const lines = atStart.logs.filter((l) => l.startsWith('E') && l.includes(`failed to load '${folder}'`));
+      expect(lines).toHaveLength(1);
+      expect(lines[0]!.endsWith(text)).toBe(true);
+      const index = (await postJson(`${atStart.url}/v2/repository/index`, {})).body as { name: string; reason?: string }[];
+      const reason = index.find((e) => e.name === folder)?.reason ?? '';
+      expect(reason.endsWith(text), reason).toBe(true);
+      const load = await postJson(`${explicit.url}/v2/repository/models/${folder}/load`, {});
+      expect(load.status).toBe(400);
+      expect(load.body.error).toBe(`failed to load '${folder}', ${reason}`);
+    });
+  }
 });
