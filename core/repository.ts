@@ -84,6 +84,12 @@ export class ModelRepository {
   private readonly inflightLoads = new Map<string, Promise<void>>();
   /** Model names seen by the last scan, for the index of an explicit-mode repository. */
   private known = new Set<string>();
+  /**
+   * Step configs an ensemble check prepared (kept for the step's own load while its folder is
+   * unchanged) and configs a load is preparing (reused by an ensemble checked meanwhile), so a
+   * step's model file is read, or its auto_complete_config run, once rather than twice.
+   */
+  private readonly checkedSteps = new Map<string, { fingerprint: string; config: Promise<ModelConfig>; loading?: boolean }>();
 
   constructor(private readonly opts: RepositoryOptions) {}
 
@@ -160,7 +166,9 @@ export class ModelRepository {
     // At once, not when this load's turn comes: readiness must not see a gap before it begins.
     this.markLoading([name]);
     const prev = this.inflightLoads.get(name) ?? Promise.resolve();
-    const next = prev.then(() => this.doLoad(name, overrides));
+    const next = prev.then(() => this.doLoad(name, overrides)).finally(() => {
+      if (this.checkedSteps.get(name)?.loading) this.checkedSteps.delete(name);
+    });
     this.inflightLoads.set(name, next.catch(() => {}));
     return next;
   }
@@ -197,9 +205,18 @@ export class ModelRepository {
     let config: ModelConfig;
     let versions: number[];
     try {
-      config = await this.prepareConfig(name, files, overrides?.configJson);
+      const fingerprint = await found?.fingerprint?.(name);
+      // Set before the config is read, so a poll retries a broken model once its folder changes, not every time.
+      e.fingerprint = fingerprint;
+      const checked = this.checkedSteps.get(name);
+      const pending = !overrides && checked && checked.fingerprint === fingerprint
+        ? checked.config
+        : this.prepareConfig(name, files, overrides?.configJson);
+      // Until this load is over, an ensemble checked meanwhile reuses it too (then the loaded version serves).
+      if (!overrides && fingerprint !== undefined) this.checkedSteps.set(name, { fingerprint, config: pending, loading: true });
+      else this.checkedSteps.delete(name);
+      config = await pending;
       versions = await this.selectVersions(name, files, config);
-      e.fingerprint = await found?.fingerprint?.(name);
     } catch (err) {
       return refuse(err, (msg) => `failed to load '${name}': ${msg}`);
     }
@@ -305,7 +322,7 @@ export class ModelRepository {
     const prepared = new Map<string, Promise<ModelConfig>>();
     const config = (m: string): Promise<ModelConfig> => {
       let p = prepared.get(m);
-      if (!p) prepared.set(m, (p = this.prepareConfig(m, (found.get(m) as RepositorySource).files(m))));
+      if (!p) prepared.set(m, (p = this.prepareStep(m, found.get(m) as RepositorySource)));
       return p;
     };
     return {
@@ -313,6 +330,24 @@ export class ModelRepository {
       config,
       versions: async (m) => this.selectVersions(m, (found.get(m) as RepositorySource).files(m), await config(m)),
     };
+  }
+
+  private async prepareStep(name: string, src: RepositorySource): Promise<ModelConfig> {
+    const fingerprint = await src.fingerprint?.(name);
+    const checked = this.checkedSteps.get(name);
+    if (checked && checked.fingerprint === fingerprint) return checked.config;
+    // A step already serving from an unchanged folder: the config it loaded with.
+    const loaded = fingerprint !== undefined && this.models.get(name)?.fingerprint === fingerprint ? this.readyVersions(name)[0] : undefined;
+    if (loaded) return loaded.config;
+    const config = this.prepareConfig(name, src.files(name));
+    // Only a source that can tell a changed folder may hand the result on; a failure is not kept.
+    if (fingerprint !== undefined) {
+      this.checkedSteps.set(name, { fingerprint, config });
+      config.catch(() => {
+        if (this.checkedSteps.get(name)?.config === config) this.checkedSteps.delete(name);
+      });
+    }
+    return config;
   }
 
   private async detectBackend(files: ModelFiles, config: ModelConfig): Promise<ModelConfig | undefined> {

@@ -5,7 +5,8 @@
  */
 
 import { describe, expect, it } from 'vitest';
-import { ensemble, toy, toyServer, type Io } from '../helpers/toy.js';
+import { BackendRegistry, InferenceServer, type RepositorySource } from '../../core/index.js';
+import { ToyLab, ensemble, memorySource, toy, toyServer, type Io } from '../helpers/toy.js';
 
 const F = 'TYPE_FP32';
 const v4: Io = ['IN', F, [4]];
@@ -115,5 +116,30 @@ describe('ensemble validation (Triton rules and texts)', () => {
       { model: 'adder', inputs: { A: 'p', B: 'q' }, outputs: { S: 'OUT' } },
     ]);
     expect(await reasonFor(e, { s1, s2, adder })).toBe("in ensemble e, step of model 'adder' receives inputs originated from different decoupled models");
+  });
+});
+
+describe('ensemble checks before loading', () => {
+  it("read each step's config once: the check's result is handed to the step's own load", async () => {
+    const ok = ensemble('ok', [v4], [['OUT', F, [4]]], [{ model: 'doubler', inputs: { X: 'IN' }, outputs: { Y: 'OUT' } }]);
+    const inner = memorySource({ doubler, ok });
+    const reads = new Map<string, number>();
+    // A source that can tell an unchanged folder (as the Node one does), counting config reads.
+    const source: RepositorySource = {
+      ...inner,
+      fingerprint: async () => 'unchanged',
+      files: (m) => {
+        const f = inner.files(m);
+        return { ...f, read: (p) => (p === 'config.json' && reads.set(m, (reads.get(m) ?? 0) + 1), f.read(p)) };
+      },
+    };
+    const lab = new ToyLab();
+    const backends = new BackendRegistry();
+    backends.register('toy', () => lab.backend());
+    const server = new InferenceServer({ sources: [source], backends });
+    await server.start();
+    expect(server.repository.readyVersions('ok')).toHaveLength(1);
+    expect(Object.fromEntries(reads)).toEqual({ doubler: 1, ok: 1 });
+    await server.stop();
   });
 });
