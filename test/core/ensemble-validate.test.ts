@@ -1,7 +1,7 @@
 /**
  * Ensemble load-time validation, one rule per test, through a real InferenceServer over an in-memory
  * repository: each broken ensemble must end UNAVAILABLE with Triton's message (naming the ensemble,
- * the model, the tensor and the step) while every other model still serves.
+ * the model and the tensor) while every other model still serves; and a step's config is read once.
  */
 
 import { describe, expect, it } from 'vitest';
