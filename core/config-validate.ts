@@ -15,6 +15,12 @@ export interface ValidateOptions {
   modelName: string;
   /** When given, GPU ids listed by instance groups are checked against [0, gpuCount). */
   gpuCount?: number;
+  /**
+   * Where inputs and outputs are checked. Triton checks them before the folder name when
+   * auto-complete is off ('first'), and otherwise once the backend has completed them, after the
+   * instance groups ('last', the default); 'skip' leaves them for a later call on the completed config.
+   */
+  io?: 'first' | 'last' | 'skip';
 }
 
 const WILDCARD = -1;
@@ -35,9 +41,6 @@ export function validateModelConfig(cfg: ModelConfig, opts: ValidateOptions): vo
   };
   const name = cfg.name ?? '';
   if (!name) fail('name', "model configuration must specify 'name'");
-  if (name !== opts.modelName) {
-    fail('name', `unexpected directory name '${opts.modelName}' for model '${name}', directory name must equal model name`);
-  }
 
   const platform = cfg.platform ?? '';
   const backend = cfg.backend ?? '';
@@ -116,8 +119,15 @@ export function validateModelConfig(cfg: ModelConfig, opts: ValidateOptions): vo
     fail('response_cache.enable', `Response Cache does not currently support model ${name} with 'decoupled' transaction policy. Please disable the response cache.`);
   }
   validateMetrics(cfg, fail);
-  validateIo(cfg, fail);
+  // Triton's order: the config itself, then the folder name, then the instance groups (checked
+  // before the backend looks for the model file), then inputs and outputs.
+  const io = opts.io ?? 'last';
+  if (io === 'first') validateIo(cfg, fail);
+  if (name !== opts.modelName) {
+    fail('name', `unexpected directory name '${opts.modelName}' for model '${name}', directory name must equal model name`);
+  }
   validateInstanceGroups(cfg, opts, fail);
+  if (io === 'last') validateIo(cfg, fail);
 }
 
 type Fail = (path: string, detail: string) => never;
@@ -387,15 +397,14 @@ function validateInstanceGroups(cfg: ModelConfig, opts: ValidateOptions, fail: F
     } else if (kind === 'KIND_GPU') {
       // Unlike Triton, tsi does not refuse a KIND_GPU group on a machine without GPUs: the backend
       // falls back to the CPU provider and logs it, so one repository runs on laptops and GPU hosts.
-      if (opts.gpuCount === 0) return;
-      if (!gpus.length) fail(`${at}.gpus`, `${prefix} has kind KIND_GPU but specifies no GPUs`);
-      if (opts.gpuCount !== undefined) {
-        const bad = gpus.find((id) => id < 0 || id >= opts.gpuCount!);
-        if (bad !== undefined) {
-          const avail = Array.from({ length: opts.gpuCount }, (_, k) => k).join(', ');
-          fail(`${at}.gpus`, `${prefix} specifies invalid or unsupported gpu id ${bad}. Available GPUs are: ${avail}`);
-        }
+      // A negative id names no GPU anywhere, so it is refused on every machine.
+      const count = opts.gpuCount;
+      const bad = gpus.find((id) => id < 0 || (count !== undefined && count > 0 && id >= count));
+      if (bad !== undefined) {
+        const avail = Array.from({ length: count ?? 0 }, (_, k) => k).join(', ');
+        fail(`${at}.gpus`, `${prefix} specifies invalid or unsupported gpu id ${bad}. Available GPUs are: ${avail}`);
       }
+      if (!gpus.length && count !== 0) fail(`${at}.gpus`, `${prefix} has kind KIND_GPU but specifies no GPUs`);
     } else if (kind === 'KIND_AUTO') {
       fail(`${at}.kind`, `${prefix} has unexpected kind KIND_AUTO`);
     }

@@ -68,6 +68,8 @@ export function normalizeModelConfig(cfg: ModelConfig, opts: NormalizeOptions): 
     out.platform ||= 'onnxruntime_onnx';
     out.default_model_filename ||= 'model.onnx';
   }
+  // Triton's AutoCompleteBackendFields names the Python file whether or not auto-complete is on.
+  if (out.backend === 'python') out.default_model_filename ||= 'model.py';
 
   out.version_policy ??= { latest: { num_versions: 1 } };
   const mbs = out.max_batch_size ?? 0;

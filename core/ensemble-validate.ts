@@ -5,7 +5,7 @@
  * ensemble tensor, the ensemble's max_batch_size within each step's, and no step fed by two different
  * decoupled models. The configuration-only checks (unused tensors, outputs written once, data flow)
  * run earlier in config-validate.ts. Messages keep Triton's texts, which name the ensemble, the model
- * and the tensor, and add the step index, since one model may appear in several steps.
+ * and the tensor.
  */
 
 import { TsiError } from './errors.js';
@@ -75,10 +75,9 @@ export function validateEnsemble(ensemble: ModelConfig, steps: readonly ModelCon
   (ensemble.ensemble_scheduling?.step ?? []).forEach((step, idx) => {
     const cfg = steps[idx]!;
     const model = step.model_name ?? '';
-    const at = ` (step ${idx})`;
     const mbs = cfg.max_batch_size ?? 0;
     if (mbs !== 0 && mbs < (ensemble.max_batch_size ?? 0)) {
-      throw invalid(`ensemble ${name} allows maximum batch size ${ensemble.max_batch_size}, but it contains model ${model} which only allows maximum batch size to be ${mbs}${at}`);
+      throw invalid(`ensemble ${name} allows maximum batch size ${ensemble.max_batch_size}, but it contains model ${model} which only allows maximum batch size to be ${mbs}`);
     }
     const stepBatching = mbs > 0;
     const inputMap = step.input_map ?? {};
@@ -86,14 +85,14 @@ export function validateEnsemble(ensemble: ModelConfig, steps: readonly ModelCon
     const inputs = new Map((cfg.input ?? []).map((i) => [i.name!, i]));
     for (const [input, tensor] of Object.entries(inputMap)) {
       if (!inputs.has(input)) {
-        throw invalid(`in ensemble ${name}, ensemble tensor ${tensor} is mapping to non-existing input ${input} in model ${model}${at}`);
+        throw invalid(`in ensemble ${name}, ensemble tensor ${tensor} is mapping to non-existing input ${input} in model ${model}`);
       }
     }
     for (const [input, cfgInput] of inputs) {
       const tensor = inputMap[input];
       if (tensor === undefined) {
         if (cfgInput.optional) continue;
-        throw invalid(`in ensemble ${name}, input ${input} in model ${model} is not mapped to any ensemble tensors${at}`);
+        throw invalid(`in ensemble ${name}, input ${input} in model ${model} is not mapped to any ensemble tensors`);
       }
       const t = node(model, stepBatching, cfgInput.data_type, cfgInput.dims);
       const known = tensors.get(tensor);
@@ -106,10 +105,10 @@ export function validateEnsemble(ensemble: ModelConfig, steps: readonly ModelCon
     for (const [output, tensor] of Object.entries(outputMap)) {
       const cfgOutput = outputs.get(output);
       if (!cfgOutput) {
-        throw invalid(`in ensemble ${name}, ensemble tensor ${tensor} is mapped from non-existing output ${output} in model ${model}${at}`);
+        throw invalid(`in ensemble ${name}, ensemble tensor ${tensor} is mapped from non-existing output ${output} in model ${model}`);
       }
       if (produced.has(tensor)) {
-        throw invalid(`in ensemble ${name}, multiple outputs in model ${model} are mapped to the same ensemble tensor ${tensor}${at}`);
+        throw invalid(`in ensemble ${name}, multiple outputs in model ${model} are mapped to the same ensemble tensor ${tensor}`);
       }
       produced.add(tensor);
       const t = node(model, stepBatching, cfgOutput.data_type, cfgOutput.dims);

@@ -12,6 +12,7 @@ import {
   autoCompleteConfig, checkConfigAgainstModel, normalizeModelConfig, parseModelConfig, validateModelConfig,
 } from './config.js';
 import { TsiError, asTsiError } from './errors.js';
+import { checkEnsembleSteps, type StepConfigs } from './ensemble-check.js';
 import type { ModelConfig } from './model-config.js';
 import { ModelVersion, type ModelState } from './model.js';
 import type { Clock, Logger } from './types.js';
@@ -83,6 +84,12 @@ export class ModelRepository {
   private readonly inflightLoads = new Map<string, Promise<void>>();
   /** Model names seen by the last scan, for the index of an explicit-mode repository. */
   private known = new Set<string>();
+  /**
+   * Step configs an ensemble check prepared (kept for the step's own load while its folder is
+   * unchanged) and configs a load is preparing (reused by an ensemble checked meanwhile), so a
+   * step's model file is read, or its auto_complete_config run, once rather than twice.
+   */
+  private readonly checkedSteps = new Map<string, { fingerprint: string; config: Promise<ModelConfig>; loading?: boolean }>();
 
   constructor(private readonly opts: RepositoryOptions) {}
 
@@ -159,7 +166,9 @@ export class ModelRepository {
     // At once, not when this load's turn comes: readiness must not see a gap before it begins.
     this.markLoading([name]);
     const prev = this.inflightLoads.get(name) ?? Promise.resolve();
-    const next = prev.then(() => this.doLoad(name, overrides));
+    const next = prev.then(() => this.doLoad(name, overrides)).finally(() => {
+      if (this.checkedSteps.get(name)?.loading) this.checkedSteps.delete(name);
+    });
     this.inflightLoads.set(name, next.catch(() => {}));
     return next;
   }
@@ -167,7 +176,8 @@ export class ModelRepository {
   private async doLoad(name: string, overrides?: LoadOverrides): Promise<void> {
     const { log } = this.opts;
     const e = this.entry(name);
-    const found = (await this.scan()).get(name);
+    const repos = await this.scan();
+    const found = repos.get(name);
     if (found instanceof Error) {
       e.error = found.message;
       e.state = 'UNAVAILABLE';
@@ -182,20 +192,38 @@ export class ModelRepository {
     const wasReady = e.versions.size > 0;
     if (!wasReady) e.state = 'LOADING';
     e.explicitlyUnloaded = false;
-    let config: ModelConfig;
-    let versions: number[];
-    try {
-      config = await this.prepareConfig(name, files, overrides?.configJson);
-      versions = await this.selectVersions(name, files, config);
-      e.fingerprint = await found?.fingerprint?.(name);
-    } catch (err) {
+    // A model that never served shows the reason; a loaded one keeps serving its old config.
+    const refuse = (err: unknown, logLine: (msg: string) => string): never => {
       const msg = asTsiError(err).message;
-      log.error(`failed to load '${name}': ${msg}`);
+      log.error(logLine(msg));
       if (!wasReady) {
         e.error = msg;
         e.state = 'UNAVAILABLE';
       }
       throw asTsiError(err, 'INVALID_ARG');
+    };
+    let config: ModelConfig;
+    let versions: number[];
+    try {
+      const fingerprint = await found?.fingerprint?.(name);
+      // Set before the config is read, so a poll retries a broken model once its folder changes, not every time.
+      e.fingerprint = fingerprint;
+      const checked = this.checkedSteps.get(name);
+      const pending = !overrides && checked && checked.fingerprint === fingerprint
+        ? checked.config
+        : this.prepareConfig(name, files, overrides?.configJson);
+      // Until this load is over, an ensemble checked meanwhile reuses it too (then the loaded version serves).
+      if (!overrides && fingerprint !== undefined) this.checkedSteps.set(name, { fingerprint, config: pending, loading: true });
+      else this.checkedSteps.delete(name);
+      config = await pending;
+      versions = await this.selectVersions(name, files, config);
+    } catch (err) {
+      return refuse(err, (msg) => `failed to load '${name}': ${msg}`);
+    }
+    // Before any step loads, so a config mistake is reported whether or not the steps can load;
+    // logged as Triton logs a dependency-graph error.
+    if (config.platform === 'ensemble') {
+      await checkEnsembleSteps(config, this.stepConfigs(repos)).catch((err: unknown) => refuse(err, (msg) => `Invalid argument: ${msg}`));
     }
     const backendName = config.platform === 'ensemble' ? 'ensemble' : config.backend!;
     const backend = await this.opts.backends.get(backendName);
@@ -250,13 +278,16 @@ export class ModelRepository {
       throw new TsiError('INVALID_ARG', `failed to open text file for read ${name}/config.pbtxt: no such file (auto-complete is disabled)`);
     }
     if (!config.name) config = { ...config, name };
-    if (config.name !== name) {
-      throw new TsiError('INVALID_ARG', `unexpected directory name '${name}' for model '${config.name}', directory name must equal model name`);
-    }
     if (!config.backend && !config.platform) {
       const detected = await this.detectBackend(files, config);
       if (detected) config = { ...config, ...detected };
+      else if (!config.default_model_filename) config = { ...config, ...backendFromModelName(name) };
     }
+    const normalize = (c: ModelConfig) => normalizeModelConfig(c, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
+    // Triton's order: the config and the folder name are checked, and the instance groups, before
+    // the backend completes the config or looks for the model file.
+    const ioCheck = this.opts.autoComplete ? 'last' : 'first';
+    validateModelConfig(normalize(config), { modelName: name, gpuCount: this.opts.gpuCount, io: ioCheck === 'last' ? 'skip' : ioCheck });
     const backendName = config.platform === 'ensemble' ? 'ensemble' : (config.backend || platformBackend(config.platform));
     const backend = backendName ? await this.opts.backends.get(backendName) : undefined;
     if (backend?.autoCompleteConfig && this.opts.autoComplete) {
@@ -271,7 +302,7 @@ export class ModelRepository {
     if (backend?.describeModel) {
       const versions = await this.versionDirs(files);
       if (versions.length > 0) {
-        const filled = normalizeModelConfig(config, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
+        const filled = normalize(config);
         const io = await backend.describeModel(filled, versions[versions.length - 1]!, files);
         if (this.opts.autoComplete) {
           const r = autoCompleteConfig(config, io, { defaultMaxBatchSize: this.opts.defaultMaxBatchSize, modelName: name });
@@ -281,9 +312,42 @@ export class ModelRepository {
         checkConfigAgainstModel(config, io, name);
       }
     }
-    const normalized = normalizeModelConfig(config, { modelName: name, gpuCount: this.opts.gpuCount, defaultMaxBatchSize: this.opts.defaultMaxBatchSize });
-    validateModelConfig(normalized, { modelName: name, gpuCount: this.opts.gpuCount });
+    const normalized = normalize(config);
+    validateModelConfig(normalized, { modelName: name, gpuCount: this.opts.gpuCount, io: ioCheck });
     return normalized;
+  }
+
+  /** The step models of an ensemble, read from the repository (as `scan` found it) without loading them. */
+  private stepConfigs(found: Map<string, RepositorySource | Error>): StepConfigs {
+    const prepared = new Map<string, Promise<ModelConfig>>();
+    const config = (m: string): Promise<ModelConfig> => {
+      let p = prepared.get(m);
+      if (!p) prepared.set(m, (p = this.prepareStep(m, found.get(m) as RepositorySource)));
+      return p;
+    };
+    return {
+      has: (m) => found.get(m) !== undefined && !(found.get(m) instanceof Error),
+      config,
+      versions: async (m) => this.selectVersions(m, (found.get(m) as RepositorySource).files(m), await config(m)),
+    };
+  }
+
+  private async prepareStep(name: string, src: RepositorySource): Promise<ModelConfig> {
+    const fingerprint = await src.fingerprint?.(name);
+    const checked = this.checkedSteps.get(name);
+    if (checked && checked.fingerprint === fingerprint) return checked.config;
+    // A step already serving from an unchanged folder: the config it loaded with.
+    const loaded = fingerprint !== undefined && this.models.get(name)?.fingerprint === fingerprint ? this.readyVersions(name)[0] : undefined;
+    if (loaded) return loaded.config;
+    const config = this.prepareConfig(name, src.files(name));
+    // Only a source that can tell a changed folder may hand the result on; a failure is not kept.
+    if (fingerprint !== undefined) {
+      this.checkedSteps.set(name, { fingerprint, config });
+      config.catch(() => {
+        if (this.checkedSteps.get(name)?.config === config) this.checkedSteps.delete(name);
+      });
+    }
+    return config;
   }
 
   private async detectBackend(files: ModelFiles, config: ModelConfig): Promise<ModelConfig | undefined> {
@@ -438,6 +502,19 @@ export class ModelRepository {
     const removed = [...this.models.entries()].filter(([n, e]) => !found.has(n) && e.source !== undefined).map(([n]) => n);
     return { added, removed, modified };
   }
+}
+
+/**
+ * Triton's last resort for a config with no backend, no platform and no model file it knows: a
+ * model named `<anything>.<backend>` runs that backend from `model.<backend>`.
+ */
+function backendFromModelName(name: string): ModelConfig {
+  const dot = name.indexOf('.');
+  if (dot < 0) {
+    throw new TsiError('INVALID_ARG', `Invalid model name: Could not determine backend for model '${name}' with no backend in model configuration. Expected model name of the form 'model.<backend_name>'.`);
+  }
+  const backend = name.slice(dot + 1);
+  return { backend, default_model_filename: `model.${backend}` };
 }
 
 function platformBackend(platform: string | undefined): string | undefined {

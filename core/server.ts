@@ -13,6 +13,7 @@ import type { ResponseCache } from './cache.js';
 import { RateLimiter, type RateLimitMode, type ResourceLimit } from './rate-limiter.js';
 import { modelConfigToJson } from './config.js';
 import { createEnsembleBackend } from './ensemble.js';
+import { registerTestBackends } from './test-backends.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelVersion } from './model.js';
 import { CustomMetrics } from './custom-metrics.js';
@@ -89,6 +90,8 @@ export class InferenceServer implements InProcessServer {
     this.rateLimiter = new RateLimiter({ mode: opts.rateLimit, resources: opts.rateLimitResources, clock: this.clock });
     // Ensembles are core: every runtime serves them without registering anything.
     if (!opts.backends.has('ensemble')) opts.backends.register('ensemble', () => createEnsembleBackend(this));
+    // So are Triton's small test backends, which its documentation and tests name.
+    registerTestBackends(opts.backends);
     this.repository = new ModelRepository({
       sources: opts.sources,
       backends: opts.backends,

@@ -144,6 +144,7 @@ export function buildCli(): Command {
     .option('--exit-on-error <bool>', 'exit if any model fails to load at start-up', parseBool, true)
     .option('--strict-readiness <bool>', 'ready only when every model is ready', parseBool, true)
     .option('--disable-auto-complete-config', 'do not fill model configs from the model files')
+    .option('--strict-model-config <bool>', "Triton's older spelling: true is --disable-auto-complete-config", parseBool)
     .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
     .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)
@@ -219,7 +220,7 @@ export function buildCli(): Command {
           strictReadiness: o.strictReadiness,
           modelControlMode: mode,
           loadModels: o.loadModel,
-          autoComplete: !o.disableAutoCompleteConfig,
+          autoComplete: !o.disableAutoCompleteConfig && o.strictModelConfig !== true,
           defaultMaxBatchSize,
           backendConfig,
           corsOrigin: o.httpCorsOrigin,

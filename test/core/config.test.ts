@@ -194,6 +194,16 @@ instance_group [
     expect(oneGpu.instance_group).toEqual([{ name: 'p', kind: 'KIND_GPU', count: 1, gpus: [0] }]);
   });
 
+  it("completes a Python model as Triton does: model.py, one instance, KIND_GPU on GPU 0 where there is one", () => {
+    for (const [gpuCount, group] of [[0, { kind: 'KIND_CPU', count: 1 }], [1, { kind: 'KIND_GPU', count: 1, gpus: [0] }]] as const) {
+      const cfg = normalizeModelConfig(pb('name: "py" backend: "python"'), { modelName: 'py', gpuCount });
+      expect(cfg.default_model_filename).toBe('model.py');
+      expect(cfg.instance_group).toEqual([{ name: 'py', ...group }]);
+    }
+    const named = normalizeModelConfig(pb('name: "py" backend: "python" default_model_filename: "main.py"'), { modelName: 'py', gpuCount: 0 });
+    expect(named.default_model_filename).toBe('main.py');
+  });
+
   it('leaves ensembles without instance groups or optimization', () => {
     const cfg = normalizeModelConfig(pb('name: "e" platform: "ensemble" ensemble_scheduling { }'), { modelName: 'e', gpuCount: 1 });
     expect(cfg).toEqual({ name: 'e', platform: 'ensemble', ensemble_scheduling: {}, version_policy: { latest: { num_versions: 1 } } });

@@ -1,11 +1,12 @@
 /**
  * Ensemble load-time validation, one rule per test, through a real InferenceServer over an in-memory
  * repository: each broken ensemble must end UNAVAILABLE with Triton's message (naming the ensemble,
- * the model, the tensor and the step) while every other model still serves.
+ * the model and the tensor) while every other model still serves; and a step's config is read once.
  */
 
 import { describe, expect, it } from 'vitest';
-import { ensemble, toy, toyServer, type Io } from '../helpers/toy.js';
+import { BackendRegistry, InferenceServer, type RepositorySource } from '../../core/index.js';
+import { ToyLab, ensemble, memorySource, toy, toyServer, type Io } from '../helpers/toy.js';
 
 const F = 'TYPE_FP32';
 const v4: Io = ['IN', F, [4]];
@@ -47,18 +48,18 @@ describe('ensemble validation (Triton rules and texts)', () => {
 
   it('mapped inputs must exist in the composing model', async () => {
     const e = ensemble('e', [v4], [['OUT', F, [4]]], [{ model: 'doubler', inputs: { X: 'IN', NOPE: 'IN' }, outputs: { Y: 'OUT' } }]);
-    expect(await reasonFor(e)).toBe('in ensemble e, ensemble tensor IN is mapping to non-existing input NOPE in model doubler (step 0)');
+    expect(await reasonFor(e)).toBe('in ensemble e, ensemble tensor IN is mapping to non-existing input NOPE in model doubler');
   });
 
   it('every composing input must be mapped', async () => {
     const adder = toy('adder', 'add', [['A', F, [4]], ['B', F, [4]]], [['S', F, [4]]]);
     const e = ensemble('e', [v4], [['OUT', F, [4]]], [{ model: 'adder', inputs: { A: 'IN' }, outputs: { S: 'OUT' } }]);
-    expect(await reasonFor(e, { adder })).toBe('in ensemble e, input B in model adder is not mapped to any ensemble tensors (step 0)');
+    expect(await reasonFor(e, { adder })).toBe('in ensemble e, input B in model adder is not mapped to any ensemble tensors');
   });
 
   it('mapped outputs must exist in the composing model', async () => {
     const e = ensemble('e', [v4], [['OUT', F, [4]]], [{ model: 'doubler', inputs: { X: 'IN' }, outputs: { NOPE: 'OUT' } }]);
-    expect(await reasonFor(e)).toBe('in ensemble e, ensemble tensor OUT is mapped from non-existing output NOPE in model doubler (step 0)');
+    expect(await reasonFor(e)).toBe('in ensemble e, ensemble tensor OUT is mapped from non-existing output NOPE in model doubler');
   });
 
   it('datatypes must agree', async () => {
@@ -76,7 +77,7 @@ describe('ensemble validation (Triton rules and texts)', () => {
   it("the ensemble's max_batch_size must not exceed a step's", async () => {
     const small = toy('small', 'double', [['X', F, [4]]], [['Y', F, [4]]], { max_batch_size: 2 });
     const e = ensemble('e', [v4], [['OUT', F, [4]]], [{ model: 'small', inputs: { X: 'IN' }, outputs: { Y: 'OUT' } }], { max_batch_size: 8 });
-    expect(await reasonFor(e, { small })).toBe('ensemble e allows maximum batch size 8, but it contains model small which only allows maximum batch size to be 2 (step 0)');
+    expect(await reasonFor(e, { small })).toBe('ensemble e allows maximum batch size 8, but it contains model small which only allows maximum batch size to be 2');
   });
 
   it('refuses cycles between ensembles, and an ensemble containing itself', async () => {
@@ -115,5 +116,30 @@ describe('ensemble validation (Triton rules and texts)', () => {
       { model: 'adder', inputs: { A: 'p', B: 'q' }, outputs: { S: 'OUT' } },
     ]);
     expect(await reasonFor(e, { s1, s2, adder })).toBe("in ensemble e, step of model 'adder' receives inputs originated from different decoupled models");
+  });
+});
+
+describe('ensemble checks before loading', () => {
+  it("read each step's config once: the check's result is handed to the step's own load", async () => {
+    const ok = ensemble('ok', [v4], [['OUT', F, [4]]], [{ model: 'doubler', inputs: { X: 'IN' }, outputs: { Y: 'OUT' } }]);
+    const inner = memorySource({ doubler, ok });
+    const reads = new Map<string, number>();
+    // A source that can tell an unchanged folder (as the Node one does), counting config reads.
+    const source: RepositorySource = {
+      ...inner,
+      fingerprint: async () => 'unchanged',
+      files: (m) => {
+        const f = inner.files(m);
+        return { ...f, read: (p) => (p === 'config.json' && reads.set(m, (reads.get(m) ?? 0) + 1), f.read(p)) };
+      },
+    };
+    const lab = new ToyLab();
+    const backends = new BackendRegistry();
+    backends.register('toy', () => lab.backend());
+    const server = new InferenceServer({ sources: [source], backends });
+    await server.start();
+    expect(server.repository.readyVersions('ok')).toHaveLength(1);
+    expect(Object.fromEntries(reads)).toEqual({ doubler: 1, ok: 1 });
+    await server.stop();
   });
 });

@@ -1,0 +1,208 @@
+/**
+ * Triton's two small test backends, `identity` and `repeat`, built in so that repositories from
+ * Triton's documentation, examples and tests (which name them as `backend: "identity"` or
+ * `backend: "repeat"`) load unchanged, in Node and in the browser alike: they are pure TypeScript.
+ *
+ * - identity: inputs INPUT<i> and outputs OUTPUT<i> in pairs of equal datatype and shape; each
+ *   response carries OUTPUT<i> equal to INPUT<i> (an optional input left out gives zeros) and the
+ *   parameters param0..param3 Triton's backend attaches. Config parameters `execute_delay_ms`
+ *   (with `instance_wise_delay_multiplier`) and `creation_delay_sec` slow it down, as in Triton.
+ * - repeat: decoupled, max_batch_size 0, inputs IN (INT32 vector), DELAY (UINT32, IN's shape) and
+ *   WAIT (UINT32 [1]); outputs OUT (INT32 [1]) and IDX (UINT32 [1]). One response per element of IN,
+ *   the i'th after DELAY[i] ms; the instance takes its next request after WAIT ms, so responses of
+ *   several requests may interleave. IN of shape [0] gives only the final flag.
+ *
+ * Their load-time checks keep the texts of Triton's backends, which its tests look for.
+ */
+
+import type { Backend, BackendInstance, BackendRequest, InstanceSpec } from './backend.js';
+import { TsiError } from './errors.js';
+import type { ModelConfig, ModelInput } from './model-config.js';
+import { allocate, elementCount } from './tensor.js';
+import type { Parameters, Tensor } from './types.js';
+import { configTypeToDatatype } from './config-model-io.js';
+import type { ConfigDataType } from './model-config.js';
+
+const sleep = (ms: number) => (ms > 0 ? new Promise<void>((r) => setTimeout(r, ms)) : Promise.resolve());
+const invalid = (msg: string) => new TsiError('INVALID_ARG', msg);
+const shapeText = (s: readonly number[]) => `[${s.join(',')}]`;
+const param = (cfg: ModelConfig, key: string) => cfg.parameters?.[key]?.string_value;
+const ioShape = (io: { dims?: number[]; reshape?: { shape?: number[] } }) => io.reshape?.shape ?? io.dims ?? [];
+
+/** Copies a tensor's data, so the output never aliases a buffer the request owns. */
+function copyData(t: Tensor): Tensor['data'] {
+  const d = t.data;
+  return Array.isArray(d) ? d.map((e) => e.slice()) : d.slice();
+}
+
+/** The parameters Triton's identity backend attaches to every response. */
+const IDENTITY_PARAMETERS: Parameters = { param0: 'an example string parameter', param1: 42, param2: false, param3: 123.123 };
+
+/** Triton's identity ValidateModelConfig; returns the optional inputs by index with their shape. */
+function checkIdentityConfig(cfg: ModelConfig): Map<string, ModelInput> {
+  const inputs = cfg.input ?? [];
+  const outputs = cfg.output ?? [];
+  if (inputs.length !== outputs.length) throw invalid('model configuration must have equal input/output pairs');
+  const ins = new Map<string, { type?: string; shape: number[] }>();
+  const outs = new Map<string, { type?: string; shape: number[] }>();
+  const optional = new Map<string, ModelInput>();
+  inputs.forEach((input, i) => {
+    const output = outputs[i]!;
+    const iname = input.name ?? '';
+    const oname = output.name ?? '';
+    if (!iname.startsWith('INPUT')) throw invalid(`expected input name to follow INPUT<index> pattern, got '${iname}'`);
+    if (!oname.startsWith('OUTPUT')) throw invalid(`expected output name to follow OUTPUT<index> pattern, got '${oname}'`);
+    ins.set(iname.slice(5), { type: input.data_type, shape: ioShape(input) });
+    outs.set(oname.slice(6), { type: output.data_type, shape: ioShape(output) });
+    if (input.optional) optional.set(iname.slice(5), input);
+  });
+  for (const [idx, out] of [...outs].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+    const inp = ins.get(idx);
+    if (!inp) throw invalid('expected input and output indices to match');
+    if (inp.type !== out.type) throw invalid(`expected input and output datatype to match, got ${inp.type} and ${out.type}`);
+    if (shapeText(inp.shape) !== shapeText(out.shape)) {
+      throw invalid(`expected input and output shape to match, got ${shapeText(inp.shape)} and ${shapeText(out.shape)}`);
+    }
+  }
+  return optional;
+}
+
+function identityBackend(): Backend {
+  return {
+    name: 'identity',
+    async loadModel(ctx) {
+      const cfg = ctx.config;
+      const optional = checkIdentityConfig(cfg);
+      await sleep(Number(param(cfg, 'creation_delay_sec') ?? 0) * 1000);
+      const delayMs = Number(param(cfg, 'execute_delay_ms') ?? 0);
+      const multiplier = Number(param(cfg, 'instance_wise_delay_multiplier') ?? 0);
+      const batching = (cfg.max_batch_size ?? 0) > 0;
+      const respond = (r: BackendRequest): void => {
+        const outputs: Tensor[] = [];
+        for (const name of r.requestedOutputs) {
+          const idx = name.slice(6);
+          const input = r.inputs.get(`INPUT${idx}`);
+          if (input) {
+            outputs.push({ name, datatype: input.datatype, shape: [...input.shape], data: copyData(input) });
+            continue;
+          }
+          const opt = optional.get(idx);
+          if (!opt) {
+            r.send(new TsiError('UNSUPPORTED', `failed to get input 'INPUT${idx}'`), true);
+            return;
+          }
+          // A left-out optional input answers zeros of its configured shape (-1 read as 1).
+          const shape = [...(batching ? [r.batchSize] : []), ...ioShape(opt).map((d) => (d === -1 ? 1 : d))];
+          const datatype = configTypeToDatatype(opt.data_type as ConfigDataType);
+          const count = elementCount(shape);
+          const data = datatype === 'BYTES' ? Array.from({ length: count }, () => new Uint8Array(0)) : allocate(datatype, count);
+          outputs.push({ name, datatype, shape, data });
+        }
+        r.send({ outputs, parameters: { ...IDENTITY_PARAMETERS } }, true);
+      };
+      return {
+        createInstance: async (spec: InstanceSpec): Promise<BackendInstance> => ({
+          spec,
+          device: 'cpu',
+          unload: async () => {},
+          execute: async (requests) => {
+            if (delayMs > 0) await sleep(delayMs * Math.max(multiplier > 0 ? multiplier * spec.index : 1, 1));
+            for (const r of requests) respond(r);
+          },
+        }),
+        unload: async () => {},
+      };
+    },
+  };
+}
+
+/** Triton's repeat ValidateModelConfig, with its texts. */
+function checkRepeatConfig(cfg: ModelConfig): void {
+  if ((cfg.max_batch_size ?? 0) !== 0) throw invalid('repeat backend only supports models with max_batch_size == 0');
+  const inputs = cfg.input ?? [];
+  const outputs = cfg.output ?? [];
+  if (inputs.length !== 3) throw invalid(`expected 3 inputs, got ${inputs.length}`);
+  if (outputs.length !== 2) throw invalid(`expected 2 outputs, got ${outputs.length}`);
+  const [inp, delay, wait] = inputs as [ModelInput, ModelInput, ModelInput];
+  const [out, idx] = outputs as [ModelInput, ModelInput];
+  const names: [string | undefined, string, string][] = [
+    [inp.name, 'IN', 'first input'], [delay.name, 'DELAY', 'second input'], [wait.name, 'WAIT', 'third input'],
+    [out.name, 'OUT', 'first output'], [idx.name, 'IDX', 'second output'],
+  ];
+  for (const [got, want, which] of names) {
+    if (got !== want) throw invalid(`expected ${which} tensor name to be ${want}, got ${got ?? ''}`);
+  }
+  const dims = (io: ModelInput) => io.dims ?? [];
+  if (dims(inp).length !== 1) throw invalid(`expected IN shape to have one dimension, got ${shapeText(dims(inp))}`);
+  if (shapeText(dims(inp)) !== shapeText(dims(delay))) {
+    throw invalid(`expected IN and DELAY shape to match, got ${shapeText(dims(inp))} and ${shapeText(dims(delay))}`);
+  }
+  for (const [io, n] of [[wait, 'WAIT'], [out, 'OUT'], [idx, 'IDX']] as const) {
+    if (shapeText(dims(io)) !== '[1]') throw invalid(`expected ${n} shape to be [1], got ${shapeText(dims(io))}`);
+  }
+  const types: [ModelInput, string, string][] = [[inp, 'IN', 'INT32'], [delay, 'DELAY', 'UINT32'], [wait, 'WAIT', 'UINT32'], [out, 'OUT', 'INT32'], [idx, 'IDX', 'UINT32']];
+  for (const [io, n, t] of types) {
+    if (io.data_type !== `TYPE_${t}`) throw invalid(`expected ${n} datatype to be ${t}, got ${io.data_type ?? ''}`);
+  }
+}
+
+function repeatBackend(): Backend {
+  return {
+    name: 'repeat',
+    async loadModel(ctx) {
+      checkRepeatConfig(ctx.config);
+      // Responses still being sent after their request was released, so unload can wait for them.
+      const inflight = new Set<Promise<void>>();
+      const stream = async (r: BackendRequest, values: ArrayLike<number>, delays: ArrayLike<number>): Promise<void> => {
+        for (let e = 0; e < values.length; e++) {
+          await sleep(delays[e]!);
+          r.send({
+            outputs: [
+              { name: 'OUT', datatype: 'INT32', shape: [1], data: Int32Array.of(values[e]!) },
+              { name: 'IDX', datatype: 'UINT32', shape: [1], data: Uint32Array.of(e) },
+            ],
+          }, false);
+        }
+        r.send({ outputs: [] }, true);
+      };
+      return {
+        createInstance: async (spec: InstanceSpec): Promise<BackendInstance> => ({
+          spec,
+          device: 'cpu',
+          unload: async () => {
+            await Promise.all(inflight);
+          },
+          execute: async (requests) => {
+            if (requests.length > 1) throw invalid('repeat backend does not support batched request execution');
+            let waitMs = 0;
+            for (const r of requests) {
+              const wait = r.inputs.get('WAIT')?.data;
+              if (!wait || (wait as ArrayLike<number>).length !== 1) {
+                r.send(invalid('unexpected size for WAIT input'), true);
+                continue;
+              }
+              waitMs = (wait as Uint32Array)[0]!;
+              const inp = r.inputs.get('IN')!;
+              const delay = r.inputs.get('DELAY')!;
+              if (shapeText(inp.shape) !== shapeText(delay.shape)) {
+                r.send(invalid(`expected IN and DELAY shape to match, got ${shapeText(inp.shape)} and ${shapeText(delay.shape)}`), true);
+                continue;
+              }
+              const p = stream(r, (inp.data as Int32Array).slice(), (delay.data as Uint32Array).slice());
+              inflight.add(p);
+              void p.finally(() => inflight.delete(p));
+            }
+            await sleep(waitMs);
+          },
+        }),
+        unload: async () => {},
+      };
+    },
+  };
+}
+
+/** Registers the test backends under Triton's names, unless a runtime registered its own. */
+export function registerTestBackends(registry: { has(name: string): boolean; register(name: string, f: () => Backend): void }): void {
+  if (!registry.has('identity')) registry.register('identity', identityBackend);
+  if (!registry.has('repeat')) registry.register('repeat', repeatBackend);
+}
