@@ -266,9 +266,9 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
   return {
     ServerLive: unary('ServerLive', () => ({ live: server.isLive() })),
     ServerReady: unary('ServerReady', () => ({ ready: server.isReady() })),
-    ModelReady: unary('ModelReady', (req) => {
+    ModelReady: unary('ModelReady', async (req) => {
       try {
-        return { ready: server.modelReady(req.name, req.version || undefined) };
+        return { ready: await server.modelReady(req.name, req.version || undefined) };
       } catch (err) {
         // A known model that is loading or unloading is simply not ready; an unknown one is an error.
         if (asTsiError(err).code === 'UNAVAILABLE') return { ready: false };

@@ -52,7 +52,7 @@ export class StubProcess {
   onBatchEnd: () => void = () => {};
   onExit: (reason: string) => void = () => {};
 
-  constructor(private readonly opts: StubOptions, mode: 'serve' | 'autocomplete') {
+  constructor(private readonly opts: StubOptions, private readonly mode: 'serve' | 'autocomplete') {
     const stdio: (string | number)[] = ['ignore', 'pipe', 'pipe', 'pipe'];
     if (opts.shm) {
       const a = createShmFile(opts.shm.initial, 'in');
@@ -167,7 +167,9 @@ export class StubProcess {
         clearTimeout(timer);
         if (this.waiting !== waiter) return;
         this.waiting = undefined;
-        reject(new TsiError('INTERNAL', `${what}: the Python process ${this.describeExit()}`));
+        // A serving stub that dies before it is ready gets Triton's sentence (load-failure log checks match it).
+        const triton = this.mode === 'serve' ? `Stub process '${this.opts.instance}' is not healthy. ` : '';
+        reject(new TsiError('INTERNAL', `${what}: ${triton}${triton ? 'The' : 'the'} Python process ${this.describeExit()}`));
       });
     });
   }

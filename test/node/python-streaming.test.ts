@@ -91,7 +91,7 @@ describe('decoupled Python models', () => {
   it('fail a decoupled execute that returns responses, with Triton\'s message', async () => {
     const msgs = await streamAll(raw, [streamRequest('repeat_py', [1], { wrong_return: { bool_param: true } })]);
     expect(msgs.map((m) => m.error_message)).toEqual([
-      "Failed to process the request(s) for model 'repeat_py', message: TritonModelException: Python model 'repeat_py' is using the decoupled mode and the execute function must return None.",
+      "Failed to process the request(s) for model 'repeat_py_0', message: TritonModelException: Python model 'repeat_py_0' is using the decoupled mode and the execute function must return None.",
     ]);
   });
 
