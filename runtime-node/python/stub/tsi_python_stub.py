@@ -431,6 +431,12 @@ def embedded_look():
 
 def main():
     embedded_look()
+    # Like Triton's stub, the process lives through SIGINT and SIGTERM: a Ctrl-C or `kill` of the server's
+    # process group reaches it too, yet it must stay to run finalize() when tsi unloads the model (it
+    # exits when tsi closes its socket). A handler, not SIG_IGN, so programs the model starts get the defaults.
+    import signal
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
     # A crash in native code (SIGSEGV, SIGABRT) then leaves its Python stack on stderr, which tsi
     # quotes in the error the in-flight requests get.
     faulthandler.enable()
