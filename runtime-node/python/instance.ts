@@ -293,8 +293,16 @@ export class PythonInstance implements BackendInstance {
 
   private deliver(x: number, ex: Execution, i: number, payload: ResponsePayload | TsiError, final: boolean): void {
     if (ex.finals[i] || i >= ex.requests.length) return;
-    // A non-decoupled request takes one response: an error ends it.
-    if (!this.decoupled && payload instanceof TsiError) final = true;
+    // A non-decoupled request takes one response: an error ends it, unless a response came first, which
+    // then stands (Triton's frontends keep a non-decoupled request's first response and drop the rest).
+    if (!this.decoupled && payload instanceof TsiError) {
+      final = true;
+      const held = ex.held?.[i];
+      if (held) {
+        this.setup.log.verbose(1, `${this.tag}: request '${ex.requests[i]!.id}' already has its response; dropped the later error: ${payload.message}`);
+        payload = held;
+      }
+    }
     if (!this.decoupled && !(payload instanceof TsiError)) {
       if (!final) {
         (ex.held ??= [])[i] = payload;
