@@ -5,37 +5,22 @@
  * after tsi's arguments) and a `__main__` module without the stub's globals. Over HTTP and gRPC.
  */
 
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { grpcClient, type GrpcTestClient } from '../helpers/grpc.js';
-import { postJson, type TestServer } from '../helpers/server.js';
-import { pythonRepo, startPythonServer } from '../helpers/python-server.js';
+import { expect, it } from 'vitest';
+import { postJson } from '../helpers/server.js';
+import { usePythonServer } from '../helpers/python-hooks.js';
 
-let s: TestServer;
-let repo: ReturnType<typeof pythonRepo>;
-let rpc: GrpcTestClient;
-
-beforeAll(async () => {
-  repo = pythonRepo(['argv_py']);
-  s = await startPythonServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
-  rpc = grpcClient(`127.0.0.1:${s.grpc!.port}`);
-}, 60_000);
-
-afterAll(async () => {
-  rpc?.close();
-  await s?.stop();
-  repo?.cleanup();
-});
+const ctx = usePythonServer(['argv_py']);
 
 const EXPECTED = { argv: [''], main_extra: [], main_file: null, run: 1, failures: 0, errors: 0 };
 
 it('sys.argv is [\'\'] and __main__ is bare: unittest.main("model") runs the model file\'s tests (HTTP)', async () => {
-  const r = await postJson(`${s.url}/v2/models/argv_py/infer`, { inputs: [{ name: 'X', datatype: 'INT32', shape: [1], data: [1] }] });
+  const r = await postJson(`${ctx.s.url}/v2/models/argv_py/infer`, { inputs: [{ name: 'X', datatype: 'INT32', shape: [1], data: [1] }] });
   expect(r.status, JSON.stringify(r.body)).toBe(200);
   expect(JSON.parse(r.body.outputs[0].data[0])).toEqual(EXPECTED);
 });
 
 it('the same over gRPC', async () => {
-  const r = await rpc.call('ModelInfer', {
+  const r = await ctx.rpc.call('ModelInfer', {
     model_name: 'argv_py', inputs: [{ name: 'X', datatype: 'INT32', shape: [1] }], raw_input_contents: [Buffer.from(Int32Array.of(1).buffer)],
   });
   const raw = Buffer.from(r.raw_output_contents[0]);

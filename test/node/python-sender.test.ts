@@ -2,30 +2,16 @@
  * The response sender misused by a non-decoupled Python model, with Triton's outcomes (its
  * response_sender tests) over the gRPC stream and HTTP: the final flag before any response fails the
  * request with Triton's text; a second response raises in the model, and the first one stands; a
- * response returned after one was sent is dropped; a response sent after the returned one raises in
- * the model (logged), and the returned one stands.
+ * response returned after one was sent is dropped. (A send from a thread racing execute's return is
+ * left out: which one wins depends on the threads, under Triton too.)
  */
 
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, pythonRepo, startPythonServer } from '../helpers/python-server.js';
-import { grpcClient, streamAll, type GrpcTestClient, type Obj } from '../helpers/grpc.js';
-import { postJson, type TestServer } from '../helpers/server.js';
+import { describe, expect, it } from 'vitest';
+import { usePythonServer } from '../helpers/python-hooks.js';
+import { streamAll, type Obj } from '../helpers/grpc.js';
+import { postJson } from '../helpers/server.js';
 
-let s: TestServer;
-let repo: ReturnType<typeof pythonRepo>;
-let rpc: GrpcTestClient;
-
-beforeAll(async () => {
-  repo = pythonRepo(['sender_py']);
-  s = await startPythonServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
-  rpc = grpcClient(`127.0.0.1:${s.grpc!.port}`);
-}, 60_000);
-
-afterAll(async () => {
-  rpc?.close();
-  await s?.stop();
-  repo?.cleanup();
-});
+const ctx = usePythonServer(['sender_py']);
 
 type Steps = { before?: number; final_before?: boolean; returned?: boolean; after?: number; final_after?: boolean };
 
@@ -33,11 +19,11 @@ type Steps = { before?: number; final_before?: boolean; returned?: boolean; afte
 async function answers(steps: Steps): Promise<{ grpc: (number | string)[]; http: number | string }> {
   const parameters: Obj = {};
   for (const [k, v] of Object.entries(steps)) parameters[k] = typeof v === 'boolean' ? { bool_param: v } : { int64_param: v };
-  const msgs = await streamAll(rpc, [{
+  const msgs = await streamAll(ctx.rpc, [{
     model_name: 'sender_py', inputs: [{ name: 'X', datatype: 'INT32', shape: [1] }], raw_input_contents: [Buffer.from(Int32Array.of(1).buffer)], parameters,
   }]);
   const grpc = msgs.map((m) => m.error_message || Buffer.from(m.infer_response.raw_output_contents[0]).readInt32LE(0));
-  const r = await postJson(`${s.url}/v2/models/sender_py/infer`, { inputs: [{ name: 'X', datatype: 'INT32', shape: [1], data: [1] }], parameters: steps });
+  const r = await postJson(`${ctx.s.url}/v2/models/sender_py/infer`, { inputs: [{ name: 'X', datatype: 'INT32', shape: [1], data: [1] }], parameters: steps });
   return { grpc, http: r.status === 200 ? r.body.outputs[0].data[0] : r.body.error };
 }
 
@@ -62,10 +48,5 @@ describe('a non-decoupled model\'s response sender', () => {
 
   it('a response sent, then one returned: the returned one is dropped', async () => {
     expect(await answers({ before: 1, final_before: true, returned: true })).toEqual({ grpc: [1000], http: 1000 });
-  });
-
-  it('a response returned, then one sent after: the send raises in the model (logged), the returned one stands', async () => {
-    expect(await answers({ returned: true, after: 1, final_after: true })).toEqual({ grpc: [0], http: 0 });
-    expect(await eventually(() => s.logs.some((l) => l.includes('sender_py after return: Unable to send response. Response sender has been closed.')))).toBe(true);
   });
 });
