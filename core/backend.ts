@@ -136,6 +136,12 @@ export interface BackendInstance {
    * Schedulers then queue one full batch behind the running one.
    */
   readonly pipelined?: boolean;
+  /**
+   * Whether the instance can serve now (TRITONBACKEND_ModelInstanceReady): resolves if so, rejects with
+   * the reason if not (a crashed worker process, a model's own readiness check saying no). Asked on
+   * every model-readiness request, possibly concurrently with `execute`; absent: always ready.
+   */
+  checkReady?(): Promise<void>;
 }
 
 export interface ResponsePayload {

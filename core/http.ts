@@ -133,8 +133,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   for (const base of [MODEL, VERSIONED]) {
     route(base, { GET: (c) => json(server.modelMetadata(c.req.param('model')!, version(c))) });
     route(`${base}/ready`, {
-      GET: (c) => {
-        const ready = server.modelReady(c.req.param('model')!, version(c));
+      GET: async (c) => {
+        const ready = await server.modelReady(c.req.param('model')!, version(c));
         return ready ? empty(200) : json({ error: 'Model version not ready' }, 400);
       },
     });

@@ -153,8 +153,17 @@ export class InferenceServer implements InProcessServer {
    * Checks readiness with Triton's distinctions (unknown ⇒ NOT_FOUND, not ready ⇒ UNAVAILABLE); false
    * for every model once draining, so balancers that probe a model move away too.
    */
-  modelReady(name: string, version?: string): boolean {
-    return this.repository.get(name, version).state === 'READY' && !this.draining;
+  async modelReady(name: string, version?: string): Promise<boolean> {
+    const mv = this.repository.get(name, version);
+    if (mv.state !== 'READY' || this.draining) return false;
+    // A loaded model is ready while each of its instances says it can serve (a crashed process cannot).
+    try {
+      await Promise.all(mv.instances.map((inst) => inst.checkReady?.()));
+      return true;
+    } catch (err) {
+      this.log.warn(`Model '${mv.name}' version ${mv.version} is not ready: ${err instanceof Error ? err.message : String(err)}`);
+      return false;
+    }
   }
 
   /**

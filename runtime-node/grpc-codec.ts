@@ -220,10 +220,13 @@ export function encodeStreamResponse(resp: InferResponse, inShm?: ReadonlySet<st
   return writeModelStreamInferResponse(resp, '', inShm, extra);
 }
 
-/** A ModelStreamInferResponse carrying an error, with what is known of the request it answers. */
-export function encodeStreamError(msg: Obj, err: TsiError): Buffer {
+/**
+ * A ModelStreamInferResponse carrying an error, with what is known of the request it answers (and,
+ * for an error the inference itself answered with, `extra` parameters such as triton_final_response).
+ */
+export function encodeStreamError(msg: Obj, err: TsiError, extra?: Parameters): Buffer {
   return writeModelStreamInferResponse(
-    { id: msg.id ?? '', model_name: msg.model_name ?? '', model_version: msg.model_version ?? '', outputs: [] }, err.message,
+    { id: msg.id ?? '', model_name: msg.model_name ?? '', model_version: msg.model_version ?? '', outputs: [] }, err.message, undefined, extra,
   );
 }
 

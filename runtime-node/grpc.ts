@@ -266,9 +266,9 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
   return {
     ServerLive: unary('ServerLive', () => ({ live: server.isLive() })),
     ServerReady: unary('ServerReady', () => ({ ready: server.isReady() })),
-    ModelReady: unary('ModelReady', (req) => {
+    ModelReady: unary('ModelReady', async (req) => {
       try {
-        return { ready: server.modelReady(req.name, req.version || undefined) };
+        return { ready: await server.modelReady(req.name, req.version || undefined) };
       } catch (err) {
         // A known model that is loading or unloading is simply not ready; an unknown one is an error.
         if (asTsiError(err).code === 'UNAVAILABLE') return { ready: false };
@@ -458,6 +458,17 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
     }
   };
   const fail = (msg: Obj, err: unknown) => write(encodeStreamError(msg, asTsiError(err)));
+  // A client that sends `triton_grpc_error: true` wants the first error an inference answers with to
+  // end the stream with its status (Triton's grpc error mode); the stream's other requests are cancelled.
+  const errorEnds = call.metadata.get('triton_grpc_error')[0] === 'true';
+  /** An inference's own error: inside the stream, flagged like any response, or the stream's end. */
+  const failed = (msg: Obj, err: unknown, final: boolean) => {
+    if (!errorEnds) return write(encodeStreamError(msg, asTsiError(err), { triton_final_response: final }));
+    if (closed || call.cancelled) return;
+    closed = true;
+    cancelAll();
+    call.emit('error', toStatus(err));
+  };
 
   const handle = async (bytes: Buffer): Promise<void> => {
     let msg: Obj;
@@ -486,16 +497,17 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
         if (final && cancel) cancels.delete(cancel);
         if (final && trace) trace.mark('REQUEST_END');
         chain = chain.then(async () => {
-          if (resp instanceof TsiError) return fail(msg, resp);
+          if (resp instanceof TsiError) return failed(msg, resp, final);
           // A decoupled model's bare "final" flag is only sent when the client asked for it.
           const flagOnly = decoupled && final && resp.outputs.length === 0;
           if (flagOnly && !enableEmptyFinal) return;
           try {
             const inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
             if (trace) trace.version = Number(resp.model_version);
-            write(encodeStreamResponse(resp, inShm, enableEmptyFinal ? { triton_final_response: final } : undefined));
+            // Triton flags every response of the stream, decoupled or not, asked or not.
+            write(encodeStreamResponse(resp, inShm, { triton_final_response: final }));
           } catch (err) {
-            fail(msg, err);
+            failed(msg, err, final);
           }
         });
       }, {

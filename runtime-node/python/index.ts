@@ -78,7 +78,8 @@ export function createPythonBackend(opts: { log: Logger; config: Record<string, 
       const name = ctx.config.name ?? '';
       const rel = `${ctx.version}/${ctx.config.default_model_filename || 'model.py'}`;
       if (!(await ctx.files.exists(rel))) {
-        throw new TsiError('INVALID_ARG', `Python model file not found in '${ctx.files.localPath?.(rel) ?? rel}' for model '${name}'`);
+        // Triton's stub finds the file missing before its interpreter starts; log checks match its words.
+        throw new TsiError('INVALID_ARG', `Failed to preinitialize Python stub: Python model file not found in '${ctx.files.localPath?.(rel) ?? rel}'`);
       }
       const file = ctx.files.localPath?.(rel);
       const modelDir = ctx.files.localPath?.('');

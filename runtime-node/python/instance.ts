@@ -8,9 +8,9 @@
  * with an error naming the model, how the process ended and its last stderr lines, and a new process
  * is started (and initialized) for the next batch.
  *
- * Messages, tsi → Python: `init`, `x` execute, `b` BLS result, `c` cancel request, `r` reply, `fin`.
+ * Messages, tsi → Python: `init`, `x` execute, `b` BLS result, `c` cancel request, `r` reply, `rdy` is_ready(), `fin`.
  * Python → tsi: `hello`, `ready`, `ierr` (initialize failed), `d`, `s`, `b` BLS call, `bc` cancel BLS,
- * `l` log, `mf`/`mm`/`mo`/`mv`/`mr` metrics, `imr` is_model_ready, `fr` frees only, `fin` finalized.
+ * `l` log, `mf`/`mm`/`mo`/`mv`/`mr` metrics, `imr` is_model_ready, `rdy` is_ready() answered, `fr` frees only, `fin` finalized.
  * Any Python message may carry `t` (tensors in shared memory), `q` (its ring sequence number) and
  * `fr` (input-region blocks Python no longer reads).
  *
@@ -57,6 +57,8 @@ interface Execution {
 
 /** Retrying a start that failed within this window reports the same failure instead. */
 const RESTART_BACKOFF_MS = 1000;
+/** How long a readiness request waits for a model's is_ready() (Triton's kUserModelReadinessTimeoutMs). */
+const IS_READY_TIMEOUT_MS = 5000;
 
 export class PythonInstance implements BackendInstance {
   readonly pipelined = true;
@@ -68,6 +70,11 @@ export class PythonInstance implements BackendInstance {
   private stopping = false;
   private readonly decoupled: boolean;
   private readonly name: string;
+  /** Whether model.py defines is_ready(); the one check in flight, which later askers share. */
+  private userReady = false;
+  private readiness?: Promise<void>;
+  private readonly readyCalls = new Map<number, { resolve: () => void; reject: (e: TsiError) => void }>();
+  private nextReadyCall = 1;
 
   private constructor(private readonly setup: ModelSetup, readonly spec: InstanceSpec) {
     this.decoupled = setup.ctx.config.model_transaction_policy?.decoupled === true;
@@ -100,7 +107,7 @@ export class PythonInstance implements BackendInstance {
     proc.onBatchEnd = () => proc.ring!.flush();
     proc.onExit = (reason) => this.exited(proc, services, reason);
     const kind = this.spec.kind.replace('KIND_', '');
-    await proc.handshake({
+    const ready = await proc.handshake({
       k: 'init', file: this.setup.file, name: this.name, dir: dirname(this.setup.file),
       decoupled: this.decoupled, growth: this.setup.shm.growth,
       args: {
@@ -109,19 +116,36 @@ export class PythonInstance implements BackendInstance {
         model_version: String(ctx.version), model_name: this.name,
       },
     }, ['ready'], `failed to initialize model '${this.name}' instance ${this.spec.name} with ${runtime.label}`);
+    this.userReady = ready.ir === true;
     log.verbose(1, `${this.tag}: Python process ${proc.pid} ready`);
     return proc;
   }
 
-  /** The live process, or the one being started (after a crash, or after a failed start). */
+  /**
+   * Triton's answer while no healthy process serves: from the moment one dies until its successor is
+   * ready (its restart is under way meanwhile) requests fail at once instead of waiting on it.
+   */
+  private unhealthy(): TsiError {
+    const why = this.lastFailure ? ` ${this.lastFailure.error.message}` : '';
+    return new TsiError('INTERNAL',
+      `Failed to process the request(s) for model instance '${this.spec.name}', message: Stub process '${this.spec.name}' is not healthy.${why}`);
+  }
+
+  /** The live process; without one, a restart is started (unless one runs, or just failed) and the request refused. */
   private ready(): Promise<StubProcess> {
     if (this.proc?.alive) return Promise.resolve(this.proc);
     if (this.stopping) return Promise.reject(new TsiError('UNAVAILABLE', `instance ${this.spec.name} of model '${this.name}' is unloading`));
+    this.restart();
+    return Promise.reject(this.unhealthy());
+  }
+
+  private restart(): void {
     const f = this.lastFailure;
-    if (f && performance.now() - f.at < RESTART_BACKOFF_MS) return Promise.reject(f.error);
-    this.starting ??= this.launch().then((proc) => {
+    if (this.starting || this.stopping || (f && performance.now() - f.at < RESTART_BACKOFF_MS)) return;
+    this.starting = this.launch().then((proc) => {
       this.proc = proc;
       this.lastFailure = undefined;
+      this.setup.log.info(`${this.tag}: Stub process '${this.spec.name}' is healthy again: a new Python process (pid ${proc.pid}) is ready`);
       return proc;
     }, (err: TsiError) => {
       this.lastFailure = { at: performance.now(), error: err };
@@ -130,7 +154,49 @@ export class PythonInstance implements BackendInstance {
     }).finally(() => {
       this.starting = undefined;
     });
-    return this.starting;
+    this.starting.catch(() => {});
+  }
+
+  /** Triton's TRITONBACKEND_ModelInstanceReady: a live process, then the model's own is_ready() if it has one. */
+  async checkReady(): Promise<void> {
+    const proc = this.proc;
+    if (!proc?.alive) throw new TsiError('INTERNAL', `Stub process '${this.spec.name}' is not healthy.`);
+    if (!this.userReady) return;
+    // One is_ready() runs at a time; it goes on past a caller's timeout, and later callers wait for it.
+    const first = !this.readiness;
+    if (first) {
+      this.readiness = this.askReady(proc).finally(() => {
+        this.readiness = undefined;
+      });
+      this.readiness.catch(() => {});
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new TsiError('UNAVAILABLE',
+        first ? 'Timed out waiting for user-defined is_ready() response' : 'Timed out waiting for in-flight is_ready() response')), IS_READY_TIMEOUT_MS);
+    });
+    try {
+      await Promise.race([this.readiness, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private askReady(proc: StubProcess): Promise<void> {
+    const id = this.nextReadyCall++;
+    return new Promise<void>((resolve, reject) => {
+      this.readyCalls.set(id, { resolve, reject });
+      proc.send({ k: 'rdy', id });
+    });
+  }
+
+  private readyAnswer(m: StubMessage): void {
+    const call = this.readyCalls.get(m.id as number);
+    this.readyCalls.delete(m.id as number);
+    if (!call) return;
+    if (typeof m.e === 'string') call.reject(new TsiError('INTERNAL', m.e));
+    else if (m.v === true) call.resolve();
+    else call.reject(new TsiError('UNAVAILABLE', `Model '${this.spec.name}' is not ready (user-defined check failed).`));
   }
 
   async execute(requests: BackendRequest[]): Promise<ExecutionTimes> {
@@ -192,6 +258,9 @@ export class PythonInstance implements BackendInstance {
       }
       case 'fr': case 'fin':
         return;
+      case 'rdy':
+        this.readyAnswer(m);
+        return;
       case 'ierr':
         // The stub's last words before it exits (a failure outside model code): the exit handler restarts it.
         this.setup.log.error(`${this.tag}: the Python stub failed: ${String(m.m).trimEnd()}`);
@@ -224,8 +293,16 @@ export class PythonInstance implements BackendInstance {
 
   private deliver(x: number, ex: Execution, i: number, payload: ResponsePayload | TsiError, final: boolean): void {
     if (ex.finals[i] || i >= ex.requests.length) return;
-    // A non-decoupled request takes one response: an error ends it.
-    if (!this.decoupled && payload instanceof TsiError) final = true;
+    // A non-decoupled request takes one response: an error ends it, unless a response came first, which
+    // then stands (Triton's frontends keep a non-decoupled request's first response and drop the rest).
+    if (!this.decoupled && payload instanceof TsiError) {
+      final = true;
+      const held = ex.held?.[i];
+      if (held) {
+        this.setup.log.verbose(1, `${this.tag}: request '${ex.requests[i]!.id}' already has its response; dropped the later error: ${payload.message}`);
+        payload = held;
+      }
+    }
     if (!this.decoupled && !(payload instanceof TsiError)) {
       if (!final) {
         (ex.held ??= [])[i] = payload;
@@ -254,8 +331,15 @@ export class PythonInstance implements BackendInstance {
     services.close();
     if (proc !== this.proc) return;
     this.proc = undefined;
-    const what = this.stopping ? 'ended while the model unloaded' : reason;
-    const err = new TsiError('INTERNAL', `model '${this.name}' instance ${this.spec.name}: the Python process (pid ${proc.pid}) ${what}`);
+    for (const call of this.readyCalls.values()) {
+      call.reject(new TsiError('INTERNAL', 'Stub process is not healthy while waiting for user-defined is_ready() response'));
+    }
+    this.readyCalls.clear();
+    const err = this.stopping
+      ? new TsiError('INTERNAL', `model '${this.name}' instance ${this.spec.name}: the Python process (pid ${proc.pid}) ended while the model unloaded`)
+      // Triton's sentence first (clients and log checks match it), then how the process ended.
+      : new TsiError('INTERNAL', `Failed to process the request(s) for model instance '${this.spec.name}', message: Stub process '${this.spec.name}' `
+        + `is not healthy. The Python process (pid ${proc.pid}) ${reason}`);
     const open = [...this.executions];
     this.executions.clear();
     for (const [x, ex] of open) {
@@ -264,8 +348,9 @@ export class PythonInstance implements BackendInstance {
       ex.resolve(ex.ns);
     }
     if (this.stopping) return;
-    this.setup.log.error(`${err.message}; starting a new one`);
-    this.ready().catch(() => {});
+    this.setup.log.error(`${this.tag}: Stub process '${this.spec.name}' is not healthy. The Python process (pid ${proc.pid}) ${reason}; `
+      + 'the model is not ready until a new one is');
+    this.restart();
   }
 
   async unload(): Promise<void> {

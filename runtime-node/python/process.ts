@@ -52,7 +52,7 @@ export class StubProcess {
   onBatchEnd: () => void = () => {};
   onExit: (reason: string) => void = () => {};
 
-  constructor(private readonly opts: StubOptions, mode: 'serve' | 'autocomplete') {
+  constructor(private readonly opts: StubOptions, private readonly mode: 'serve' | 'autocomplete') {
     const stdio: (string | number)[] = ['ignore', 'pipe', 'pipe', 'pipe'];
     if (opts.shm) {
       const a = createShmFile(opts.shm.initial, 'in');
@@ -87,9 +87,9 @@ export class StubProcess {
         if (this.exitInfo) return;
         this.exitInfo = { code, signal };
         // 'exit' can come before the pipes are read to their end: the control socket may still hold
-        // the last reply (a stub that answers and exits, as auto_complete_config's does) and stderr
-        // the last lines (a traceback). Both are read to their end, for at most 200 ms, first.
-        const open = [this.child.stdio[3] as Readable | null, this.child.stderr].filter((s): s is Readable => !!s && !s.readableEnded && !s.destroyed);
+        // the last reply (a stub that answers and exits, as auto_complete_config's does), stdout and
+        // stderr the last lines (finalize's, a traceback). All are read to their end, for at most 200 ms, first.
+        const open = [this.child.stdio[3] as Readable | null, this.child.stdout, this.child.stderr].filter((s): s is Readable => !!s && !s.readableEnded && !s.destroyed);
         let timer: NodeJS.Timeout | undefined;
         const drained = Promise.allSettled(open.map((s) => finished(s, { writable: false })));
         void Promise.race([drained, new Promise((r) => (timer = setTimeout(r, 200)))]).then(() => {
@@ -167,7 +167,9 @@ export class StubProcess {
         clearTimeout(timer);
         if (this.waiting !== waiter) return;
         this.waiting = undefined;
-        reject(new TsiError('INTERNAL', `${what}: the Python process ${this.describeExit()}`));
+        // A serving stub that dies before it is ready gets Triton's sentence (load-failure log checks match it).
+        const triton = this.mode === 'serve' ? `Stub process '${this.opts.instance}' is not healthy. ` : '';
+        reject(new TsiError('INTERNAL', `${what}: ${triton}${triton ? 'The' : 'the'} Python process ${this.describeExit()}`));
       });
     });
   }
@@ -194,11 +196,15 @@ export class StubProcess {
     return lines.length > 0 ? `${text}; its last stderr lines: ${lines.join(' | ')}` : text;
   }
 
-  /** Asks the model to finalize (`fin`), then ends the process, killing it after `timeoutMs`. */
+  /** Asks the model to finalize (`fin`), then ends the process, killing it (and saying so) after `timeoutMs`. */
   async stop(timeoutMs: number): Promise<void> {
     if (!this.alive) return this.exited;
     this.channel.send({ k: 'fin' });
-    const timer = setTimeout(() => this.kill(), timeoutMs);
+    const timer = setTimeout(() => {
+      this.opts.log.warn(`${this.opts.model} (${this.opts.instance}): finalize() did not return within ${Math.round(timeoutMs / 1000)} s `
+        + '(stub-timeout-seconds); the Python process was killed');
+      this.kill();
+    }, timeoutMs);
     await this.exited;
     clearTimeout(timer);
   }

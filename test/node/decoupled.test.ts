@@ -200,7 +200,7 @@ describe('decoupled models over gRPC ModelStreamInfer', () => {
   it('streams each response and, only when asked, the empty final one', async () => {
     const plain = await streamAll(grpc, [req('one two three', false)]);
     expect(plain.map(text)).toEqual(['one', 'two', 'three']);
-    expect(plain.every((m) => m.infer_response.parameters.triton_final_response === undefined)).toBe(true);
+    expect(plain.map((m) => m.infer_response.parameters.triton_final_response.bool_param)).toEqual([false, false, false]);
     const flagged = await streamAll(grpc, [req('one two', true)]);
     expect(flagged.map((m) => m.infer_response.parameters.triton_final_response.bool_param)).toEqual([false, false, true]);
     expect(flagged[2]!.infer_response.outputs).toEqual([]);

@@ -153,6 +153,9 @@ describe('gRPC ModelStreamInfer', () => {
     const text = msgs.map((m) => Buffer.from(m.infer_response.raw_output_contents[0]).subarray(4).toString()).join('');
     expect(text).toBe(ref.tokenizer.decode(await ref.greedy('a lazy dog', 10)));
     expect(msgs.at(-1)!.infer_response.parameters.finish_reason.string_param).toBe('length');
+    // Triton flags every streamed response: only the final one says true.
+    const flags = msgs.map((m) => m.infer_response.parameters.triton_final_response.bool_param);
+    expect(flags).toEqual(msgs.map((_, i) => i === msgs.length - 1));
   });
 });
 

@@ -23,6 +23,8 @@ describe('errors while serving', () => {
   let s: TestServer;
   let repo: ReturnType<typeof pythonRepo>;
   const infer = (v: number) => postJson(`${s.url}/v2/models/errors_py/infer`, x(v));
+  /** Until a new process is ready the model is not, and requests get Triton's "not healthy" text. */
+  const ready = async () => expect(await eventually(async () => (await fetch(`${s.url}/v2/models/errors_py/ready`)).status === 200, 30_000)).toBe(true);
 
   beforeAll(async () => {
     repo = pythonRepo(['errors_py']);
@@ -45,7 +47,7 @@ describe('errors while serving', () => {
     const [a, b] = await Promise.all([infer(1), infer(666)]);
     for (const r of [a, b]) {
       expect(r.status).toBe(500);
-      expect(r.body.error).toMatch(/^Failed to process the request\(s\) for model 'errors_py', message: ValueError: the number of the beast/);
+      expect(r.body.error).toMatch(/^Failed to process the request\(s\) for model 'errors_py_0', message: ValueError: the number of the beast/);
       expect(r.body.error).toMatch(/errors_py\/1\/model\.py\(\d+\): execute/);
     }
     expect((await infer(5)).body.outputs[0].data).toEqual([10]);
@@ -54,18 +56,19 @@ describe('errors while serving', () => {
 
   it('fails a batch whose execute returns the wrong thing, with Triton\'s messages', async () => {
     const none = await infer(555);
-    expect(none.body.error).toBe("Failed to process the request(s) for model 'errors_py', message: TritonModelException: "
+    expect(none.body.error).toBe("Failed to process the request(s) for model 'errors_py_0', message: TritonModelException: "
       + 'Number of InferenceResponse objects do not match the number of InferenceRequest objects. InferenceRequest(s) size is:1, '
       + 'and InferenceResponse(s) size is:0\n');
     const tensors = await infer(554);
     expect(tensors.body.error).toMatch(/Expected an 'InferenceResponse' object in the execute function return list, found type '<class '[a-z_]+\.Tensor'>'\./);
   });
 
-  it('fails a request whose process exits, and serves the next one on a new process', async () => {
+  it('fails a request whose process exits with Triton\'s text, and serves on a new process once it is ready', async () => {
     const before = stubProcesses().map((p) => p.pid);
     const r = await infer(777);
     expect(r.status).toBe(500);
-    expect(r.body.error).toMatch(/^model 'errors_py' instance errors_py_0: the Python process \(pid \d+\) exited with code 1/);
+    expect(r.body.error).toMatch(/^Failed to process the request\(s\) for model instance 'errors_py_0', message: Stub process 'errors_py_0' is not healthy\. The Python process \(pid \d+\) exited with code 1/);
+    await ready();
     const next = await infer(4);
     expect(next.status, JSON.stringify(next.body)).toBe(200);
     expect(next.body.outputs[0].data).toEqual([8]);
@@ -77,7 +80,8 @@ describe('errors while serving', () => {
   it('quotes the Python stack of a segfault, and recovers', async () => {
     const r = await infer(779);
     expect(r.status).toBe(500);
-    expect(r.body.error).toMatch(/the Python process \(pid \d+\) was killed by signal SIGSEGV; its last stderr lines: Fatal Python error: Segmentation fault \| .*errors_py\/1\/model\.py", line \d+ in execute/);
+    expect(r.body.error).toMatch(/The Python process \(pid \d+\) was killed by signal SIGSEGV; its last stderr lines: Fatal Python error: Segmentation fault \| .*errors_py\/1\/model\.py", line \d+ in execute/);
+    await ready();
     expect((await infer(6)).body.outputs[0].data).toEqual([12]);
   });
 
@@ -85,12 +89,14 @@ describe('errors while serving', () => {
     const r = await infer(553);
     expect(r.body.error).toMatch(/was killed by signal SIGKILL; its last stderr lines: .*tsi: broken control message: /);
     expect(s.logs.some((l) => l.includes('broken control channel'))).toBe(true);
+    await ready();
     expect((await infer(9)).body.outputs[0].data).toEqual([18]);
   });
 
-  it('fails every in-flight request of a killed process; requests meanwhile wait for the restart', async () => {
+  it('fails every in-flight request of a killed process; once the new one is ready, requests are served', async () => {
     const doomed = await Promise.all([infer(778), infer(2)]);
     for (const r of doomed) expect(r.body.error).toMatch(/was killed by signal SIGKILL/);
+    await ready();
     const [a, b] = await Promise.all([infer(7), infer(8)]);
     expect([a.body.outputs[0].data, b.body.outputs[0].data]).toEqual([[14], [16]]);
     expect(leftoverShm()).toEqual([]);
@@ -125,6 +131,30 @@ describe('models that cannot start', () => {
     expect(reason).toMatch(/^failed to initialize model 'init_fail_py' instance init_fail_py_0 with python3 \(Python 3\.\d+\.\d+, numpy [\d.]+\): /);
     expect(reason).toContain('FileNotFoundError: cannot load weights from /nowhere/weights.bin');
     expect(reason).toContain('in load_weights');
+  });
+
+  it('a missing model.py, a process that exits in initialize: Triton\'s texts in the reason and the log', async () => {
+    const root = join(work, 'texts');
+    const io = 'input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\noutput [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+      + 'instance_group [ { kind: KIND_CPU } ]\n';
+    for (const m of ['no_file', 'init_exit']) {
+      mkdirSync(join(root, m, '1'), { recursive: true });
+      writeFileSync(join(root, m, 'config.pbtxt'), `name: "${m}"\nbackend: "python"\n${io}`);
+    }
+    writeFileSync(join(root, 'init_exit', '1', 'model.py'),
+      'import os\n\nclass TritonPythonModel:\n    def initialize(self, args):\n        os._exit(1)\n\n    def execute(self, requests):\n        return []\n');
+    const s = await startPythonServer({ modelRepositories: [root] });
+    try {
+      const index = await new HttpClient(s.url).getModelRepositoryIndex();
+      const reason = (m: string) => index.find((e) => e.name === m)!.reason ?? '';
+      const missing = `Failed to preinitialize Python stub: Python model file not found in '${join(root, 'no_file', '1', 'model.py')}'`;
+      expect(reason('no_file')).toContain(missing);
+      expect(reason('init_exit')).toContain("Stub process 'init_exit_0_0' is not healthy. The Python process exited with code 1");
+      expect(s.logs.some((l) => l.includes(missing))).toBe(true);
+      expect(s.logs.some((l) => l.includes("Stub process 'init_exit_0_0' is not healthy."))).toBe(true);
+    } finally {
+      await s.stop();
+    }
   });
 
   it('no interpreter: UNAVAILABLE saying what to install or configure', async () => {

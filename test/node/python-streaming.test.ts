@@ -84,14 +84,39 @@ describe('decoupled Python models', () => {
 
   it('report a model\'s error response mid-stream, and keep the stream open for other requests', async () => {
     const msgs = await streamAll(raw, [streamRequest('repeat_py', [1, 2, 3, 4], { fail_at: { int64_param: 2 } }), streamRequest('repeat_py', [7])]);
-    expect(msgs.filter((m) => m.error_message).map((m) => m.error_message)).toEqual(['repeat_py failed at 2']);
+    const errors = msgs.filter((m) => m.error_message);
+    expect(errors.map((m) => m.error_message)).toEqual(['repeat_py failed at 2']);
+    expect(errors[0]!.infer_response.parameters.triton_final_response.bool_param).toBe(true);
     expect(msgs.filter((m) => !m.error_message).map(outOf).sort()).toEqual([1, 2, 7]);
+  });
+
+  it('flag every streamed response with triton_final_response, as Triton does, also when the client did not ask for empty finals', async () => {
+    const plain = await streamAll(raw, [streamRequest('repeat_py', [1, 2, 3])]);
+    expect(plain.map((m) => m.infer_response.parameters.triton_final_response.bool_param)).toEqual([false, false, false]);
+    const withLast = await streamAll(raw, [streamRequest('repeat_py', [8, 9], { final_with_last: { bool_param: true } })]);
+    expect(withLast.map((m) => m.infer_response.parameters.triton_final_response.bool_param)).toEqual([false, true]);
+  });
+
+  it('end the stream with the first error\'s status when the client sends the triton_grpc_error header', async () => {
+    const got: Obj[] = [];
+    const stream = raw.stream({ triton_grpc_error: 'true' });
+    const ended = new Promise<grpcJs.ServiceError>((resolve, reject) => {
+      stream.on('data', (m: Obj) => got.push(m));
+      stream.on('error', resolve);
+      stream.on('end', () => reject(new Error('the stream ended without an error status')));
+    });
+    stream.write(streamRequest('repeat_py', [1, 2, 3, 4], { fail_at: { int64_param: 2 }, delay_ms: { int64_param: 20 } }));
+    const err = await ended;
+    expect(err.code).toBe(grpcJs.status.INVALID_ARGUMENT);
+    expect(err.details).toBe('repeat_py failed at 2');
+    expect(got.map(outOf)).toEqual([1, 2]);
+    expect(got.every((m) => !m.error_message)).toBe(true);
   });
 
   it('fail a decoupled execute that returns responses, with Triton\'s message', async () => {
     const msgs = await streamAll(raw, [streamRequest('repeat_py', [1], { wrong_return: { bool_param: true } })]);
     expect(msgs.map((m) => m.error_message)).toEqual([
-      "Failed to process the request(s) for model 'repeat_py', message: TritonModelException: Python model 'repeat_py' is using the decoupled mode and the execute function must return None.",
+      "Failed to process the request(s) for model 'repeat_py_0', message: TritonModelException: Python model 'repeat_py_0' is using the decoupled mode and the execute function must return None.",
     ]);
   });
 

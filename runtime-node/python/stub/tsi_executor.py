@@ -57,7 +57,7 @@ class Executor:
 
     def fail(self, x, reqs, text):
         """Every request of the batch gets `text`; their senders close so later sends raise."""
-        message = "Failed to process the request(s) for model '%s', message: %s" % (self.rt.name, text)
+        message = "Failed to process the request(s) for model '%s', message: %s" % (self.rt.instance, text)
         for r in reqs:
             r.get_response_sender()._close()
             self.rt.live.pop(r._slot, None)
@@ -98,7 +98,7 @@ class Executor:
             return
         if rt.decoupled:
             raise pb.TritonModelException(
-                "Python model '%s' is using the decoupled mode and the execute function must return None." % rt.name)
+                "Python model '%s' is using the decoupled mode and the execute function must return None." % rt.instance)
         if not isinstance(ret, list):
             raise pb.TritonModelException(
                 "Expected a list in the execute return, found type '%s'." % type(ret))
@@ -145,10 +145,27 @@ class Executor:
             return
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         pb.Logger.log_error(text)
-        message = "Failed to process the request(s) for model '%s', message: %s" % (self.rt.name, describe(exc))
+        message = "Failed to process the request(s) for model '%s', message: %s" % (self.rt.instance, describe(exc))
         for r in reqs:
             if r.get_response_sender()._close():
                 self.rt.send_response(r, pb.InferenceResponse(error=pb.TritonError(message)), True)
+
+    def is_ready(self, call_id):
+        """The model's own readiness check (Triton calls `is_ready()` when a model defines one):
+        a boolean, awaited when it is a coroutine; anything else, or an exception, is an error."""
+        reply = {"k": "rdy", "id": call_id}
+        try:
+            result = self.model.is_ready()
+            if asyncio.iscoroutine(result):
+                result = asyncio.run_coroutine_threadsafe(result, self.event_loop()).result()
+        except Exception as exc:
+            reply["e"] = describe(exc)
+        else:
+            if isinstance(result, bool):
+                reply["v"] = result
+            else:
+                reply["e"] = "is_ready() must return a boolean value"
+        self.rt.post(reply)
 
     def finalize(self):
         self.rt.finalizing = True
@@ -172,9 +189,9 @@ def serve(rt, init):
     if hasattr(model, "initialize"):
         model.initialize(init["args"])
     rt.initialized = True
-    rt.emit({"k": "ready"})
+    ex = rt.executor = Executor(rt, model)
+    rt.emit({"k": "ready", "ir": callable(getattr(model, "is_ready", None))})
     rt.take_back()
-    ex = Executor(rt, model)
     while True:
         m = rt.next_task()
         if m["k"] == "x":

@@ -77,6 +77,8 @@ class Runtime:
         self.sock = sock
         self.lock = threading.Lock()
         self.name = init["name"]
+        # Triton's stub knows itself by its instance's name (`<model>_0_0`), which its messages use.
+        self.instance = init["args"]["model_instance_name"]
         self.decoupled = bool(init["decoupled"])
         self.model_dir = init["dir"]
         self.inputs = InputRegion(INPUT_FD)
@@ -90,6 +92,7 @@ class Runtime:
         self.main_queue = None
         self.initialized = False
         self.finalizing = False
+        self.executor = None
 
     # ---- sending -------------------------------------------------------------------------------
 
@@ -379,6 +382,9 @@ class Runtime:
             entry = self.live.get((m["x"], m["i"]))
             if entry is not None:
                 entry[0]._cancelled = True
+        elif k == "rdy":
+            # Off the reader and the main thread: a readiness check may run while execute does.
+            threading.Thread(target=self.executor.is_ready, args=(m["id"],), name="tsi-is-ready", daemon=True).start()
         elif k == "r":
             slot = self.replies.get(m["id"])
             if slot is not None:
@@ -414,7 +420,23 @@ def auto_complete(sock, msg):
     send_plain(sock, {"k": "ac", "config": json.dumps(config._model_config)})
 
 
+def embedded_look():
+    """What model code sees of the interpreter is what Triton's embedded one shows: an empty argument
+    list (`unittest.main()` inside execute then parses nothing) and a `__main__` without the stub's
+    globals. The stub's own functions keep their globals; only the module table changes."""
+    import types
+    sys.argv = [""]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+
+
 def main():
+    embedded_look()
+    # Like Triton's stub, the process lives through SIGINT and SIGTERM: a Ctrl-C or `kill` of the server's
+    # process group reaches it too, yet it must stay to run finalize() when tsi unloads the model (it
+    # exits when tsi closes its socket). A handler, not SIG_IGN, so programs the model starts get the defaults.
+    import signal
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
     # A crash in native code (SIGSEGV, SIGABRT) then leaves its Python stack on stderr, which tsi
     # quotes in the error the in-flight requests get.
     faulthandler.enable()
