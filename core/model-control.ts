@@ -322,11 +322,11 @@ export class RepositoryPoller {
       repository.forget(name);
     }
     repository.markLoading(c.added);
-    await Promise.all([...c.added, ...c.modified].map(async (name) => {
+    await repository.forEachLoad([...c.added, ...c.modified], async (name) => {
       log.info(`${c.added.includes(name) ? 'loading new' : 'reloading changed'} model '${name}'`);
       // Failures are logged by the repository and leave the model as it was (or UNAVAILABLE if new).
       await repository.load(name).catch(() => {});
-    }));
+    });
     return c;
   }
 

@@ -44,6 +44,8 @@ export interface RepositoryOptions {
   metrics?: CustomMetrics;
   /** The server's rate limiter, with which every loaded version's instances register. */
   rateLimiter?: RateLimiter;
+  /** Models loaded at once by `loadAll` (tritonserver's --model-load-thread-count; default 4). */
+  loadThreadCount?: number;
 }
 
 export interface IndexEntry {
@@ -101,23 +103,28 @@ export class ModelRepository {
     return found;
   }
 
-  /** Loads every model of every source, in parallel (Triton's --model-load-thread-count is 4). */
+  /** Loads every model of every source, `loadThreadCount` at a time (as Triton's --model-load-thread-count). */
   async loadAll(names?: string[]): Promise<void> {
     const found = await this.scan();
     const todo = names ? names.filter((n) => found.has(n) || this.missing(n)) : [...found.keys()];
     this.markLoading(todo);
-    const queue = [...todo];
+    // A failure leaves that model UNAVAILABLE with its reason (logged); the others still load.
+    // ensureLoaded: an ensemble loaded earlier in this pass may already have loaded its composing models.
+    await this.forEachLoad(todo, (n) => this.ensureLoaded(n));
+  }
+
+  /** Runs `load` for every name, `loadThreadCount` at a time. */
+  async forEachLoad(names: readonly string[], load: (name: string) => Promise<void>): Promise<void> {
+    const queue = [...names];
     const worker = async () => {
-      // A failure leaves that model UNAVAILABLE with its reason (logged); the others still load.
-      // ensureLoaded: an ensemble loaded earlier in this pass may already have loaded its composing models.
-      for (let n = queue.shift(); n !== undefined; n = queue.shift()) await this.ensureLoaded(n);
+      for (let n = queue.shift(); n !== undefined; n = queue.shift()) await load(n);
     };
-    await Promise.all(Array.from({ length: Math.min(4, queue.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(Math.max(1, this.opts.loadThreadCount ?? 4), queue.length) }, worker));
   }
 
   /**
    * Registers models about to load as LOADING, so that readiness waits for every one of them, not
-   * only for those whose load has begun (loads run four at a time).
+   * only for those whose load has begun (loads run a few at a time).
    */
   markLoading(names: readonly string[]): void {
     for (const n of names) {

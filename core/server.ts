@@ -44,6 +44,8 @@ export interface ServerOptions {
   rateLimit?: RateLimitMode;
   /** tritonserver's `--rate-limit-resource`: resource counts instead of the largest need of any instance. */
   rateLimitResources?: ResourceLimit[];
+  /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
+  modelLoadThreadCount?: number;
 }
 
 export const TSI_VERSION = '0.1.0';
@@ -101,6 +103,7 @@ export class InferenceServer implements InProcessServer {
       cache: opts.responseCache,
       metrics: this.metrics,
       rateLimiter: this.rateLimiter,
+      loadThreadCount: opts.modelLoadThreadCount,
     });
   }
 

@@ -56,6 +56,12 @@ function parseIntArg(v: string): number {
   return n;
 }
 
+function parsePositiveInt(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`expected a positive integer, got '${v}'`);
+  return n;
+}
+
 const collect = (v: string, prev: string[] | undefined) => [...(prev ?? []), v];
 
 function parseNonNegativeSecs(v: string): number {
@@ -143,6 +149,7 @@ export function buildCli(): Command {
     .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
     .option('--exit-on-error <bool>', 'exit if any model fails to load at start-up', parseBool, true)
     .option('--strict-readiness <bool>', 'ready only when every model is ready', parseBool, true)
+    .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
     .option('--disable-auto-complete-config', 'do not fill model configs from the model files')
     .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
@@ -217,6 +224,7 @@ export function buildCli(): Command {
           allowHttp: o.allowHttp,
           log,
           strictReadiness: o.strictReadiness,
+          modelLoadThreadCount: o.modelLoadThreadCount,
           modelControlMode: mode,
           loadModels: o.loadModel,
           autoComplete: !o.disableAutoCompleteConfig,

@@ -40,6 +40,8 @@ export interface NodeServerOptions {
   loadModels?: string[];
   autoComplete?: boolean;
   defaultMaxBatchSize?: number;
+  /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
+  modelLoadThreadCount?: number;
   /** `--backend-config <backend>,<key>=<value>` settings by backend name (`*`: given without a backend). */
   backendConfig?: Record<string, Record<string, string>>;
   corsOrigin?: string | string[];
@@ -174,7 +176,8 @@ function fastCompress(data: Uint8Array, format: 'gzip' | 'deflate'): Promise<Uin
 
 export function createNodeBackends(log: Logger, backendConfig: NodeServerOptions['backendConfig'] = {}): BackendRegistry {
   const backends = new BackendRegistry();
-  backends.register('onnxruntime', () => createOnnxBackend({ log, cores: usableCores() }));
+  const ortWorkers = Number(backendConfig.onnxruntime?.['worker-count'] ?? backendConfig['*']?.['worker-count']) || undefined;
+  backends.register('onnxruntime', () => createOnnxBackend({ log, cores: usableCores(), workers: ortWorkers }));
   backends.register('javascript', () => createJsBackend({ log }));
   // Loaded when a model first needs it: servers without Python models never touch it.
   backends.register('python', async () => (await import('./python/index.js')).createPythonBackend({ log, config: { ...backendConfig['*'], ...backendConfig.python } }));
@@ -212,6 +215,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     responseCache: opts.responseCacheBytes !== undefined ? new ResponseCache(opts.responseCacheBytes) : undefined,
     rateLimit: opts.rateLimit,
     rateLimitResources: (opts.rateLimitResources ?? []).map(parseRateLimitResource),
+    modelLoadThreadCount: opts.modelLoadThreadCount,
   });
   const shmProvider = nodeShmProvider({ log });
   const extensions = new ServerExtensions(server, {
