@@ -136,6 +136,8 @@ export interface BackendInstance {
    * Schedulers then queue one full batch behind the running one.
    */
   readonly pipelined?: boolean;
+  /** Memory the instance holds, as its backend measured it at creation (bytes); absent: not measured. */
+  readonly memoryBytes?: number;
 }
 
 export interface ResponsePayload {

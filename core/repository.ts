@@ -76,7 +76,12 @@ interface ModelEntry {
   state: ModelState;
   fingerprint?: string;
   explicitlyUnloaded: boolean;
+  /** Registered but not loaded, to be loaded on its first request (residency.ts); the index shows why. */
+  parked?: string;
 }
+
+/** The index's reason for a model that on-demand loading has not loaded (yet, or again). */
+export const NOT_LOADED_BUDGET = 'not loaded: budget';
 
 const VERSION_DIR = /^[1-9][0-9]*$/;
 
@@ -185,6 +190,7 @@ export class ModelRepository {
       throw new TsiError('INTERNAL', `failed to load '${name}', failed to poll from model repository`);
     }
     e.source = found;
+    e.parked = undefined;
     const files = overrides?.files ?? found!.files(name);
     const wasReady = e.versions.size > 0;
     if (!wasReady) e.state = 'LOADING';
@@ -328,18 +334,43 @@ export class ModelRepository {
     return chosen;
   }
 
-  /** Unloads every version of a model; in-flight requests finish first. */
-  async unload(name: string): Promise<void> {
+  /**
+   * Registers models found in the repository without loading them: listed as UNAVAILABLE with
+   * `reason`, ready to be loaded on demand, and no obstacle to readiness.
+   */
+  park(names: readonly string[], reason = NOT_LOADED_BUDGET): void {
+    for (const n of names) {
+      const e = this.entry(n);
+      if (e.versions.size > 0) continue;
+      e.parked = reason;
+      e.state = 'UNAVAILABLE';
+    }
+  }
+
+  /** Why a model is registered and not loaded, if it is (see `park`). */
+  parkedReason(name: string): string | undefined {
+    return this.models.get(name)?.parked;
+  }
+
+  /** The repository's current fingerprint of a model's folder (a failed on-demand load waits for a change). */
+  async fingerprint(name: string): Promise<string | undefined> {
+    const src = (await this.scan()).get(name);
+    return src instanceof Error ? src.message : await src?.fingerprint?.(name);
+  }
+
+  /** Unloads every version of a model; in-flight requests finish first. `park`: to be loaded again on demand. */
+  async unload(name: string, park?: string): Promise<void> {
     const e = this.models.get(name);
     if (!e) throw new TsiError('INVALID_ARG', `failed to unload '${name}', no version is available`);
     await (this.inflightLoads.get(name) ?? Promise.resolve());
     const old = e.versions;
     e.versions = new Map();
-    e.explicitlyUnloaded = true;
+    e.explicitlyUnloaded = park === undefined;
+    e.parked = park;
     e.state = 'UNAVAILABLE';
     await Promise.all([...old].map(async ([v, mv]) => {
       await mv.unload();
-      e.unavailable.set(v, { state: 'UNAVAILABLE', reason: 'unloaded' });
+      if (park === undefined) e.unavailable.set(v, { state: 'UNAVAILABLE', reason: 'unloaded' });
       this.opts.log.info(`successfully unloaded '${name}' version ${v}`);
     }));
   }
@@ -354,7 +385,7 @@ export class ModelRepository {
    */
   get(name: string, version?: string): ModelVersion {
     const e = this.models.get(name);
-    if (!e || (e.versions.size === 0 && e.unavailable.size === 0 && !e.error && e.state !== 'LOADING')) {
+    if (!e || (e.versions.size === 0 && e.unavailable.size === 0 && !e.error && e.state !== 'LOADING' && e.parked === undefined)) {
       throw new TsiError('NOT_FOUND', `Request for unknown model: '${name}' is not found`);
     }
     if (version !== undefined && version !== '' && version !== '-1') {
@@ -396,6 +427,10 @@ export class ModelRepository {
         out.push({ name: e.name, state: 'UNAVAILABLE', reason: e.error });
         continue;
       }
+      if (e.parked !== undefined && e.versions.size === 0) {
+        out.push({ name: e.name, state: 'UNAVAILABLE', reason: e.parked });
+        continue;
+      }
       if (e.state === 'LOADING' && e.versions.size === 0) {
         out.push({ name: e.name, state: 'LOADING', reason: '' });
         continue;
@@ -411,7 +446,7 @@ export class ModelRepository {
   /** Strict readiness: every known version READY, or unloaded on purpose. */
   allReady(): boolean {
     for (const e of this.models.values()) {
-      if (e.explicitlyUnloaded) continue;
+      if (e.explicitlyUnloaded || (e.parked !== undefined && e.versions.size === 0)) continue;
       if (e.error || e.state === 'LOADING') return false;
       for (const mv of e.versions.values()) if (mv.state !== 'READY') return false;
       for (const u of e.unavailable.values()) if (u.reason !== 'unloaded') return false;

@@ -150,6 +150,8 @@ export function buildCli(): Command {
     .option('--exit-on-error <bool>', 'exit if any model fails to load at start-up', parseBool, true)
     .option('--strict-readiness <bool>', 'ready only when every model is ready', parseBool, true)
     .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
+    .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
+    .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
     .option('--disable-auto-complete-config', 'do not fill model configs from the model files')
     .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
@@ -225,6 +227,8 @@ export function buildCli(): Command {
           log,
           strictReadiness: o.strictReadiness,
           modelLoadThreadCount: o.modelLoadThreadCount,
+          maxLoadedModels: o.maxLoadedModels,
+          modelMemoryBudget: o.modelMemoryBudget,
           modelControlMode: mode,
           loadModels: o.loadModel,
           autoComplete: !o.disableAutoCompleteConfig,

@@ -226,15 +226,18 @@ class OnnxInstance implements BackendInstance {
   /** Config tensors by name, looked up on every batch. */
   private readonly inputs: Map<string, ModelInput>;
   private readonly outputs: Map<string, ModelOutput>;
+  /** The process's resident growth while the session was created (other loads at that moment blur it). */
+  readonly memoryBytes: number;
 
   constructor(
     readonly spec: InstanceSpec, readonly device: string, readonly placement: InstancePlacement, private readonly session: PooledSession,
-    channel: SharedArrayBuffer, ready: { inputNames: readonly string[]; outputNames: readonly string[] },
+    channel: SharedArrayBuffer, ready: { inputNames: readonly string[]; outputNames: readonly string[]; rss: [number, number] },
     private readonly config: ModelConfig, private readonly log: Logger,
   ) {
     this.inputs = new Map((config.input ?? []).map((i) => [i.name!, i]));
     this.outputs = new Map((config.output ?? []).map((o) => [o.name!, o]));
     this.inputIndex = new Map(ready.inputNames.map((n, i) => [n, i]));
+    this.memoryBytes = Math.max(0, ready.rss[1] - ready.rss[0]);
     this.outputNames = ready.outputNames;
     this.channel = new ChannelMain(channel, (id, times, outs) => this.settle(id, channelResult(id, times, outs, this.outputNames)));
     session.onReply = (m) => {
