@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
-import { TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
+import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
 import { startServer, stderrLogger } from './index.js';
 import type { TlsFiles } from './tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
@@ -272,7 +272,10 @@ export function buildCli(): Command {
       }
       const { server } = running;
       // Models an explicit-mode repository holds but did not load are listed by name only; not in the table.
-      const index = server.repositoryIndex().filter((e) => e.state !== undefined);
+      // Nor those registered for on-demand loading (--max-loaded-models, --model-memory-budget): counted instead.
+      const all = server.repositoryIndex();
+      const index = all.filter((e) => e.state !== undefined && e.reason !== NOT_LOADED_BUDGET);
+      if (index.length < all.length && server.onDemand) log.info(`${all.filter((e) => e.reason === NOT_LOADED_BUDGET).length} model(s) registered, to load on their first request`);
       process.stderr.write(modelTable(index, (n, v) => server.model(n, v).devices().join(', ')) + '\n');
       if (o.exitOnError && index.some((e) => e.state !== 'READY')) {
         log.error('failed to load all models; exiting (start with --exit-on-error=false to serve the others)');
