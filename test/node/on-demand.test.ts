@@ -3,7 +3,7 @@
  * and listed as "not loaded: budget", loaded by their first request, the least recently used idle
  * model unloaded to make room, never one with a request in flight, an open sequence or a pin; a
  * failed load answered with its error until the model's folder changes; loads, unloads and memory in
- * the statistics and metrics. Each copy of the offset model answers x + its number, so a request
+ * the statistics and metrics; in explicit mode an unload waits for the request in flight. Each copy of the offset model answers x + its number, so a request
  * served by the wrong model shows.
  */
 
@@ -148,6 +148,36 @@ describe('on-demand loading with --max-loaded-models', () => {
   it('still loads and unloads explicitly only in explicit mode', async () => {
     expect((await postJson(`${s.url}/v2/repository/models/m1/load`, {})).status).toBe(503);
   });
+});
+
+describe('explicit mode with a budget', () => {
+  it('loads explicitly, and an unload during a request for the model waits for its answer', async () => {
+    const r = tempRepo({
+      'slow/config.pbtxt': `name: "slow"\nbackend: "javascript"\nmax_batch_size: 0\n`
+        + `input [{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }]\noutput [{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }]\n`,
+      'slow/1/model.js': blockingJsModel(10),
+    });
+    const e = await startTestServer({ modelRepositories: [r.path], maxLoadedModels: 2, modelControlMode: 'explicit' });
+    try {
+      expect((await postJson(`${e.url}/v2/repository/models/slow/load`, {})).status).toBe(200);
+      const order: string[] = [];
+      const request = postJson(`${e.url}/v2/models/slow/infer`, { parameters: { ms: 1500 }, inputs: [{ name: 'X', datatype: 'FP32', shape: [1], data: [7] }] })
+        .then((res) => (order.push('answer'), res));
+      await new Promise((res) => setTimeout(res, 300));
+      const unload = await postJson(`${e.url}/v2/repository/models/slow/unload`, {});
+      order.push('unloaded');
+      expect(unload.status).toBe(200);
+      const res = await request;
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(res.body.outputs[0].data).toEqual([7]);
+      expect(order).toEqual(['answer', 'unloaded']);
+      const index = (await postJson(`${e.url}/v2/repository/index`, {})).body;
+      expect(index).toEqual([{ name: 'slow', version: '1', state: 'UNAVAILABLE', reason: 'unloaded' }]);
+    } finally {
+      await e.stop();
+      r.cleanup();
+    }
+  }, 60_000);
 });
 
 describe('--model-memory-budget', () => {
