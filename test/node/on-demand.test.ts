@@ -3,8 +3,8 @@
  * and listed as "not loaded: budget", loaded by their first request, the least recently used idle
  * model unloaded to make room, never one with a request in flight, an open sequence or a pin; a
  * failed load answered with its error until the model's folder changes; loads, unloads and memory in
- * the statistics and metrics; in explicit mode an unload waits for the request in flight. Each copy of the offset model answers x + its number, so a request
- * served by the wrong model shows.
+ * the statistics and metrics; in explicit mode an unload waits for the request in flight. Each copy
+ * of the offset model answers x + its number, so a request served by the wrong model shows.
  */
 
 import { readFileSync, writeFileSync } from 'node:fs';
