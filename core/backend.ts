@@ -142,6 +142,8 @@ export interface BackendInstance {
    * every model-readiness request, possibly concurrently with `execute`; absent: always ready.
    */
   checkReady?(): Promise<void>;
+  /** Memory the instance holds, as its backend measured it at creation (bytes); absent: not measured. */
+  readonly memoryBytes?: number;
 }
 
 export interface ResponsePayload {

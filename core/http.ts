@@ -338,7 +338,8 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
     trace?.mark('HTTP_RECV_END');
     // The model first, as Triton creates the inference request before it parses the body: an unknown
     // model is a 404 whatever the body holds.
-    const config = server.model(modelName, ver).config;
+    // A model registered for on-demand loading loads here, and the request waits for it.
+    const config = (await server.resident(modelName, ver)).config;
     const decoded = decodeInferRequest(body, req.header(HEADER_LENGTH), modelName, ver, () => config);
     const shm = ext.sharedMemory;
     if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);

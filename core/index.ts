@@ -11,7 +11,10 @@ export type * from './model-config.js';
 export * from './config.js';
 export * from './tensor.js';
 export { InferenceServer, TSI_VERSION, type ServerOptions, type ModelControlMode } from './server.js';
-export { ModelRepository, type RepositorySource, type IndexEntry, type LoadOverrides } from './repository.js';
+export { ModelRepository, NOT_LOADED_BUDGET, type RepositorySource, type IndexEntry, type LoadOverrides } from './repository.js';
+export {
+  PIN_PARAMETER, Residency, parseMemoryBudget, versionMemory, type LoadReason, type ResidencyCounts, type ResidencyOptions, type UnloadReason,
+} from './residency.js';
 export { ModelVersion, type ModelState } from './model.js';
 export { ModelStats, type FailureReason } from './stats.js';
 export { PendingRequest, validateRequest, requestPrefix, type SequenceFlags } from './request.js';

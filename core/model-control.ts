@@ -319,14 +319,19 @@ export class RepositoryPoller {
     for (const name of c.removed) {
       log.info(`model '${name}' was removed from the repository; unloading it`);
       await repository.unload(name).catch(() => {});
+      this.server.residency.unloaded(name, 'removed');
       repository.forget(name);
     }
-    repository.markLoading(c.added);
-    await Promise.all([...c.added, ...c.modified].map(async (name) => {
+    // On demand, new models are registered to load on their first request, and only loaded ones reload.
+    const onDemand = this.server.onDemand;
+    if (onDemand) repository.park(c.added);
+    else repository.markLoading(c.added);
+    const toLoad = onDemand ? c.modified.filter((n) => repository.parkedReason(n) === undefined) : [...c.added, ...c.modified];
+    await repository.forEachLoad(toLoad, async (name) => {
       log.info(`${c.added.includes(name) ? 'loading new' : 'reloading changed'} model '${name}'`);
       // Failures are logged by the repository and leave the model as it was (or UNAVAILABLE if new).
-      await repository.load(name).catch(() => {});
-    }));
+      await repository.load(name).then(() => this.server.residency.loaded(name, 'poll'), () => {});
+    });
     return c;
   }
 

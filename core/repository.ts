@@ -45,6 +45,8 @@ export interface RepositoryOptions {
   metrics?: CustomMetrics;
   /** The server's rate limiter, with which every loaded version's instances register. */
   rateLimiter?: RateLimiter;
+  /** Models loaded at once by `loadAll` (tritonserver's --model-load-thread-count; default 4). */
+  loadThreadCount?: number;
 }
 
 export interface IndexEntry {
@@ -75,7 +77,12 @@ interface ModelEntry {
   state: ModelState;
   fingerprint?: string;
   explicitlyUnloaded: boolean;
+  /** Registered but not loaded, to be loaded on its first request (residency.ts); the index shows why. */
+  parked?: string;
 }
+
+/** The index's reason for a model that on-demand loading has not loaded (yet, or again). */
+export const NOT_LOADED_BUDGET = 'not loaded: budget';
 
 const VERSION_DIR = /^[1-9][0-9]*$/;
 
@@ -108,23 +115,28 @@ export class ModelRepository {
     return found;
   }
 
-  /** Loads every model of every source, in parallel (Triton's --model-load-thread-count is 4). */
+  /** Loads every model of every source, `loadThreadCount` at a time (as Triton's --model-load-thread-count). */
   async loadAll(names?: string[]): Promise<void> {
     const found = await this.scan();
     const todo = names ? names.filter((n) => found.has(n) || this.missing(n)) : [...found.keys()];
     this.markLoading(todo);
-    const queue = [...todo];
+    // A failure leaves that model UNAVAILABLE with its reason (logged); the others still load.
+    // ensureLoaded: an ensemble loaded earlier in this pass may already have loaded its composing models.
+    await this.forEachLoad(todo, (n) => this.ensureLoaded(n));
+  }
+
+  /** Runs `load` for every name, `loadThreadCount` at a time. */
+  async forEachLoad(names: readonly string[], load: (name: string) => Promise<void>): Promise<void> {
+    const queue = [...names];
     const worker = async () => {
-      // A failure leaves that model UNAVAILABLE with its reason (logged); the others still load.
-      // ensureLoaded: an ensemble loaded earlier in this pass may already have loaded its composing models.
-      for (let n = queue.shift(); n !== undefined; n = queue.shift()) await this.ensureLoaded(n);
+      for (let n = queue.shift(); n !== undefined; n = queue.shift()) await load(n);
     };
-    await Promise.all(Array.from({ length: Math.min(4, queue.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(Math.max(1, this.opts.loadThreadCount ?? 4), queue.length) }, worker));
   }
 
   /**
    * Registers models about to load as LOADING, so that readiness waits for every one of them, not
-   * only for those whose load has begun (loads run four at a time).
+   * only for those whose load has begun (loads run a few at a time).
    */
   markLoading(names: readonly string[]): void {
     for (const n of names) {
@@ -188,6 +200,7 @@ export class ModelRepository {
       throw new TsiError('INTERNAL', `failed to load '${name}', failed to poll from model repository`);
     }
     e.source = found;
+    e.parked = undefined;
     const files = overrides?.files ?? found!.files(name);
     const wasReady = e.versions.size > 0;
     if (!wasReady) e.state = 'LOADING';
@@ -385,18 +398,43 @@ export class ModelRepository {
     return chosen;
   }
 
-  /** Unloads every version of a model; in-flight requests finish first. */
-  async unload(name: string): Promise<void> {
+  /**
+   * Registers models found in the repository without loading them: listed as UNAVAILABLE with
+   * `reason`, ready to be loaded on demand, and no obstacle to readiness.
+   */
+  park(names: readonly string[], reason = NOT_LOADED_BUDGET): void {
+    for (const n of names) {
+      const e = this.entry(n);
+      if (e.versions.size > 0) continue;
+      e.parked = reason;
+      e.state = 'UNAVAILABLE';
+    }
+  }
+
+  /** Why a model is registered and not loaded, if it is (see `park`). */
+  parkedReason(name: string): string | undefined {
+    return this.models.get(name)?.parked;
+  }
+
+  /** The repository's current fingerprint of a model's folder (a failed on-demand load waits for a change). */
+  async fingerprint(name: string): Promise<string | undefined> {
+    const src = (await this.scan()).get(name);
+    return src instanceof Error ? src.message : await src?.fingerprint?.(name);
+  }
+
+  /** Unloads every version of a model; in-flight requests finish first. `park`: to be loaded again on demand. */
+  async unload(name: string, park?: string): Promise<void> {
     const e = this.models.get(name);
     if (!e) throw new TsiError('INVALID_ARG', `failed to unload '${name}', no version is available`);
     await (this.inflightLoads.get(name) ?? Promise.resolve());
     const old = e.versions;
     e.versions = new Map();
-    e.explicitlyUnloaded = true;
+    e.explicitlyUnloaded = park === undefined;
+    e.parked = park;
     e.state = 'UNAVAILABLE';
     await Promise.all([...old].map(async ([v, mv]) => {
       await mv.unload();
-      e.unavailable.set(v, { state: 'UNAVAILABLE', reason: 'unloaded' });
+      if (park === undefined) e.unavailable.set(v, { state: 'UNAVAILABLE', reason: 'unloaded' });
       this.opts.log.info(`successfully unloaded '${name}' version ${v}`);
     }));
   }
@@ -411,7 +449,7 @@ export class ModelRepository {
    */
   get(name: string, version?: string): ModelVersion {
     const e = this.models.get(name);
-    if (!e || (e.versions.size === 0 && e.unavailable.size === 0 && !e.error && e.state !== 'LOADING')) {
+    if (!e || (e.versions.size === 0 && e.unavailable.size === 0 && !e.error && e.state !== 'LOADING' && e.parked === undefined)) {
       throw new TsiError('NOT_FOUND', `Request for unknown model: '${name}' is not found`);
     }
     if (version !== undefined && version !== '' && version !== '-1') {
@@ -453,6 +491,10 @@ export class ModelRepository {
         out.push({ name: e.name, state: 'UNAVAILABLE', reason: e.error });
         continue;
       }
+      if (e.parked !== undefined && e.versions.size === 0) {
+        out.push({ name: e.name, state: 'UNAVAILABLE', reason: e.parked });
+        continue;
+      }
       if (e.state === 'LOADING' && e.versions.size === 0) {
         out.push({ name: e.name, state: 'LOADING', reason: '' });
         continue;
@@ -468,7 +510,7 @@ export class ModelRepository {
   /** Strict readiness: every known version READY, or unloaded on purpose. */
   allReady(): boolean {
     for (const e of this.models.values()) {
-      if (e.explicitlyUnloaded) continue;
+      if (e.explicitlyUnloaded || (e.parked !== undefined && e.versions.size === 0)) continue;
       if (e.error || e.state === 'LOADING') return false;
       for (const mv of e.versions.values()) if (mv.state !== 'READY') return false;
       for (const u of e.unavailable.values()) if (u.reason !== 'unloaded') return false;

@@ -18,6 +18,7 @@ import { TsiError, asTsiError } from './errors.js';
 import type { ModelVersion } from './model.js';
 import { CustomMetrics } from './custom-metrics.js';
 import { ModelRepository, type IndexEntry, type LoadOverrides, type RepositorySource } from './repository.js';
+import { Residency, type ResidencyOptions } from './residency.js';
 import { systemClock, type Clock, type InferRequest, type InferResponse, type Logger, silentLogger } from './types.js';
 
 export type ModelControlMode = 'none' | 'poll' | 'explicit';
@@ -45,6 +46,10 @@ export interface ServerOptions {
   rateLimit?: RateLimitMode;
   /** tritonserver's `--rate-limit-resource`: resource counts instead of the largest need of any instance. */
   rateLimitResources?: ResourceLimit[];
+  /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
+  modelLoadThreadCount?: number;
+  /** On-demand loading within a budget (residency.ts); absent: every model loads at start, as in Triton. */
+  residency?: ResidencyOptions;
 }
 
 export const TSI_VERSION = '0.1.0';
@@ -62,6 +67,8 @@ export class InferenceServer implements InProcessServer {
   readonly rateLimiter: RateLimiter;
   /** Metric families the models define (Triton's custom metrics), rendered on /metrics. */
   readonly metrics = new CustomMetrics();
+  /** Loads and unloads with their reasons, measured memory, and on-demand loading when a budget is set. */
+  readonly residency: Residency;
   readonly clock: Clock;
   readonly log: Logger;
   readonly options: Required<Pick<ServerOptions, 'id' | 'version' | 'strictReadiness' | 'modelControlMode'>>;
@@ -104,20 +111,30 @@ export class InferenceServer implements InProcessServer {
       cache: opts.responseCache,
       metrics: this.metrics,
       rateLimiter: this.rateLimiter,
+      loadThreadCount: opts.modelLoadThreadCount,
     });
+    this.residency = new Residency(this.repository, opts.residency ?? {}, this.clock, this.log);
+  }
+
+  /** Whether models load on their first request within a budget (`--max-loaded-models`, `--model-memory-budget`). */
+  get onDemand(): boolean {
+    const r = this.opts.residency;
+    return r !== undefined && (r.maxLoadedModels !== undefined || r.memoryBudgetBytes !== undefined);
   }
 
   /** Loads the start-up models. Failures leave those models UNAVAILABLE; see `index()`. */
   async start(): Promise<void> {
     this.live = true;
     try {
-      if (this.options.modelControlMode === 'explicit') {
-        const wanted = this.opts.startupModels ?? [];
-        if (wanted.includes('*')) await this.repository.loadAll();
-        else await this.repository.loadAll(wanted);
-      } else {
-        await this.repository.loadAll();
-      }
+      const wanted = this.options.modelControlMode === 'explicit' ? this.opts.startupModels ?? [] : ['*'];
+      if (this.onDemand) {
+        // Registered, not loaded: each loads on its first request (explicit mode: the named ones load now).
+        this.repository.park([...(await this.repository.scan()).keys()]);
+        if (this.options.modelControlMode === 'explicit' && !wanted.includes('*')) await this.repository.loadAll(wanted);
+      } else if (wanted.includes('*')) await this.repository.loadAll();
+      else await this.repository.loadAll(wanted);
+      for (const name of this.repository.names()) if (this.repository.readyVersions(name).length > 0) this.residency.loaded(name, 'startup');
+      if (this.onDemand) await this.residency.makeRoom();
     } finally {
       this.started = true;
     }
@@ -197,8 +214,21 @@ export class InferenceServer implements InProcessServer {
     return modelConfigToJson(this.repository.get(name, version).loadedConfig);
   }
 
+  /**
+   * The version a request addresses, loading it first when it is registered for on-demand loading
+   * (the request waits); else as `model`.
+   */
+  async resident(name: string, version?: string): Promise<ModelVersion> {
+    if (this.onDemand && !this.stopping && this.residency.needsLoad(name)) await this.residency.ensure(name);
+    return this.repository.get(name, version);
+  }
+
   /** One request, one response. Decoupled models are refused here, as on Triton's HTTP infer. */
   infer(request: InferRequest, opts?: InferOptions): Promise<InferResponse> {
+    if (this.onDemand && !this.stopping) {
+      if (this.residency.needsLoad(request.model_name)) return this.residency.ensure(request.model_name).then(() => this.infer(request, opts));
+      this.residency.touch(request.model_name);
+    }
     let mv: ModelVersion;
     try {
       mv = this.admit(request);
@@ -225,6 +255,12 @@ export class InferenceServer implements InProcessServer {
    * final one (errors are delivered as responses, never thrown after admission).
    */
   inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, opts?: InferOptions): Promise<void> {
+    if (this.onDemand && !this.stopping) {
+      if (this.residency.needsLoad(request.model_name)) {
+        return this.residency.ensure(request.model_name).then(() => this.inferStream(request, onResponse, opts));
+      }
+      this.residency.touch(request.model_name);
+    }
     let mv: ModelVersion;
     try {
       mv = this.admit(request);
@@ -323,12 +359,15 @@ export class InferenceServer implements InProcessServer {
 
   async loadModel(name: string, overrides?: LoadOverrides): Promise<void> {
     this.checkControl();
+    if (this.onDemand && this.repository.readyVersions(name).length === 0) await this.residency.makeRoom(name);
     await this.repository.load(name, overrides);
+    this.residency.loaded(name, 'explicit');
   }
 
   async unloadModel(name: string): Promise<void> {
     this.checkControl();
     await this.repository.unload(name);
+    this.residency.unloaded(name, 'explicit');
   }
 
   /**

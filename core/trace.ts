@@ -224,6 +224,9 @@ export function tracedInstance(inner: BackendInstance, clock: Clock): BackendIns
       return inner.placement;
     },
     checkReady: inner.checkReady?.bind(inner),
+    get memoryBytes() {
+      return inner.memoryBytes;
+    },
     // Not async: an untraced batch (the common case) hands back the backend's own promise, instead
     // of wrapping it in another one that costs every call extra microtask hops.
     execute(requests: BackendRequest[]): Promise<ExecutionTimes | void> {

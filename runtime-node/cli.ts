@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
-import { TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
+import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
 import { startServer, stderrLogger } from './index.js';
 import type { TlsFiles } from './tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
@@ -53,6 +53,12 @@ function parsePort(v: string): number {
 function parseIntArg(v: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative integer, got '${v}'`);
+  return n;
+}
+
+function parsePositiveInt(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`expected a positive integer, got '${v}'`);
   return n;
 }
 
@@ -143,6 +149,9 @@ export function buildCli(): Command {
     .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
     .option('--exit-on-error <bool>', 'exit if any model fails to load at start-up', parseBool, true)
     .option('--strict-readiness <bool>', 'ready only when every model is ready', parseBool, true)
+    .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
+    .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
+    .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
     .option('--disable-auto-complete-config', 'do not fill model configs from the model files')
     .option('--strict-model-config <bool>', "Triton's older spelling: true is --disable-auto-complete-config", parseBool)
     .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
@@ -218,6 +227,9 @@ export function buildCli(): Command {
           allowHttp: o.allowHttp,
           log,
           strictReadiness: o.strictReadiness,
+          modelLoadThreadCount: o.modelLoadThreadCount,
+          maxLoadedModels: o.maxLoadedModels,
+          modelMemoryBudget: o.modelMemoryBudget,
           modelControlMode: mode,
           loadModels: o.loadModel,
           autoComplete: !o.disableAutoCompleteConfig && o.strictModelConfig !== true,
@@ -261,7 +273,10 @@ export function buildCli(): Command {
       }
       const { server } = running;
       // Models an explicit-mode repository holds but did not load are listed by name only; not in the table.
-      const index = server.repositoryIndex().filter((e) => e.state !== undefined);
+      // Nor those registered for on-demand loading (--max-loaded-models, --model-memory-budget): counted instead.
+      const all = server.repositoryIndex();
+      const index = all.filter((e) => e.state !== undefined && e.reason !== NOT_LOADED_BUDGET);
+      if (index.length < all.length && server.onDemand) log.info(`${all.filter((e) => e.reason === NOT_LOADED_BUDGET).length} model(s) registered, to load on their first request`);
       process.stderr.write(modelTable(index, (n, v) => server.model(n, v).devices().join(', ')) + '\n');
       if (o.exitOnError && index.some((e) => e.state !== 'READY')) {
         log.error('failed to load all models; exiting (start with --exit-on-error=false to serve the others)');

@@ -487,7 +487,7 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
       const enableEmptyFinal = request.parameters?.triton_enable_empty_final_response === true;
       if (shmInputs.length > 0) await ext.sharedMemory.readInputs(request, shmInputs);
       if (shmOutputs.size > 0) ext.sharedMemory.checkOutputs(shmOutputs);
-      const decoupled = server.model(request.model_name, request.model_version).decoupled;
+      const decoupled = (await server.resident(request.model_name, request.model_version)).decoupled;
       if (trace) {
         attachTrace(request, trace);
         trace.requestId = request.id ?? '';

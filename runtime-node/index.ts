@@ -6,10 +6,10 @@
 
 import { readFileSync } from 'node:fs';
 import { deflate, gzip } from 'node:zlib';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, totalmem } from 'node:os';
 import {
   BackendRegistry, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
-  createLogger, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type TraceSetting,
+  createLogger, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc.js';
@@ -40,6 +40,12 @@ export interface NodeServerOptions {
   loadModels?: string[];
   autoComplete?: boolean;
   defaultMaxBatchSize?: number;
+  /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
+  modelLoadThreadCount?: number;
+  /** `--max-loaded-models`: load models on demand, at most this many at once (core/residency.ts). */
+  maxLoadedModels?: number;
+  /** `--model-memory-budget`: load models on demand within this memory (bytes, `2G`, or `50%` of the machine's). */
+  modelMemoryBudget?: string;
   /** `--backend-config <backend>,<key>=<value>` settings by backend name (`*`: given without a backend). */
   backendConfig?: Record<string, Record<string, string>>;
   corsOrigin?: string | string[];
@@ -174,7 +180,8 @@ function fastCompress(data: Uint8Array, format: 'gzip' | 'deflate'): Promise<Uin
 
 export function createNodeBackends(log: Logger, backendConfig: NodeServerOptions['backendConfig'] = {}): BackendRegistry {
   const backends = new BackendRegistry();
-  backends.register('onnxruntime', () => createOnnxBackend({ log, cores: usableCores() }));
+  const ortWorkers = Number(backendConfig.onnxruntime?.['worker-count'] ?? backendConfig['*']?.['worker-count']) || undefined;
+  backends.register('onnxruntime', () => createOnnxBackend({ log, cores: usableCores(), workers: ortWorkers }));
   backends.register('javascript', () => createJsBackend({ log }));
   // Loaded when a model first needs it: servers without Python models never touch it.
   backends.register('python', async () => (await import('./python/index.js')).createPythonBackend({ log, config: { ...backendConfig['*'], ...backendConfig.python } }));
@@ -212,6 +219,11 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     responseCache: opts.responseCacheBytes !== undefined ? new ResponseCache(opts.responseCacheBytes) : undefined,
     rateLimit: opts.rateLimit,
     rateLimitResources: (opts.rateLimitResources ?? []).map(parseRateLimitResource),
+    modelLoadThreadCount: opts.modelLoadThreadCount,
+    residency: {
+      maxLoadedModels: opts.maxLoadedModels,
+      memoryBudgetBytes: opts.modelMemoryBudget !== undefined ? parseMemoryBudget(opts.modelMemoryBudget, totalmem()) : undefined,
+    },
   });
   const shmProvider = nodeShmProvider({ log });
   const extensions = new ServerExtensions(server, {

@@ -13,7 +13,7 @@ import { createServer, type Server } from 'node:http';
 import { listenOn } from './http.js';
 import { cpus, freemem, totalmem } from 'node:os';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
-import type { FailureReason, InferenceServer, ModelStats, ModelVersion } from '../core/index.js';
+import { versionMemory, type FailureReason, type InferenceServer, type ModelStats, type ModelVersion, type ResidencyCounts } from '../core/index.js';
 
 const REASONS: FailureReason[] = ['REJECTED', 'CANCELED', 'BACKEND', 'OTHER'];
 const us = (ns: number) => Math.floor(ns / 1000);
@@ -97,9 +97,50 @@ export function createMetricsRegistry(server: InferenceServer, opts: MetricsOpti
     },
   });
   for (const f of rest) family(f);
+  residencyFamilies(registry, server);
   if (opts.cpuMetrics !== false) cpuGauges(registry);
   if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry });
   return registry;
+}
+
+/**
+ * tsi's own (Triton has none): memory per model and per instance as the backends measured it, loads
+ * and unloads by reason (startup, explicit, on_demand, poll; explicit, budget, removed), and the time
+ * requests waited for on-demand loads.
+ */
+function residencyFamilies(registry: Registry, server: InferenceServer): void {
+  new Gauge({
+    name: 'tsi_model_memory_bytes', help: 'Memory a loaded model version holds, as its backend measured it at load', labelNames: ['model', 'version'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const mv of loadedVersions(server)) this.set(labelsOf(mv), versionMemory(mv));
+    },
+  });
+  new Gauge({
+    name: 'tsi_model_instance_memory_bytes', help: 'Memory one model instance holds, as its backend measured it at creation', labelNames: ['model', 'version', 'instance'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const mv of loadedVersions(server)) for (const i of mv.instances) this.set({ ...labelsOf(mv), instance: i.spec.name }, i.memoryBytes ?? 0);
+    },
+  });
+  const byReason = (name: string, help: string, pick: (c: ResidencyCounts) => Partial<Record<string, number>>) => new Counter({
+    name, help, labelNames: ['model', 'reason'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const [model, c] of server.residency.allCounts()) for (const [reason, n] of Object.entries(pick(c))) this.inc({ model, reason }, n ?? 0);
+    },
+  });
+  byReason('tsi_model_loads_total', 'Model loads, by reason (startup, explicit, on_demand, poll)', (c) => c.loads);
+  byReason('tsi_model_unloads_total', 'Model unloads, by reason (explicit, budget, removed)', (c) => c.unloads);
+  const onDemand = (name: string, help: string, value: (c: ResidencyCounts) => number) => new Counter({
+    name, help, labelNames: ['model'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const [model, c] of server.residency.allCounts()) if (c.onDemand.count > 0) this.inc({ model }, value(c));
+    },
+  });
+  onDemand('tsi_model_on_demand_load_count', 'Loads that a request waited for (on-demand loading)', (c) => c.onDemand.count);
+  onDemand('tsi_model_on_demand_load_duration_us', 'Cumulative time requests waited for on-demand loads, in microseconds', (c) => us(c.onDemand.ns));
 }
 
 /** Aggregate CPU busy/total jiffies (os.cpus() times are cumulative since boot). */

@@ -1,7 +1,8 @@
 /**
- * The `onnxruntime` backend for Node. Each model instance is a worker thread holding its own
- * onnxruntime-node session (ort-worker.ts), so inference never blocks the server's event loop and
- * `instance_group.count` instances really run in parallel. On the main thread an instance gathers its
+ * The `onnxruntime` backend for Node. Each model instance is an onnxruntime-node session hosted by a
+ * thread of the backend's worker pool (ort-pool.ts, ort-worker.ts), so inference never blocks the
+ * server's event loop, `instance_group.count` instances of a model really run in parallel, and a
+ * hundred models do not cost a hundred threads. On the main thread an instance gathers its
  * batch (one tensor per input, concatenated along the batch dimension), hands it to its worker through
  * shared memory (worker-channel.ts; postMessage with transferred buffers for what does not fit, and
  * with only the address of an input that is a view of a mapped system shared-memory region), and
@@ -10,7 +11,6 @@
  */
 
 import { availableParallelism } from 'node:os';
-import type { Worker } from 'node:worker_threads';
 import {
   TsiError, canTransfer, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
@@ -19,9 +19,9 @@ import {
 import { adapterLabel, candidateProviders, probeWebGpu, queryNvidiaGpus, vulkanHint } from './gpu/index.js';
 import { WEBGPU_LOCK } from './gpu/lock.js';
 import { readOnnxIo } from './onnx-info.js';
-import type { InitMessage, MappedWireTensor, WireTensor, WorkerReply, WorkerRequest } from './ort-worker.js';
+import { OrtPool, type PooledSession } from './ort-pool.js';
+import type { InitMessage, MappedWireTensor, SessionReply as WorkerReply, SessionRequest as WorkerRequest, WireTensor } from './ort-worker.js';
 import { mappedAddress } from './shm-map.js';
-import { startWorker } from './worker-url.js';
 import { ChannelMain, channelBuffer, type ChannelOutput, type ChannelTensor, type ChannelTimes } from './worker-channel.js';
 
 const ORT_TYPE: Partial<Record<DataType, string>> = {
@@ -34,6 +34,11 @@ export interface OnnxBackendOptions {
   log: Logger;
   /** Total CPU cores to share among instances when a config sets no intra_op_thread_count. */
   cores?: number;
+  /**
+   * Pool threads started before instances share one (`--backend-config=onnxruntime,worker-count=N`);
+   * default: the cores.
+   */
+  workers?: number;
 }
 
 function modelFilename(config: ModelConfig): string {
@@ -41,6 +46,8 @@ function modelFilename(config: ModelConfig): string {
 }
 
 export function createOnnxBackend(opts: OnnxBackendOptions): Backend {
+  const cores = opts.cores ?? availableParallelism();
+  const pool = new OrtPool({ size: Math.max(1, opts.workers ?? cores), spareThreads: computeCores(cores) });
   return {
     name: 'onnxruntime',
     async describeModel(config: ModelConfig, version: number, files: ModelFiles): Promise<ModelIoInfo> {
@@ -52,7 +59,7 @@ export function createOnnxBackend(opts: OnnxBackendOptions): Backend {
       return readOnnxIo(await files.read(path));
     },
     async loadModel(ctx: ModelLoadContext): Promise<BackendModel> {
-      return new OnnxModel(ctx, opts);
+      return new OnnxModel(ctx, cores, pool);
     },
   };
 }
@@ -93,7 +100,7 @@ export function sessionOptions(config: ModelConfig, instanceCount: number, cores
 
 class OnnxModel implements BackendModel {
   private readonly instanceCount: number;
-  constructor(private readonly ctx: ModelLoadContext, private readonly opts: OnnxBackendOptions) {
+  constructor(private readonly ctx: ModelLoadContext, private readonly cores: number, private readonly pool: OrtPool) {
     this.instanceCount = (ctx.config.instance_group ?? []).reduce((n, g) => n + (g.count ?? 1) * Math.max(1, g.gpus?.length ?? 1), 0);
   }
 
@@ -103,27 +110,21 @@ class OnnxModel implements BackendModel {
     const path = (await isDir(files, rel)) ? `${rel}/model.onnx` : rel;
     const local = files.localPath?.(path);
     const { providers, notes } = candidateProviders(config, spec);
+    const modelBytes = local ? undefined : await files.read(path);
+    const options = sessionOptions(config, this.instanceCount, this.cores);
+    // Threads beyond the session's own come from the pool's budget unless the config names a count.
+    const granted = config.parameters?.intra_op_thread_count === undefined ? this.pool.grantThreads(options.intraOpNumThreads as number) : 1;
+    if (granted < (options.intraOpNumThreads as number)) options.intraOpNumThreads = granted;
     const init: InitMessage = {
       modelPath: local,
-      modelBytes: local ? undefined : await files.read(path),
+      modelBytes,
       providers,
-      sessionOptions: sessionOptions(config, this.instanceCount, this.opts.cores ?? availableParallelism()) as InitMessage['sessionOptions'],
+      sessionOptions: options as InitMessage['sessionOptions'],
       gpuLock: WEBGPU_LOCK,
       channel: channelBuffer(),
     };
-    const worker = startWorker('ort-worker', init);
-    const ready = await new Promise<Extract<WorkerReply, { kind: 'ready' }>>((resolve, reject) => {
-      const onMsg = (m: WorkerReply) => {
-        worker.off('error', onErr);
-        if (m.kind === 'ready') resolve(m);
-        else reject(new TsiError('INTERNAL', `failed to create an onnxruntime session for '${config.name}': ${m.kind === 'init-error' ? m.message : 'unexpected reply'}`));
-      };
-      const onErr = (e: Error) => reject(new TsiError('INTERNAL', `onnxruntime worker for '${config.name}' failed: ${e.message}`));
-      worker.once('message', onMsg);
-      worker.once('error', onErr);
-    }).catch(async (err) => {
-      await worker.terminate();
-      throw err;
+    const { session, ready } = await this.pool.open(`${config.name}:${version}`, init, granted - 1).catch((err: Error) => {
+      throw new TsiError('INTERNAL', `failed to create an onnxruntime session for '${config.name}': ${err.message}`);
     });
     const placement = await placementOf(spec, ready.provider, [...notes, ...ready.failures.map(failureNote)]);
     const device = placement.provider === 'cpu' ? 'cpu' : `${placement.provider}${placement.provider === 'webgpu' ? '' : `:${Math.max(0, spec.deviceId)}`}${placement.adapter ? ` (${placement.adapter})` : ''}`;
@@ -138,7 +139,8 @@ class OnnxModel implements BackendModel {
       if (notes.length > 0) log.warn(`${where}: ${notes.join('; ')}`);
       log.verbose(1, `${where} runs on execution provider '${placement.provider}'`);
     }
-    return new OnnxInstance(spec, device, placement, worker, init.channel, ready, config, log);
+    log.verbose(2, `${where}: session ${session.sid} on onnxruntime pool thread ${session.threadIndex}, ${granted} intra-op thread(s)`);
+    return new OnnxInstance(spec, device, placement, session, init.channel, ready, config, log);
   }
 
   async unload(): Promise<void> {}
@@ -222,24 +224,26 @@ class OnnxInstance implements BackendInstance {
   /** Config tensors by name, looked up on every batch. */
   private readonly inputs: Map<string, ModelInput>;
   private readonly outputs: Map<string, ModelOutput>;
+  /** The process's resident growth while the session was created (other loads at that moment blur it). */
+  readonly memoryBytes: number;
 
   constructor(
-    readonly spec: InstanceSpec, readonly device: string, readonly placement: InstancePlacement, private readonly worker: Worker,
-    channel: SharedArrayBuffer, ready: { inputNames: readonly string[]; outputNames: readonly string[] },
+    readonly spec: InstanceSpec, readonly device: string, readonly placement: InstancePlacement, private readonly session: PooledSession,
+    channel: SharedArrayBuffer, ready: { inputNames: readonly string[]; outputNames: readonly string[]; rss: [number, number] },
     private readonly config: ModelConfig, private readonly log: Logger,
   ) {
     this.inputs = new Map((config.input ?? []).map((i) => [i.name!, i]));
     this.outputs = new Map((config.output ?? []).map((o) => [o.name!, o]));
     this.inputIndex = new Map(ready.inputNames.map((n, i) => [n, i]));
+    this.memoryBytes = Math.max(0, ready.rss[1] - ready.rss[0]);
     this.outputNames = ready.outputNames;
     this.channel = new ChannelMain(channel, (id, times, outs) => this.settle(id, channelResult(id, times, outs, this.outputNames)));
-    worker.on('message', (m: WorkerReply) => {
+    session.onReply = (m) => {
       if (m.kind !== 'result' && m.kind !== 'error') return;
       if (m.slot !== undefined) this.channel.release(m.slot);
       this.settle(m.id, m);
-    });
-    worker.on('error', (e) => this.fail(e));
-    worker.on('exit', (code) => this.fail(new Error(`worker exited with code ${code}`)));
+    };
+    session.onFail = (e) => this.fail(e);
   }
 
   private settle(id: number, reply: WorkerReply): void {
@@ -278,8 +282,9 @@ class OnnxInstance implements BackendInstance {
     const t1 = performance.now();
     if (this.dead) throw new TsiError('INTERNAL', `instance ${this.spec.name} of model '${this.config.name}' is gone: ${this.dead.message}`);
     const id = this.nextId++;
-    // Queued behind a running batch: the worker, blocked in that run, cannot see when this one arrived.
-    const postedAt = this.pending.size > 0 ? performance.timeOrigin + performance.now() : 0;
+    // Queued behind a running batch (this instance's, or another session's on a shared thread): the
+    // worker, blocked in that run, cannot see when this one arrived.
+    const postedAt = this.pending.size > 0 || this.session.shared ? performance.timeOrigin + performance.now() : 0;
     const run = () => new Promise<WorkerReply>((resolve, reject) => {
       this.pending.set(id, { resolve, reject, batch });
       this.send(id, postedAt, batch, [...fetches]);
@@ -355,22 +360,18 @@ class OnnxInstance implements BackendInstance {
       if ('data' in w && !Array.isArray(w.data)) transfer.add((w.data as Uint8Array).buffer as ArrayBuffer);
     }
     try {
-      this.worker.postMessage({ kind: 'run', seq, id, feeds: wire, fetches, postedAt } satisfies WorkerRequest, [...transfer]);
+      this.session.post({ kind: 'run', seq, id, feeds: wire, fetches, postedAt } satisfies WorkerRequest, [...transfer]);
     } catch (err) {
       // The worker runs requests strictly by sequence number: a number never sent would stall it.
-      this.worker.postMessage({ kind: 'skip', seq } satisfies WorkerRequest);
+      this.session.post({ kind: 'skip', seq } satisfies WorkerRequest);
       this.pending.delete(id);
       throw err;
     }
   }
 
   async unload(): Promise<void> {
-    if (this.dead) return;
-    this.worker.postMessage({ kind: 'close', seq: this.nextSeq++ } satisfies WorkerRequest);
-    const exited = new Promise<void>((r) => this.worker.once('exit', () => r()));
-    const timer = setTimeout(() => void this.worker.terminate(), 5000);
-    await exited;
-    clearTimeout(timer);
+    await this.session.close(this.nextSeq++);
+    this.channel.close();
     this.log.verbose(2, `instance ${this.spec.name} of '${this.config.name}' released`);
   }
 }

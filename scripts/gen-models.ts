@@ -101,6 +101,26 @@ export function simpleStringModel(): Uint8Array {
   return g.encode();
 }
 
+/**
+ * `INPUT0` FP32 [batch,1] → `OUTPUT0` = INPUT0 + `offset`: copies of one tiny model that each answer
+ * differently, so a request served by the wrong copy shows. With `weightBytes`, a weight of that size
+ * is read too (a Gather indexed by the input, so onnxruntime cannot fold it away; its first element 0).
+ */
+export function offsetModel(offset: number, weightBytes = 0): Uint8Array {
+  const shape: Dim[] = ['batch', 1];
+  const g = new GraphBuilder('offset');
+  const x = g.input('INPUT0', 'FLOAT', shape);
+  let y = g.op('Add', [x, g.initializer('offset', 'FLOAT', [1], Float32Array.of(offset))]);
+  if (weightBytes > 0) {
+    const w = new Float32Array(Math.max(1, Math.floor(weightBytes / 4)));
+    for (let i = 1; i < w.length; i++) w[i] = (i % 97) + 1;
+    const zeros = g.op('Cast', [g.op('Mul', [x, g.initializer('zero', 'FLOAT', [1], Float32Array.of(0))])], { to: ElemType.INT64 });
+    y = g.op('Add', [y, g.op('Gather', [g.initializer('weight', 'FLOAT', [w.length], w), zeros])]);
+  }
+  g.op('Identity', [y], undefined, g.output('OUTPUT0', 'FLOAT', shape));
+  return g.encode();
+}
+
 /** `autocomplete_add`: `A`,`B` FP32 [batch,4] → `SUM`; shipped without a config.pbtxt. */
 export function autocompleteAddModel(): Uint8Array {
   const shape: Dim[] = ['batch', 4];
