@@ -5,8 +5,9 @@
  *
  *   <model>/config.pbtxt          backend: "llm" (inputs, outputs and decoupled are auto-completed)
  *   <model>/1/model.onnx          the decoder (default_model_filename to rename; external data beside it)
- *   <model>/1/tokenizer.json      byte-level BPE (tokenizer.ts)
- *   <model>/1/tokenizer_config.json    optional: chat_template, special tokens
+ *   <model>/1/tokenizer.json      any model type @huggingface/tokenizers reads (tokenizer.ts)
+ *   <model>/1/tokenizer_config.json    optional: chat_template, special tokens, add_bos_token
+ *   <model>/1/chat_template.jinja optional: the chat template, when tokenizer_config.json has none
  *   <model>/1/generation_config.json   optional: sampling defaults, eos_token_id, max_new_tokens
  *   <model>/1/config.json         optional: Hugging Face config (context length, heads)
  *
@@ -126,18 +127,18 @@ class LlmModel implements BackendModel {
     const path = `${dir}/${config.default_model_filename || 'model.onnx'}`;
     if (!(await files.exists(path))) throw new TsiError('INVALID_ARG', `unable to find '${path}' for model '${config.name}'`);
     const tokJson = await readJson(files, `${dir}/tokenizer.json`, true);
-    const tokenizer = new Tokenizer(tokJson!);
     const tokCfg = await readJson(files, `${dir}/tokenizer_config.json`, false);
+    const tokenizer = new Tokenizer(tokJson!, tokCfg ?? {});
+    const jinjaPath = `${dir}/chat_template.jinja`;
+    const jinja = (await files.exists(jinjaPath)) ? decodeString(await files.read(jinjaPath)) : undefined;
     const genCfg = await readJson(files, `${dir}/generation_config.json`, false);
     const hf = await readJson(files, `${dir}/config.json`, false);
     const io = await runtime.describe(files, path);
     const maxContextParam = config.parameters?.max_context?.string_value;
     const layout = layoutOf(io, hf ?? {}, { maxContext: maxContextParam !== undefined ? intParam(config, 'max_context', 1) : undefined });
-    const eosText = typeof tokCfg?.eos_token === 'string' ? tokCfg.eos_token : tokCfg?.eos_token?.content;
-    const eos = eosText !== undefined ? tokenizer.tokenId(eosText) : undefined;
-    const defaults = generationDefaults(genCfg, hf, eos);
+    const defaults = generationDefaults(genCfg, hf, tokenizer.eosId);
     ctx.log.info(`model '${config.name}': decoder with ${layout.past.length} layers, ${layout.kvHeads} KV heads × ${layout.headDim}, ${layout.kvType} cache, context ${layout.maxContext}, vocabulary ${tokenizer.vocabSize}`);
-    return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg), maxContext: layout.maxContext, defaults });
+    return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg, jinja), maxContext: layout.maxContext, defaults });
   }
 
   async createInstance(spec: InstanceSpec): Promise<BackendInstance> {

@@ -5,7 +5,7 @@
  * max_tokens. It shares nothing with the server's engine but the tokenizer.
  */
 
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
@@ -22,7 +22,8 @@ export interface ReferenceDecoder {
 
 export async function referenceDecoder(modelDir: string, threads = 1): Promise<ReferenceDecoder> {
   const dir = join(modelDir, '1');
-  const tokenizer = Tokenizer.fromJson(readFileSync(join(dir, 'tokenizer.json'), 'utf8'));
+  const cfgPath = join(dir, 'tokenizer_config.json');
+  const tokenizer = Tokenizer.fromJson(readFileSync(join(dir, 'tokenizer.json'), 'utf8'), existsSync(cfgPath) ? readFileSync(cfgPath, 'utf8') : undefined);
   const hf = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as { n_layer: number; n_head: number; n_embd: number; eos_token_id: number };
   const session = await ort.InferenceSession.create(join(dir, 'model.onnx'), { intraOpNumThreads: threads });
   const H = hf.n_head;
