@@ -88,7 +88,7 @@ function streamed(tok: Tokenizer, ids: number[], skip: boolean): { text: string;
 }
 
 describe.each(Object.keys(FAMILIES) as (keyof typeof FAMILIES)[])('%s tokenizer', (family) => {
-  it('encodes and decodes exactly as transformers.js', { timeout: 120_000 }, async () => {
+  it('encodes and decodes exactly as transformers.js', { timeout: 400_000 }, async () => {
     const { ours, ref, config } = await load(family);
     for (const text of [...CORPUS, specialText(ours, config), CORPUS.join('\n')]) {
       for (const add of [true, false]) {
