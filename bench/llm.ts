@@ -1,8 +1,9 @@
 /**
  * The LLM serving benchmark (issue 21): output tokens/s and time to first token (p50, p99) at 1, 8
- * and 32 concurrent streams on two models — tiny_gpt (the test model: so small that a step is
- * per-call overhead) and mid_gpt (made here: d=384, 4 layers, 36 MB of weights, so a decode step is
- * bound by reading the weights, as a real LLM's is) — two ways, in one run:
+ * and 32 concurrent streams on three models — tiny_gpt (the test model: so small that a step is
+ * per-call overhead), mid_gpt (made here: d=384, 4 layers, 36 MB of weights, so a decode step is
+ * bound by reading the weights, as a real LLM's is) and tiny_llama (a Llama-architecture model in
+ * the onnx-community layout, scripts/llm-families.ts) — two ways, in one run:
  *   (a) naive — one request at a time on raw onnxruntime-node in this process (no HTTP, no batching:
  *               prefill, then one token per session.run with the KV cache fed back), requests waiting
  *               their turn in arrival order: what serving an LLM without a token loop scheduler is;
@@ -21,18 +22,23 @@
  *
  * Run:  npm run bench:llm   (flags: --streams 1,8,32  --requests <per stream; default: 4, and at
  *       least 16 in all>  --tokens <64>
- *       --models tiny_gpt,mid_gpt  --server tsx|dist (tsx: the sources; dist needs a fresh `npm run build`))
+ *       --models tiny_gpt,mid_gpt,tiny_llama  --server tsx|dist (tsx: the sources; dist needs a fresh `npm run build`))
+ * First it prints tokenizer throughput, the tokenizer against the byte-level BPE it replaced.
  * Targets: tsi ≥ 4× naive tokens/s at 32 streams; tsi's TTFT p50 at 8 streams ≤ 2× at 1.
  */
 
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { computeCores } from '../runtime-node/onnx-backend.js';
+import { decoderModel, hfConfigJson, TINY_GPT, type DecoderSpec } from '../scripts/llm-model.js';
+import { Tokenizer } from '../core/llm/tokenizer.js';
+import { tinySpec, writeFamilyFolder } from '../scripts/llm-families.js';
 import { referenceDecoder } from '../test/node/llm-reference.js';
-import { drive as driveStreams, MID_GPT, pct, tsiRequest, writeGptFolder, type Result } from './llm-common.js';
+import { Tokenizer as ByteBpeTokenizer } from './byte-bpe-tokenizer.js';
 import { spawnServer, stopServer, tsiServer } from './servers.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -43,7 +49,7 @@ const { values: args } = parseArgs({
     requests: { type: 'string' },
     tokens: { type: 'string', default: '64' },
     server: { type: 'string', default: 'tsx' },
-    models: { type: 'string', default: 'tiny_gpt,mid_gpt' },
+    models: { type: 'string', default: 'tiny_gpt,mid_gpt,tiny_llama' },
   },
 });
 const STREAMS = args.streams.split(',').map(Number);
@@ -51,10 +57,133 @@ const STREAMS = args.streams.split(',').map(Number);
 // 4 a stream keeps that to a quarter of the samples (and 16 at least, for percentiles).
 const perStreamAt = (streams: number) => (args.requests ? Number(args.requests) : Math.max(4, Math.ceil(16 / streams)));
 const TOKENS = Number(args.tokens);
-const drive = (streams: number, one: (prompt: string, firstToken: () => void) => Promise<number>, perStream = perStreamAt(streams)) => driveStreams(streams, one, perStream);
 const MODELS = args.models.split(',');
-for (const m of MODELS) if (m !== 'tiny_gpt' && m !== 'mid_gpt') throw new Error(`--models: '${m}' is not tiny_gpt or mid_gpt`);
+for (const m of MODELS) if (!['tiny_gpt', 'mid_gpt', 'tiny_llama'].includes(m)) throw new Error(`--models: '${m}' is not tiny_gpt, mid_gpt or tiny_llama`);
 
+/**
+ * The second model, made here at every run: tiny_gpt's builder and tokenizer with a larger body, so
+ * that its weights (36 MB) outgrow the caches and a decode step is bound by reading them, as a real
+ * LLM's is; batching then shares that read between the rows, where tiny_gpt's steps are all
+ * per-call overhead. Sized so the naive loop still makes a few hundred tokens/s on 2 cores.
+ */
+const MID_GPT: DecoderSpec = { ...TINY_GPT, dModel: 384, heads: 6, layers: 4, ffn: 1536, seed: 22, name: 'mid_gpt' };
+
+function writeMidGpt(dir: string): void {
+  const tiny = join(ROOT, 'models', 'tiny_gpt');
+  mkdirSync(join(dir, '1'), { recursive: true });
+  // Its KV cache is 6× tiny_gpt's per token: 32 streams of up to 40 + 64 tokens take ~40 MB.
+  const config = readFileSync(join(tiny, 'config.pbtxt'), 'utf8').replace(/^#.*\n/gm, '').replace('name: "tiny_gpt"', 'name: "mid_gpt"')
+    .replace(/("kv_cache_bytes" value: \{ string_value: ")\d+/, `$1${128 * 2 ** 20}`);
+  writeFileSync(join(dir, 'config.pbtxt'), config);
+  for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) copyFileSync(join(tiny, '1', f), join(dir, '1', f));
+  writeFileSync(join(dir, '1', 'config.json'), hfConfigJson(MID_GPT));
+  writeFileSync(join(dir, '1', 'model.onnx'), decoderModel(MID_GPT));
+}
+/**
+ * The third: a tiny Llama (RoPE, grouped-query attention with 2 KV heads for 4, RMSNorm, SwiGLU) in
+ * the onnx-community layout (onnx/model.onnx with external data), with tiny_gpt's tokenizer.
+ */
+async function writeTinyLlama(dir: string): Promise<void> {
+  const tiny = join(ROOT, 'models', 'tiny_gpt');
+  const tok = { json: readFileSync(join(tiny, '1', 'tokenizer.json'), 'utf8'), config: readFileSync(join(tiny, '1', 'tokenizer_config.json'), 'utf8') };
+  await writeFamilyFolder(join(dir, '1'), tinySpec('llama', TINY_GPT.vocab, TINY_GPT.vocab - 1, TINY_GPT.vocab - 1), tok, ['model']);
+  const config = readFileSync(join(tiny, 'config.pbtxt'), 'utf8').replace(/^#.*\n/gm, '').replace('name: "tiny_gpt"', 'name: "tiny_llama"');
+  writeFileSync(join(dir, 'config.pbtxt'), config);
+}
+
+/**
+ * Tokenizer throughput: tokens/s encoded by the tokenizer (@huggingface/tokenizers) against the
+ * hand-written byte-level BPE it replaced, on the same text with the same files, ids checked equal.
+ */
+function tokenizerThroughput(): void {
+  const text = readFileSync(join(ROOT, 'docs', 'llm.md'), 'utf8') + readFileSync(join(ROOT, 'core', 'llm', 'engine.ts'), 'utf8');
+  const files = [['tiny_gpt', join(ROOT, 'models', 'tiny_gpt', '1')], ['llama3', join(ROOT, 'node_modules', '@lenml', 'tokenizer-llama3', 'models')]];
+  console.log('\n| tokenizer.json | new tokens/s | old tokens/s | new / old |\n|---|---:|---:|---:|');
+  for (const [name, dir] of files) {
+    const json = readFileSync(join(dir!, 'tokenizer.json'), 'utf8');
+    const neu = Tokenizer.fromJson(json, readFileSync(join(dir!, 'tokenizer_config.json'), 'utf8'));
+    const old = new ByteBpeTokenizer(JSON.parse(json));
+    // Distinct chunks, so neither side's per-word cache sees the same text twice in a row.
+    const chunks = Array.from({ length: 8 }, (_, i) => text.slice(i * 97) + String(i));
+    const rate = (enc: (s: string) => number[]) => {
+      enc(chunks[0]!);
+      let tokens = 0;
+      const t0 = performance.now();
+      for (const c of chunks) tokens += enc(c).length;
+      return tokens / ((performance.now() - t0) / 1000);
+    };
+    const a = neu.encode(chunks[1]!, { addSpecialTokens: false }).join();
+    const b = old.encode(chunks[1]!, { addSpecialTokens: false }).join();
+    if (a !== b) throw new Error(`${name}: the two tokenizers disagree`);
+    const rn = rate((s) => neu.encode(s, { addSpecialTokens: false }));
+    const ro = rate((s) => old.encode(s, { addSpecialTokens: false }));
+    console.log(`| ${name} | ${rn.toFixed(0)} | ${ro.toFixed(0)} | ${(rn / ro).toFixed(2)}× |`);
+  }
+  console.log('(numbers from a loaded, shared machine: compare the ratio, not the rates)');
+}
+
+const WORDS = 'the quick brown fox jumps over a lazy dog while seven wizards quietly hex every jovial sphinx of black quartz'.split(' ');
+const promptOf = (i: number) => Array.from({ length: 5 + ((i * 13) % 36) }, (_, k) => WORDS[(k * 5 + i) % WORDS.length]).join(' ');
+
+interface Result {
+  tokens: number;
+  tokensPerS: number;
+  ttftMs: number[];
+}
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
+};
+
+/** C closed-loop streams, each sending `perStream` requests through `one` (which reports its first token). */
+async function drive(streams: number, one: (prompt: string, firstToken: () => void) => Promise<number>, perStream = perStreamAt(streams)): Promise<Result> {
+  const ttftMs: number[] = [];
+  let tokens = 0;
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: streams }, async (_, s) => {
+    for (let r = 0; r < perStream; r++) {
+      const start = performance.now();
+      let first = false;
+      const n = await one(promptOf(s * perStream + r), () => {
+        if (!first) ttftMs.push(performance.now() - start);
+        first = true;
+      });
+      tokens += n;
+    }
+  }));
+  return { tokens, tokensPerS: tokens / ((performance.now() - t0) / 1000), ttftMs };
+}
+
+// node:http rather than fetch: the client shares the cores with the server, and fetch's streams
+// cost several times more per server-sent event than the server spends sending it.
+const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
+
+function tsiRequest(port: number, model: string, prompt: string, firstToken: () => void): Promise<number> {
+  const body = JSON.stringify({ text_input: prompt, max_tokens: TOKENS, ignore_eos: true, stream: true });
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path: `/v2/models/${model}/generate_stream`, method: 'POST', agent, headers: { 'Content-Length': Buffer.byteLength(body) } }, (res) => {
+      res.setEncoding('utf8');
+      let text = '';
+      let first = false;
+      res.on('data', (chunk: string) => {
+        text += chunk;
+        if (!first && text.includes('data: ')) {
+          first = true;
+          firstToken();
+        }
+      });
+      res.on('end', () => {
+        if (res.statusCode !== 200) return reject(new Error(`tsi answered ${res.statusCode}: ${text}`));
+        const last = JSON.parse(text.trim().split('\n\n').at(-1)!.slice('data: '.length));
+        resolve(last.num_output_tokens as number);
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
 
 /** The server's own TTFT sum and count (statistics API): arrival to first token, without the client. */
 async function serverTtft(model: string): Promise<{ ns: number; count: number }> {
@@ -86,8 +215,9 @@ const work = mkdtempSync(join(tmpdir(), 'tsi-bench-llm-'));
 const repo = join(work, 'repo');
 mkdirSync(repo);
 symlinkSync(join(ROOT, 'models', 'tiny_gpt'), join(repo, 'tiny_gpt'));
-// Its KV cache is 6× tiny_gpt's per token: 32 streams of up to 40 + 64 tokens take ~40 MB.
-if (MODELS.includes('mid_gpt')) writeGptFolder(join(repo, 'mid_gpt'), MID_GPT, 128 * 2 ** 20);
+if (MODELS.includes('mid_gpt')) writeMidGpt(join(repo, 'mid_gpt'));
+if (MODELS.includes('tiny_llama')) await writeTinyLlama(join(repo, 'tiny_llama'));
+tokenizerThroughput();
 const { argv, build } = tsiServer(repo, work, { server: args.server });
 const server = await spawnServer(argv, 'tsi');
 console.log(`${build}, ${TOKENS} tokens per request, ${STREAMS.map((n) => `${perStreamAt(n)} requests per stream at ${n}`).join(', ')}, naive ORT threads ${threads}, ${availableParallelism()} cores`);
@@ -111,7 +241,7 @@ async function benchModel(model: string): Promise<Row[]> {
     turn = mine.catch(() => undefined);
     return mine.then((ids) => ids.length);
   };
-  const tsi = (p: string, f: () => void) => tsiRequest(server.port, model, p, TOKENS, f);
+  const tsi = (p: string, f: () => void) => tsiRequest(server.port, model, p, f);
   try {
     // Warm both sides (first runs allocate), and open the clients' keep-alive connections to tsi: a
     // TCP handshake is the client's cost, not the server's time to first token.

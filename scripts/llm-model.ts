@@ -40,6 +40,23 @@ function uniform(n: number, seed: number, scale: number): Float32Array {
   return fillUniform(new Float32Array(n), seed, -scale, scale);
 }
 
+/**
+ * allowed[b, 0, s, t] (bool): query s (absolute position T-S+s) may see key t, and t is not padding —
+ * the causal and padding mask every decoder graph here computes from input_ids and attention_mask.
+ */
+export function attentionAllowed(g: GraphBuilder, inputIds: string, mask: string): string {
+  const i64 = (name: string, values: number[], dims = [values.length]) => g.initializer(name, 'INT64', dims, BigInt64Array.from(values.map(BigInt)));
+  const zero = i64('mask.zero', [0], []);
+  const one = i64('mask.one', [1], []);
+  const S = g.op('Gather', [g.op('Shape', [inputIds]), one], { axis: 0 });
+  const T = g.op('Gather', [g.op('Shape', [mask]), one], { axis: 0 });
+  const rows = g.op('Unsqueeze', [g.op('Range', [g.op('Sub', [T, S]), T, one]), i64('mask.ax1', [1])]);
+  const cols = g.op('Unsqueeze', [g.op('Range', [zero, T, one]), i64('mask.ax0', [0])]);
+  const causal = g.op('LessOrEqual', [cols, rows]);
+  const padOk = g.op('Unsqueeze', [g.op('Cast', [mask], { to: 9 }), i64('mask.ax12', [1, 2])]);
+  return g.op('And', [causal, padOk]);
+}
+
 /** The decoder graph (opset 17: LayerNormalization). */
 export function decoderModel(spec: DecoderSpec = TINY_GPT): Uint8Array {
   const { vocab, dModel: D, heads: H, layers, context, ffn } = spec;
@@ -66,16 +83,7 @@ export function decoderModel(spec: DecoderSpec = TINY_GPT): Uint8Array {
   const wpe = w('transformer.wpe.weight', [context, D], 0.5);
   let x = g.op('Add', [g.op('Gather', [wte, inputIds], { axis: 0 }), g.op('Gather', [wpe, positions], { axis: 0 })]);
 
-  // allowed[b, 0, s, t]: query s (absolute position T-S+s) may see key t, and t is not padding.
-  const zero = i64('zero', [0], []);
-  const one = i64('one', [1], []);
-  const S = g.op('Gather', [g.op('Shape', [inputIds]), one], { axis: 0 });
-  const T = g.op('Gather', [g.op('Shape', [mask]), one], { axis: 0 });
-  const rows = g.op('Unsqueeze', [g.op('Range', [g.op('Sub', [T, S]), T, one]), i64('ax1', [1])]);
-  const cols = g.op('Unsqueeze', [g.op('Range', [zero, T, one]), i64('ax0', [0])]);
-  const causal = g.op('LessOrEqual', [cols, rows]);
-  const padOk = g.op('Unsqueeze', [g.op('Cast', [mask], { to: 9 }), i64('ax12', [1, 2])]);
-  const allowed = g.op('And', [causal, padOk]);
+  const allowed = attentionAllowed(g, inputIds, mask);
   const neg = f32('mask_value', -1e9);
   const scale = f32('attn_scale', 1 / Math.sqrt(hd));
   const headShape = i64('head_shape', [0, 0, H, hd]);

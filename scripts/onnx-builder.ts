@@ -93,6 +93,8 @@ message TensorProto {
   bytes raw_data = 9;
   repeated double double_data = 10;
   repeated uint64 uint64_data = 11;
+  repeated StringStringEntryProto external_data = 13;
+  int32 data_location = 14;
 }
 
 message TensorShapeProto {
@@ -207,12 +209,53 @@ function valueInfo(v: ValueInfoSpec): Record<string, unknown> {
   return { name: v.name, type: { tensor_type: { elem_type: ElemType[v.elemType], shape: { dim } } } };
 }
 
+/**
+ * Moves initializers of at least `threshold` bytes out of the model into one external data file
+ * (`location`, beside the model), as exporters do past protobuf's 2 GB limit: each tensor then names
+ * the file, its offset (64-byte aligned) and length.
+ */
+function externalize(tensors: Record<string, any>[], location: string, threshold: number): Uint8Array {
+  const parts: Uint8Array[] = [];
+  let offset = 0;
+  for (const t of tensors) {
+    const raw = t.raw_data as Uint8Array | undefined;
+    if (!raw || raw.byteLength < threshold) continue;
+    const pad = (64 - (offset % 64)) % 64;
+    if (pad > 0) parts.push(new Uint8Array(pad));
+    offset += pad;
+    t.external_data = [{ key: 'location', value: location }, { key: 'offset', value: String(offset) }, { key: 'length', value: String(raw.byteLength) }];
+    t.data_location = 1;
+    delete t.raw_data;
+    parts.push(raw);
+    offset += raw.byteLength;
+  }
+  const out = new Uint8Array(offset);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
+}
+
 /** Serialises a model description to ONNX protobuf bytes (deterministic for equal input). */
 export function encodeModel(spec: ModelSpec): Uint8Array {
+  return encodeModelParts(spec).model;
+}
+
+/**
+ * The model's bytes, and with `external` its large initializers' bytes for the data file it names
+ * (`model.onnx_data` beside `model.onnx`, the Optimum / onnx-community layout).
+ */
+export function encodeModelParts(spec: ModelSpec, external?: { location: string; threshold?: number }): { model: Uint8Array; data?: Uint8Array } {
   const Model = modelType();
+  const initializer = (spec.initializers ?? []).map((t) => tensorProto(t, t.name));
+  const data = external ? externalize(initializer, external.location, external.threshold ?? 1024) : undefined;
+  // Nodes of other domains (com.microsoft's MatMulNBits...) need their opset imported.
+  const domains = [...new Set(spec.nodes.map((n) => n.domain ?? '').filter((d) => d !== ''))];
   const msg = Model.fromObject({
     ir_version: spec.irVersion ?? 8,
-    opset_import: [{ domain: '', version: spec.opset ?? 13 }],
+    opset_import: [{ domain: '', version: spec.opset ?? 13 }, ...domains.map((domain) => ({ domain, version: 1 }))],
     producer_name: 'tsi-onnx-builder',
     producer_version: '1',
     model_version: 1,
@@ -228,12 +271,12 @@ export function encodeModel(spec: ModelSpec): Uint8Array {
         output: [...n.outputs],
         attribute: Object.entries(n.attrs ?? {}).map(([k, v]) => attributeProto(k, v)),
       })),
-      initializer: (spec.initializers ?? []).map((t) => tensorProto(t, t.name)),
+      initializer,
       input: spec.inputs.map(valueInfo),
       output: spec.outputs.map(valueInfo),
     },
   });
-  return Model.encode(msg).finish();
+  return { model: Model.encode(msg).finish(), data };
 }
 
 /** Decodes model bytes back to a plain object (snake_case fields, int64 as strings), for tests. */
@@ -270,14 +313,14 @@ export class GraphBuilder {
     return name;
   }
 
-  node(opType: string, inputs: readonly string[], outputs: readonly string[], attrs?: Record<string, AttrValue>): void {
-    this.nodes.push({ opType, inputs, outputs, attrs });
+  node(opType: string, inputs: readonly string[], outputs: readonly string[], attrs?: Record<string, AttrValue>, domain?: string): void {
+    this.nodes.push({ opType, inputs, outputs, attrs, domain });
   }
 
   /** Adds a single-output node; its output is `out` or a fresh `<op>_<n>` name. */
-  op(opType: string, inputs: readonly string[], attrs?: Record<string, AttrValue>, out?: string): string {
+  op(opType: string, inputs: readonly string[], attrs?: Record<string, AttrValue>, out?: string, domain?: string): string {
     const name = out ?? `${opType.toLowerCase()}_out_${this.counter++}`;
-    this.node(opType, inputs, [name], attrs);
+    this.node(opType, inputs, [name], attrs, domain);
     return name;
   }
 

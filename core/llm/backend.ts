@@ -4,9 +4,11 @@
  * holds the export as Hugging Face tools write it:
  *
  *   <model>/config.pbtxt          backend: "llm" (inputs, outputs and decoupled are auto-completed)
- *   <model>/1/model.onnx          the decoder (default_model_filename to rename; external data beside it)
- *   <model>/1/tokenizer.json      byte-level BPE (tokenizer.ts)
- *   <model>/1/tokenizer_config.json    optional: chat_template, special tokens
+ *   <model>/1/model.onnx          the decoder (default_model_filename to rename; external data beside it),
+ *                                 or onnx/<variant>.onnx as onnx-community folders hold it (model-folder.ts)
+ *   <model>/1/tokenizer.json      any model type @huggingface/tokenizers reads (tokenizer.ts)
+ *   <model>/1/tokenizer_config.json    optional: chat_template, special tokens, add_bos_token
+ *   <model>/1/chat_template.jinja optional: the chat template, when tokenizer_config.json has none
  *   <model>/1/generation_config.json   optional: sampling defaults, eos_token_id, max_new_tokens
  *   <model>/1/config.json         optional: Hugging Face config (context length, heads)
  *
@@ -16,7 +18,8 @@
  * every tensor in and out. Here the runtime supplies only a decoder session (decoder.ts); the
  * scheduler, engine, sampling and text are core's. Config parameters (per instance):
  * `max_num_seqs` (64), `kv_cache_bytes` (512 MiB), `max_prefill_tokens` (4096), `max_context`
- * (default: config.json), and the onnxruntime backend's thread settings.
+ * (default: config.json), `variant` (model_q4, model_fp16...; default: the best present), and the
+ * onnxruntime backend's thread settings.
  */
 
 import type {
@@ -29,6 +32,7 @@ import type { ModelStats } from '../stats.js';
 import { decodeString } from '../tensor.js';
 import { ChatTemplate } from './chat.js';
 import { kvBytesPerToken, layoutOf, type DecoderLayout, type DecoderSession } from './decoder.js';
+import { checkMemory, modelFile, type MemoryFacts } from './model-folder.js';
 import { generationDefaults, type GenerationDefaults } from './params.js';
 import { LlmScheduler } from './scheduler.js';
 import { LlmStats } from './stats.js';
@@ -38,6 +42,10 @@ import { Tokenizer } from './tokenizer.js';
 export interface DecoderRuntime {
   describe(files: ModelFiles, path: string): Promise<ModelIoInfo>;
   open(args: { ctx: ModelLoadContext; spec: InstanceSpec; path: string; layout: DecoderLayout; instanceCount: number }): Promise<DecoderSession>;
+  /** The variants (`model`, `model_fp16`, `model_q4`...) in this runtime's order of preference. */
+  variantOrder?: readonly string[];
+  /** What the memory check needs to know, where the runtime can tell. */
+  memory?(ctx: ModelLoadContext, path: string): Promise<MemoryFacts | undefined>;
 }
 
 /** What the OpenAI API needs of a loaded `llm` model. */
@@ -105,6 +113,10 @@ function intParam(config: ModelConfig, key: string, dflt: number): number {
   return v;
 }
 
+function instancesOf(config: ModelConfig): number {
+  return (config.instance_group ?? []).reduce((n, g) => n + (g.count ?? 1), 0) || 1;
+}
+
 class LlmModel implements BackendModel {
   private readonly sessions: DecoderSession[] = [];
   private stats?: LlmStats;
@@ -123,25 +135,28 @@ class LlmModel implements BackendModel {
       throw new TsiError('INVALID_ARG', `model '${config.name}': an llm model takes 'text_input' and returns 'text_output' (TYPE_STRING)`);
     }
     const dir = String(version);
-    const path = `${dir}/${config.default_model_filename || 'model.onnx'}`;
-    if (!(await files.exists(path))) throw new TsiError('INVALID_ARG', `unable to find '${path}' for model '${config.name}'`);
+    const file = await modelFile(files, dir, config, runtime.variantOrder);
+    const path = file.path;
+    if (file.variant) ctx.log.info(`model '${config.name}': serving ${path} (variant '${file.variant}'${config.parameters?.variant ? '' : ', the best present for the device'}; present: ${file.present.join(', ')})`);
     const tokJson = await readJson(files, `${dir}/tokenizer.json`, true);
-    const tokenizer = new Tokenizer(tokJson!);
     const tokCfg = await readJson(files, `${dir}/tokenizer_config.json`, false);
+    const tokenizer = new Tokenizer(tokJson!, tokCfg ?? {});
+    const jinjaPath = `${dir}/chat_template.jinja`;
+    const jinja = (await files.exists(jinjaPath)) ? decodeString(await files.read(jinjaPath)) : undefined;
     const genCfg = await readJson(files, `${dir}/generation_config.json`, false);
     const hf = await readJson(files, `${dir}/config.json`, false);
     const io = await runtime.describe(files, path);
     const maxContextParam = config.parameters?.max_context?.string_value;
     const layout = layoutOf(io, hf ?? {}, { maxContext: maxContextParam !== undefined ? intParam(config, 'max_context', 1) : undefined });
-    const eosText = typeof tokCfg?.eos_token === 'string' ? tokCfg.eos_token : tokCfg?.eos_token?.content;
-    const eos = eosText !== undefined ? tokenizer.tokenId(eosText) : undefined;
-    const defaults = generationDefaults(genCfg, hf, eos);
+    const defaults = generationDefaults(genCfg, hf, tokenizer.eosId);
+    const facts = await runtime.memory?.(ctx, path);
+    if (facts) checkMemory(ctx, facts, instancesOf(config), intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES), file);
     ctx.log.info(`model '${config.name}': decoder with ${layout.past.length} layers, ${layout.kvHeads} KV heads × ${layout.headDim}, ${layout.kvType} cache, context ${layout.maxContext}, vocabulary ${tokenizer.vocabSize}`);
-    return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg), maxContext: layout.maxContext, defaults });
+    return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg, jinja), maxContext: layout.maxContext, defaults });
   }
 
   async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
-    const instanceCount = (this.ctx.config.instance_group ?? []).reduce((n, g) => n + (g.count ?? 1), 0) || 1;
+    const instanceCount = instancesOf(this.ctx.config);
     const session = await this.runtime.open({ ctx: this.ctx, spec, path: this.path, layout: this.layout, instanceCount });
     this.sessions.push(session);
     return new LlmInstance(spec, session);

@@ -15,11 +15,13 @@
  * warning, as a KIND_GPU onnxruntime model does; the placement is logged and reported the same way.
  */
 
-import { availableParallelism } from 'node:os';
+import { readdirSync, statSync } from 'node:fs';
+import { availableParallelism, totalmem } from 'node:os';
+import { basename, dirname, join } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import {
-  TsiError, createLlmBackend,
-  type Backend, type InstancePlacement, type DecoderRuntime, type DecoderSession, type KvGroup, type ModelConfig, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult,
+  TsiError, VARIANTS, createLlmBackend,
+  type Backend, type InstancePlacement, type MemoryFacts, type DecoderRuntime, type DecoderSession, type KvGroup, type ModelConfig, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult,
 } from '../../core/index.js';
 import { candidateProviders, vulkanHint } from '../gpu/index.js';
 import { WEBGPU_LOCK } from '../gpu/lock.js';
@@ -33,6 +35,19 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
   const runtime: DecoderRuntime = {
     async describe(files: ModelFiles, path: string): Promise<ModelIoInfo> {
       return readOnnxIo(await files.read(path));
+    },
+    // On CPU fp32 is exact and fast; int4 next (MatMulNBits has CPU kernels); fp16 runs slowly on CPU.
+    variantOrder: VARIANTS,
+    async memory(ctx, path): Promise<MemoryFacts | undefined> {
+      const local = ctx.files.localPath?.(path);
+      if (!local) return undefined;
+      // The model file and its external data chunks (model.onnx_data, model.onnx_data_1...).
+      let weightBytes = 0;
+      const dir = dirname(local);
+      for (const name of readdirSync(dir)) {
+        if (name === basename(local) || name.startsWith(`${basename(local)}_data`)) weightBytes += statSync(join(dir, name)).size;
+      }
+      return { weightBytes, sessionsPerInstance: separatePrefill(ctx.config) ? 2 : 1, machineBytes: machineBytes() };
     },
     async open({ ctx, spec, path, layout, instanceCount }) {
       const local = ctx.files.localPath?.(path);
@@ -76,6 +91,12 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
     },
   };
   return createLlmBackend(runtime);
+}
+
+/** The machine's memory; TSI_MACHINE_MEMORY_BYTES stands in for it (tests of the refusal, containers). */
+function machineBytes(): number {
+  const v = Number(process.env.TSI_MACHINE_MEMORY_BYTES);
+  return Number.isFinite(v) && v > 0 ? v : totalmem();
 }
 
 /**

@@ -5,7 +5,7 @@
  * max_tokens. It shares nothing with the server's engine but the tokenizer.
  */
 
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
@@ -22,11 +22,15 @@ export interface ReferenceDecoder {
 
 export async function referenceDecoder(modelDir: string, threads = 1): Promise<ReferenceDecoder> {
   const dir = join(modelDir, '1');
-  const tokenizer = Tokenizer.fromJson(readFileSync(join(dir, 'tokenizer.json'), 'utf8'));
-  const hf = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as { n_layer: number; n_head: number; n_embd: number; eos_token_id: number };
-  const session = await ort.InferenceSession.create(join(dir, 'model.onnx'), { intraOpNumThreads: threads });
-  const H = hf.n_head;
-  const D = hf.n_embd / hf.n_head;
+  const cfgPath = join(dir, 'tokenizer_config.json');
+  const tokenizer = Tokenizer.fromJson(readFileSync(join(dir, 'tokenizer.json'), 'utf8'), existsSync(cfgPath) ? readFileSync(cfgPath, 'utf8') : undefined);
+  const hf = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, number>;
+  // GPT-2's config names, or Llama's (grouped KV heads, head_dim) in an onnx-community folder.
+  const flat = join(dir, 'model.onnx');
+  const session = await ort.InferenceSession.create(existsSync(flat) ? flat : join(dir, 'onnx', 'model.onnx'), { intraOpNumThreads: threads });
+  const layers = hf.n_layer ?? hf.num_hidden_layers!;
+  const H = hf.n_head ?? hf.num_key_value_heads!;
+  const D = hf.head_dim ?? hf.n_embd! / hf.n_head!;
   const i64 = (v: number[], dims: number[]) => new ort.Tensor('int64', BigInt64Array.from(v.map(BigInt)), dims);
   const argmaxLast = (logits: ort.Tensor): number => {
     const V = logits.dims[2]!;
@@ -41,7 +45,7 @@ export async function referenceDecoder(modelDir: string, threads = 1): Promise<R
     async greedy(prompt, maxTokens, opts = {}) {
       const ids = tokenizer.encode(prompt);
       const past: Record<string, ort.Tensor> = {};
-      for (let l = 0; l < hf.n_layer; l++) {
+      for (let l = 0; l < layers; l++) {
         past[`past_key_values.${l}.key`] = new ort.Tensor('float32', new Float32Array(0), [1, H, 0, D]);
         past[`past_key_values.${l}.value`] = new ort.Tensor('float32', new Float32Array(0), [1, H, 0, D]);
       }
@@ -54,11 +58,11 @@ export async function referenceDecoder(modelDir: string, threads = 1): Promise<R
           input_ids: i64(input, [1, input.length]),
           attention_mask: i64(new Array(total + input.length).fill(1), [1, total + input.length]),
           position_ids: i64(input.map((_, k) => total + k), [1, input.length]),
-          num_logits_to_keep: i64([1], []),
         };
+        if (session.inputNames.includes('num_logits_to_keep')) feeds.num_logits_to_keep = i64([1], []);
         const res = await session.run(feeds);
         total += input.length;
-        for (let l = 0; l < hf.n_layer; l++) {
+        for (let l = 0; l < layers; l++) {
           past[`past_key_values.${l}.key`] = res[`present.${l}.key`]!;
           past[`past_key_values.${l}.value`] = res[`present.${l}.value`]!;
         }

