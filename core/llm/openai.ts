@@ -17,6 +17,7 @@ import { decodeString, encodeString } from '../tensor.js';
 import type { InferRequest, InferResponse, Parameters } from '../types.js';
 import { llmModelOf, type LlmModelInfo } from './backend.js';
 import type { ChatMessage } from './chat.js';
+import { MAX_N, MAX_TOP_LOGPROBS } from './params.js';
 
 type Json = Record<string, any>;
 
@@ -29,13 +30,15 @@ export function openAiError(err: unknown): Response {
   const e = asTsiError(err);
   const status = HTTP_STATUS[e.code] ?? 400;
   const type = status === 404 ? 'NotFoundError' : status >= 500 ? 'InternalServerError' : 'BadRequestError';
-  return new Response(JSON.stringify({ error: { message: plain(e.message), type, param: null, code: status } }), { status, headers: JSON_HEADERS });
+  const param = (err as { param?: string } | undefined)?.param ?? null;
+  return new Response(JSON.stringify({ error: { message: plain(e.message), type, param, code: status } }), { status, headers: JSON_HEADERS });
 }
 
 /** The scheduler's message without Triton's `[request id: ...]` prefix, which means nothing here. */
 const plain = (message: string) => message.replace(/^\[request id: [^\]]*\] /, '');
 
-const bad = (message: string) => new TsiError('INVALID_ARG', message);
+/** A refusal; `param` names the field it is about (OpenAI's error `param`). */
+const bad = (message: string, param?: string) => Object.assign(new TsiError('INVALID_ARG', message), { param });
 
 /** Ready `llm` models, one entry each (their newest ready version). */
 function llmModels(server: InferenceServer): { name: string; info: LlmModelInfo }[] {
@@ -91,34 +94,66 @@ function modelOf(server: InferenceServer, body: Json): { name: string; info: Llm
   return { name: body.model, info };
 }
 
+/** A field that must be an integer in a range, or absent. */
+function intField(body: Json, name: string, min: number, max: number): number | undefined {
+  const v = body[name];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) throw bad(`'${name}' must be an integer in [${min}, ${max}], got ${JSON.stringify(v)}`, name);
+  return v;
+}
+
+/** What one request asks for beyond the generate parameters: its choices and log-probabilities. */
+interface Wants {
+  n: number;
+  /** Completions' best_of: candidates generated, the n likeliest returned. */
+  bestOf: number;
+  /** Top log-probabilities per token to return; undefined: none. */
+  logprobs?: number;
+}
+
 /** Sampling fields → request parameters the llm scheduler reads (params.ts); absent ones stay absent. */
-function samplingParameters(body: Json, maxTokensDefault: number | undefined): Parameters {
-  if (body.n !== undefined && body.n !== null && body.n !== 1) throw bad(`'n' must be 1: one choice per request is supported`);
-  if (body.best_of !== undefined && body.best_of !== null && body.best_of !== 1) throw bad(`'best_of' must be 1`);
-  if (body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false) throw bad(`'logprobs' is not supported`);
-  if (body.suffix !== undefined && body.suffix !== null) throw bad(`'suffix' is not supported`);
+function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number | undefined): { p: Parameters; wants: Wants } {
   // Features a client relies on for the answer's content: refused rather than ignored. Their empty
   // forms (what some clients send by default) change nothing and pass.
+  if (body.suffix !== undefined && body.suffix !== null && body.suffix !== '') throw bad(`'suffix' is not supported`, 'suffix');
   const bias = body.logit_bias;
-  if (typeof bias === 'object' && bias !== null && Object.keys(bias).length > 0) throw bad(`'logit_bias' is not supported`);
-  if (Array.isArray(body.tools) && body.tools.length > 0) throw bad(`'tools' (function calling) is not supported`);
-  const format = body.response_format;
-  if (format !== undefined && format !== null && format.type !== 'text') {
-    throw bad(`'response_format' ${JSON.stringify(format.type ?? format).slice(0, 40)} is not supported: only {"type": "text"}`);
-  }
+  if (typeof bias === 'object' && bias !== null && Object.keys(bias).length > 0) throw bad(`'logit_bias' is not supported`, 'logit_bias');
+  if (Array.isArray(body.tools) && body.tools.length > 0) throw bad(`'tools' (function calling) is not supported`, 'tools');
+  if (body.audio !== undefined && body.audio !== null) throw bad(`'audio' output is not supported`, 'audio');
+  if (Array.isArray(body.modalities) && body.modalities.some((m: unknown) => m !== 'text')) throw bad(`'modalities' other than "text" are not supported`, 'modalities');
+  if (body.prediction !== undefined && body.prediction !== null) throw bad(`'prediction' (predicted outputs) is not supported`, 'prediction');
+  const n = intField(body, 'n', 1, MAX_N) ?? 1;
+  let logprobs: number | undefined;
+  if (chat) {
+    if (body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== 'boolean') throw bad(`'logprobs' must be a boolean`, 'logprobs');
+    const top = intField(body, 'top_logprobs', 0, MAX_TOP_LOGPROBS);
+    if (top !== undefined && body.logprobs !== true) throw bad(`'top_logprobs' needs 'logprobs': true`, 'top_logprobs');
+    if (body.logprobs === true) logprobs = top ?? 0;
+  } else logprobs = intField(body, 'logprobs', 0, MAX_TOP_LOGPROBS);
+  const bestOf = chat ? n : intField(body, 'best_of', 1, MAX_N) ?? n;
+  if (bestOf < n) throw bad(`'best_of' must be at least 'n' (${n})`, 'best_of');
+  if (bestOf > n && body.stream === true) throw bad(`'best_of' greater than 'n' cannot be streamed`, 'best_of');
   const p: Parameters = {};
   const copy = (from: string, to = from) => {
     const v = body[from];
     if (v === undefined || v === null) return;
     if (typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean') p[to] = v;
     else if (Array.isArray(v)) p[to] = JSON.stringify(v);
-    else throw bad(`'${from}' must be a number, string, boolean or list, got ${JSON.stringify(v)}`);
+    else throw bad(`'${from}' must be a number, string, boolean or list, got ${JSON.stringify(v)}`, from);
   };
   for (const k of ['temperature', 'top_p', 'top_k', 'seed', 'stop', 'stop_token_ids', 'presence_penalty', 'frequency_penalty',
     'repetition_penalty', 'min_tokens', 'ignore_eos', 'skip_special_tokens']) copy(k);
   copy(body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens', 'max_tokens');
   if (p.max_tokens === undefined && maxTokensDefault !== undefined) p.max_tokens = maxTokensDefault;
-  return p;
+  if (bestOf > 1) p.n = bestOf;
+  // best_of ranks candidates by their cumulative log-probability, which the logprobs carry.
+  if (logprobs !== undefined || bestOf > n) p.logprobs = logprobs ?? 0;
+  const format = body.response_format;
+  if (format !== undefined && format !== null) {
+    if (typeof format !== 'object' || Array.isArray(format)) throw bad(`'response_format' must be an object such as {"type": "json_object"}`, 'response_format');
+    if (format.type !== 'text') p.response_format = JSON.stringify(format);
+  }
+  return { p, wants: { n, bestOf, logprobs } };
 }
 
 function messageText(m: Json, i: number): string {
@@ -155,47 +190,91 @@ interface Finish {
   reason: string;
   promptTokens: number;
   completionTokens: number;
+  cumulativeLogprob: number;
 }
 
-/** What the scheduler sends back, as text pieces and a finish. */
-function pieceOf(r: InferResponse): { text: string; finish?: Finish } {
+/** One token's log-probabilities as the scheduler sends them (scheduler.ts, logprobJson). */
+interface TokenLp {
+  token_id: number;
+  token: string;
+  bytes: number[];
+  logprob: number;
+  top_logprobs: Omit<TokenLp, 'top_logprobs'>[];
+}
+
+/** What the scheduler sends back: a choice's text piece, its log-probabilities, and the finish. */
+interface Piece {
+  index: number;
+  text: string;
+  logprobs?: TokenLp[];
+  finish?: Finish;
+}
+
+function pieceOf(r: InferResponse): Piece {
   const t = r.outputs.find((o) => o.name === 'text_output');
   const text = t ? (t.data as Uint8Array[]).map(decodeString).join('') : '';
-  const reason = r.parameters?.finish_reason;
-  if (reason === undefined) return { text };
-  return { text, finish: { reason: String(reason), promptTokens: Number(r.parameters?.num_input_tokens ?? 0), completionTokens: Number(r.parameters?.num_output_tokens ?? 0) } };
+  const q = r.parameters ?? {};
+  const piece: Piece = { index: Number(q.index ?? 0), text };
+  if (typeof q.logprobs === 'string') piece.logprobs = JSON.parse(q.logprobs) as TokenLp[];
+  if (q.finish_reason !== undefined) {
+    piece.finish = { reason: String(q.finish_reason), promptTokens: Number(q.num_input_tokens ?? 0), completionTokens: Number(q.num_output_tokens ?? 0), cumulativeLogprob: Number(q.cumulative_logprob ?? 0) };
+  }
+  return piece;
 }
 
-const usageOf = (f: Finish) => ({ prompt_tokens: f.promptTokens, completion_tokens: f.completionTokens, total_tokens: f.promptTokens + f.completionTokens });
+function usageOf(finishes: Finish[]): Json {
+  const prompt = finishes[0]?.promptTokens ?? 0;
+  const completion = finishes.reduce((n, f) => n + f.completionTokens, 0);
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}
 
 /** How one endpoint shapes its answers. */
 interface Shape {
   idPrefix: string;
   object: string;
   chunkObject: string;
-  choice(text: string, finish: string | null): Json;
+  /** `logprobs` of a choice (or chunk) for these tokens; `offset`: where their text starts (completions). */
+  logprobs(tokens: TokenLp[], offset: number): Json;
+  choice(index: number, text: string, finish: string | null, logprobs: Json | null): Json;
   /** Streamed chunks' choices for one piece (chat adds a role chunk first and a separate finish). */
-  chunkChoices(text: string, finish: string | null, first: boolean): Json[];
+  chunkChoices(index: number, text: string, finish: string | null, first: boolean, logprobs: Json | null): Json[];
 }
 
 const COMPLETION: Shape = {
   idPrefix: 'cmpl-',
   object: 'text_completion',
   chunkObject: 'text_completion',
-  choice: (text, finish) => ({ index: 0, text, logprobs: null, finish_reason: finish }),
-  chunkChoices: (text, finish) => [{ index: 0, text, logprobs: null, finish_reason: finish }],
+  logprobs: (tokens, offset) => {
+    const text_offset: number[] = [];
+    for (const t of tokens) {
+      text_offset.push(offset);
+      offset += t.token.length;
+    }
+    return {
+      tokens: tokens.map((t) => t.token),
+      token_logprobs: tokens.map((t) => t.logprob),
+      top_logprobs: tokens.map((t) => Object.fromEntries(t.top_logprobs.map((x) => [x.token, x.logprob]))),
+      text_offset,
+    };
+  },
+  choice: (index, text, finish, logprobs) => ({ index, text, logprobs, finish_reason: finish }),
+  chunkChoices: (index, text, finish, _first, logprobs) => [{ index, text, logprobs, finish_reason: finish }],
 };
 
 const CHAT: Shape = {
   idPrefix: 'chatcmpl-',
   object: 'chat.completion',
   chunkObject: 'chat.completion.chunk',
-  choice: (text, finish) => ({ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: finish }),
-  chunkChoices: (text, finish, first) => {
+  logprobs: (tokens) => ({
+    content: tokens.map((t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes, top_logprobs: t.top_logprobs.map((x) => ({ token: x.token, logprob: x.logprob, bytes: x.bytes })) })),
+    refusal: null,
+  }),
+  choice: (index, text, finish, logprobs) => ({ index, message: { role: 'assistant', content: text, refusal: null }, logprobs, finish_reason: finish }),
+  chunkChoices: (index, text, finish, first, logprobs) => {
     const out: Json[] = [];
-    if (first) out.push({ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null });
-    if (text.length > 0) out.push({ index: 0, delta: { content: text }, logprobs: null, finish_reason: null });
-    if (finish !== null) out.push({ index: 0, delta: {}, logprobs: null, finish_reason: finish });
+    if (first) out.push({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null });
+    if (text.length > 0 || logprobs) out.push({ index, delta: { content: text }, logprobs, finish_reason: null });
+    if (finish !== null) out.push({ index, delta: {}, logprobs: null, finish_reason: finish });
     return out;
   },
 };
@@ -204,13 +283,19 @@ const CHAT: Shape = {
 export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number): Promise<Response> {
   let request: InferRequest;
   let body: Json;
+  let wants: Wants;
+  let echo = '';
   try {
     body = await readBody(req, maxInput);
     const { name, info } = modelOf(server, body);
     const prompt = chat ? chatPrompt(body, info) : completionPrompt(body);
-    const parameters = samplingParameters(body, chat ? undefined : COMPLETIONS_DEFAULT_MAX_TOKENS);
+    const sp = samplingParameters(body, chat, chat ? undefined : COMPLETIONS_DEFAULT_MAX_TOKENS);
+    const parameters = sp.p;
+    wants = sp.wants;
     parameters.stream = true;
-    parameters.exclude_input_in_output = !(body.echo === true && !chat);
+    // The prompt is echoed here, once per choice, not by the scheduler.
+    parameters.exclude_input_in_output = true;
+    if (body.echo === true && !chat) echo = prompt;
     // A chat template writes its own special tokens.
     if (chat) parameters.add_special_tokens = false;
     request = {
@@ -225,16 +310,31 @@ export async function completions(server: InferenceServer, req: Request, chat: b
   const id = shape.idPrefix + crypto.randomUUID().replace(/-/g, '');
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: shape.object, created, model: body.model as string };
+  const answer: Answer = { shape, wants, echo };
   return body.stream === true
-    ? streamed(server, request, req.signal, shape, { ...head, object: shape.chunkObject }, body.stream_options?.include_usage === true)
-    : whole(server, request, req.signal, shape, head);
+    ? streamed(server, request, req.signal, answer, { ...head, object: shape.chunkObject }, body.stream_options?.include_usage === true)
+    : whole(server, request, req.signal, answer, head);
+}
+
+/** What shapes one request's answer. */
+interface Answer {
+  shape: Shape;
+  wants: Wants;
+  /** Completions' `echo`: the prompt, put before each choice's text. */
+  echo: string;
 }
 
 const cancelOn = (signal: AbortSignal) => (cancel: () => void) => signal.addEventListener('abort', cancel, { once: true });
 
-async function whole(server: InferenceServer, request: InferRequest, signal: AbortSignal, shape: Shape, head: Json): Promise<Response> {
-  let text = '';
-  let finish: Finish | undefined;
+/** One choice as it accumulates in a non-streamed answer. */
+interface Gathered {
+  text: string;
+  tokens: TokenLp[];
+  finish?: Finish;
+}
+
+async function whole(server: InferenceServer, request: InferRequest, signal: AbortSignal, a: Answer, head: Json): Promise<Response> {
+  const choices: Gathered[] = [];
   let error: TsiError | undefined;
   try {
     await server.inferStream(request, (r) => {
@@ -243,15 +343,25 @@ async function whole(server: InferenceServer, request: InferRequest, signal: Abo
         return;
       }
       const piece = pieceOf(r);
-      text += piece.text;
-      finish ??= piece.finish;
+      const c = (choices[piece.index] ??= { text: a.echo, tokens: [] });
+      c.text += piece.text;
+      if (piece.logprobs) c.tokens.push(...piece.logprobs);
+      c.finish ??= piece.finish;
     }, { onCancel: cancelOn(signal) });
   } catch (err) {
     return openAiError(err);
   }
   if (error) return openAiError(error);
-  if (!finish) return openAiError(new TsiError('INTERNAL', 'the model ended the request without a finish reason'));
-  return new Response(JSON.stringify({ ...head, choices: [shape.choice(text, finish.reason)], usage: usageOf(finish) }), { headers: JSON_HEADERS });
+  if (choices.length !== a.wants.bestOf || choices.some((c) => !c?.finish)) {
+    return openAiError(new TsiError('INTERNAL', 'the model ended the request without a finish reason'));
+  }
+  const finishes = choices.map((c) => c.finish!);
+  // best_of: the n candidates most likely under the model, likeliest first.
+  const kept = a.wants.bestOf > a.wants.n
+    ? [...choices].sort((x, y) => y.finish!.cumulativeLogprob - x.finish!.cumulativeLogprob).slice(0, a.wants.n)
+    : choices;
+  const out = kept.map((c, i) => a.shape.choice(i, c.text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null));
+  return new Response(JSON.stringify({ ...head, choices: out, usage: usageOf(finishes) }), { headers: JSON_HEADERS });
 }
 
 /**
@@ -259,9 +369,9 @@ async function whole(server: InferenceServer, request: InferRequest, signal: Abo
  * the context, an unknown parameter value) is a plain JSON error with its status; one after it is an
  * `{"error": ...}` event, then the stream ends.
  */
-function streamed(server: InferenceServer, request: InferRequest, signal: AbortSignal, shape: Shape, head: Json, includeUsage: boolean): Promise<Response> {
+function streamed(server: InferenceServer, request: InferRequest, signal: AbortSignal, a: Answer, head: Json, includeUsage: boolean): Promise<Response> {
   // A client that goes away cancels the request: the sequence leaves the batch at the next step.
-  const sse = new SseStream(shape.object);
+  const sse = new SseStream(a.shape.object);
   // The events of one response go out as one chunk (one socket write), and a chunk event is the
   // request's fixed head around its choice: JSON.stringify({ ...head, choices: [c], usage }) in the
   // same key order, without rebuilding and re-serialising the head for every token.
@@ -275,18 +385,22 @@ function streamed(server: InferenceServer, request: InferRequest, signal: AbortS
     sse.send(events);
     events = '';
   };
+  const { n } = a.wants;
+  // Per choice: whether its first chunk went out, and where its text has got to (completions' text_offset).
+  const started = new Array<boolean>(n).fill(false);
+  const offsets = new Array<number>(n).fill(a.echo.length);
+  const finishes: Finish[] = [];
   return new Promise<Response>((resolve) => {
-    let started = false;
+    let begun = false;
     const begin = () => {
-      if (started) return;
-      started = true;
+      if (begun) return;
+      begun = true;
       resolve(new Response(sse.body, { headers: SSE_HEADERS }));
     };
-    let first = true;
     server.inferStream(request, (r, final) => {
       if (r instanceof TsiError) {
-        if (!started) {
-          started = true;
+        if (!begun) {
+          begun = true;
           resolve(openAiError(r));
           return;
         }
@@ -294,19 +408,25 @@ function streamed(server: InferenceServer, request: InferRequest, signal: AbortS
       } else {
         begin();
         const piece = pieceOf(r);
-        if (piece.text.length > 0 || piece.finish || first) {
-          const choices = shape.chunkChoices(piece.text, piece.finish?.reason ?? null, first);
-          first = false;
-          for (const c of choices) events += chunkOpen + JSON.stringify(c) + chunkClose;
+        const i = piece.index;
+        const first = !started[i];
+        let text = piece.text;
+        if (first && a.echo) text = a.echo + text;
+        const lp = a.wants.logprobs !== undefined && piece.logprobs?.length ? a.shape.logprobs(piece.logprobs, offsets[i]!) : null;
+        offsets[i]! += piece.text.length;
+        if (text.length > 0 || piece.finish || first || lp) {
+          started[i] = true;
+          for (const c of a.shape.chunkChoices(i, text, piece.finish?.reason ?? null, first, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
         }
-        if (piece.finish && includeUsage) event({ ...head, choices: [], usage: usageOf(piece.finish) });
+        if (piece.finish) finishes.push(piece.finish);
+        if (piece.finish && includeUsage && finishes.length === n) event({ ...head, choices: [], usage: usageOf(finishes) });
       }
-      if (final && started) event('[DONE]');
+      if (final && begun) event('[DONE]');
       flush();
-      if (final && started) sse.close();
+      if (final && begun) sse.close();
     }, sse.inferOptions(signal)).catch((err) => {
-      if (!started) {
-        started = true;
+      if (!begun) {
+        begun = true;
         resolve(openAiError(err));
       }
     });
