@@ -27,7 +27,9 @@ export type GNode =
   | { k: 'string'; min: number; max: number }
   | { k: 'number'; integer: boolean }
   | { k: 'literal'; options: string[] }
-  | { k: 'union'; options: GNode[] };
+  | { k: 'union'; options: GNode[] }
+  /** One of several fixed openings, each followed by its own value and closing (a tool call per function). */
+  | { k: 'choice'; options: { lit: string; node: GNode; tail: string }[] };
 
 /** Longest key written for a schema-less object, and digits of an integer part (keeps it exact in a double). */
 const FREE_KEY_MAX = 32;
@@ -111,6 +113,7 @@ function firstChars(n: GNode): string[] {
     case 'number': return ['-', ...'0123456789'];
     case 'literal': return [...new Set(n.options.map((o) => o[0]!))];
     case 'union': return n.options.flatMap(firstChars);
+    case 'choice': return [...new Set(n.options.map((o) => o.lit[0]!))];
   }
 }
 
@@ -130,6 +133,7 @@ function minLen(n: GNode): number {
     case 'number': v = 1; break;
     case 'literal': v = Math.min(...n.options.map((o) => o.length)); break;
     case 'union': v = Math.min(...n.options.map(minLen)); break;
+    case 'choice': v = Math.min(...n.options.map((o) => o.lit.length + minLen(o.node) + o.tail.length)); break;
   }
   minMemo.set(n, v);
   return v;
@@ -163,7 +167,7 @@ function keyCandidates(props: Prop[], i: number): number[] {
 /** One frame of the automaton's stack; frames are never changed, only replaced. */
 type Frame =
   | { t: 'V'; node: GNode; next: Stack }
-  | { t: 'LIT'; opts: string[]; pos: number; keys?: number[]; next: Stack }
+  | { t: 'LIT'; opts: string[]; pos: number; keys?: number[]; alts?: Extract<GNode, { k: 'choice' }>; next: Stack }
   | { t: 'STR'; len: number; min: number; max: number; esc: boolean; next: Stack }
   | { t: 'NUM'; phase: 'sign' | 'zero' | 'int' | 'dot' | 'frac' | 'e' | 'esign' | 'exp'; digits: number; integer: boolean; next: Stack }
   | { t: 'OBJ'; props: Prop[]; i: number; state: 'open' | 'comma' | 'key' | 'done'; next: Stack }
@@ -179,16 +183,20 @@ type Step = Stack | typeof REJECT;
 
 const DIGIT = (c: string) => c >= '0' && c <= '9';
 
-function lit(opts: string[], pos: number, next: Stack, keys?: number[]): Step {
+function lit(opts: string[], pos: number, next: Stack, keys?: number[], alts?: Extract<GNode, { k: 'choice' }>): Step {
   if (opts.length === 0) return REJECT;
   // Done when one option is complete and none goes on (a key's closing ':' always decides).
   if (opts.every((o) => o.length === pos)) {
+    if (alts) {
+      const o = alts.options[keys![0]!]!;
+      return { t: 'V', node: o.node, next: o.tail ? { t: 'LIT', opts: [o.tail], pos: 0, next } : next };
+    }
     if (!keys) return next;
     const parent = next as Extract<Frame, { t: 'OBJ' }>;
     const j = keys[0]!;
     return { t: 'V', node: parent.props[j]!.node, next: { ...parent, i: j + 1, state: 'done' } };
   }
-  return { t: 'LIT', opts, pos, keys, next };
+  return { t: 'LIT', opts, pos, keys, alts, next };
 }
 
 function startValue(n: GNode, next: Stack, c: string): Step {
@@ -215,6 +223,10 @@ function startValue(n: GNode, next: Stack, c: string): Step {
       const o = n.options.find((x) => firstChars(x).includes(c));
       return o ? startValue(o, next, c) : REJECT;
     }
+    case 'choice': {
+      const keys = n.options.map((_, k) => k).filter((k) => n.options[k]!.lit[0] === c);
+      return lit(keys.map((k) => n.options[k]!.lit), 1, next, keys, n);
+    }
   }
 }
 
@@ -229,7 +241,7 @@ export function step(s: Stack, c: string): Step {
       const opts = s.opts.filter((o) => o.length > s.pos && o[s.pos] === c);
       if (opts.length === 0) return s.opts.some((o) => o.length === s.pos) ? step(s.next, c) : REJECT;
       const keys = s.keys ? opts.map((o) => s.keys![s.opts.indexOf(o)]!) : undefined;
-      return lit(opts, s.pos + 1, s.next, keys);
+      return lit(opts, s.pos + 1, s.next, keys, s.alts);
     }
     case 'STR':
       if (s.esc) return ESCAPES.includes(c) ? { ...s, esc: false, len: s.len + 1 } : REJECT;
@@ -310,6 +322,7 @@ function frameMin(f: Frame): number {
   switch (f.t) {
     case 'V': return minLen(f.node);
     case 'LIT': {
+      if (f.alts) return Math.min(...f.opts.map((o, k) => o.length - f.pos + minLen(f.alts!.options[f.keys![k]!]!.node) + f.alts!.options[f.keys![k]!]!.tail.length));
       if (!f.keys) return Math.min(...f.opts.map((o) => o.length - f.pos));
       // A key: its rest, its value and what must follow it in the object (the OBJ frame counts 0).
       const props = (f.next as Extract<Frame, { t: 'OBJ' }>).props;
@@ -478,7 +491,7 @@ function stackKey(s: Stack): string {
   for (let f = s; f !== null; f = f.next) {
     switch (f.t) {
       case 'V': key += `V${idOf(f.node)}`; break;
-      case 'LIT': key += `L${f.opts.join('\u0001')}@${f.pos}${f.keys ? `k${f.keys.join(',')}` : ''}`; break;
+      case 'LIT': key += `L${f.opts.join('\u0001')}@${f.pos}${f.keys ? `k${f.keys.join(',')}` : ''}${f.alts ? `a${idOf(f.alts)}` : ''}`; break;
       case 'STR': key += `S${Math.max(0, f.min - f.len)}:${f.max === Infinity ? 'i' : f.max - f.len}:${f.esc ? 1 : 0}`; break;
       case 'NUM': key += `N${f.phase}${f.digits}${f.integer ? 'i' : ''}`; break;
       case 'OBJ': key += `O${idOf(f.props)}:${f.i}:${f.state}`; break;
@@ -488,6 +501,23 @@ function stackKey(s: Stack): string {
     key += '|';
   }
   return key;
+}
+
+/**
+ * A forced tool call: one of the functions, as `{"name":"<name>","<argsKey>":<its parameters>}`
+ * (tools.ts gives the format of the model's tool-call parser).
+ */
+export function toolCallGrammar(spec: Json): GNode {
+  const fns = spec.functions;
+  if (!Array.isArray(fns) || fns.length === 0) throw bad(`'guided_tool_call' must name at least one function`);
+  return {
+    k: 'choice',
+    options: fns.map((f: Json, i: number) => ({
+      lit: `{"name":${JSON.stringify(String(f.name))},${JSON.stringify(String(spec.argsKey ?? 'arguments'))}:`,
+      node: compileSchema(f.parameters ?? { type: 'object' }, f.parameters, `#/functions/${i}/parameters`),
+      tail: '}',
+    })),
+  };
 }
 
 /** OpenAI's `response_format` (or generate's `response_format` / `guided_json`) as a grammar root. */

@@ -18,6 +18,7 @@ import type { InferRequest, InferResponse, Parameters } from '../types.js';
 import { llmModelOf, type LlmModelInfo } from './backend.js';
 import type { ChatMessage } from './chat.js';
 import { MAX_N, MAX_TOP_LOGPROBS } from './params.js';
+import { TOOL_PARSERS, callStart, parseToolCalls, planTools, templateMessage, type ToolCall, type ToolParser, type ToolPlan } from './tools.js';
 
 type Json = Record<string, any>;
 
@@ -118,7 +119,6 @@ function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number 
   if (body.suffix !== undefined && body.suffix !== null && body.suffix !== '') throw bad(`'suffix' is not supported`, 'suffix');
   const bias = body.logit_bias;
   if (typeof bias === 'object' && bias !== null && Object.keys(bias).length > 0) throw bad(`'logit_bias' is not supported`, 'logit_bias');
-  if (Array.isArray(body.tools) && body.tools.length > 0) throw bad(`'tools' (function calling) is not supported`, 'tools');
   if (body.audio !== undefined && body.audio !== null) throw bad(`'audio' output is not supported`, 'audio');
   if (Array.isArray(body.modalities) && body.modalities.some((m: unknown) => m !== 'text')) throw bad(`'modalities' other than "text" are not supported`, 'modalities');
   if (body.prediction !== undefined && body.prediction !== null) throw bad(`'prediction' (predicted outputs) is not supported`, 'prediction');
@@ -169,14 +169,24 @@ function messageText(m: Json, i: number): string {
   throw bad(`messages[${i}].content must be a string or a list of text parts`);
 }
 
-function chatPrompt(body: Json, info: LlmModelInfo): string {
+function chatPrompt(body: Json, info: LlmModelInfo, tools: ToolPlan): string {
   const msgs = body.messages;
-  if (!Array.isArray(msgs) || msgs.length === 0) throw bad(`'messages' must be a non-empty list of {role, content}`);
+  if (!Array.isArray(msgs) || msgs.length === 0) throw bad(`'messages' must be a non-empty list of {role, content}`, 'messages');
   const messages: ChatMessage[] = msgs.map((m: Json, i: number) => {
-    if (typeof m !== 'object' || m === null || typeof m.role !== 'string') throw bad(`messages[${i}] must be an object with a string 'role'`);
-    return { role: m.role, content: messageText(m, i) };
+    if (typeof m !== 'object' || m === null || typeof m.role !== 'string') throw bad(`messages[${i}] must be an object with a string 'role'`, 'messages');
+    // An assistant's tool calls and a tool's result reach the template as transformers passes them.
+    return { role: m.role, content: messageText(m, i), ...templateMessage(m) };
   });
-  return info.chat.render(messages);
+  return info.chat.render(messages, tools.templateTools ? { tools: tools.templateTools } : {});
+}
+
+/** The model's tool-call format (config parameter `tool_call_parser`). */
+function toolParserOf(server: InferenceServer, name: string): ToolParser {
+  const v = server.model(name).config.parameters?.tool_call_parser?.string_value ?? 'hermes';
+  if (!(TOOL_PARSERS as readonly string[]).includes(v)) {
+    throw new TsiError('INVALID_ARG', `model '${name}': the config parameter tool_call_parser is '${v}'; one of ${TOOL_PARSERS.join(', ')}`);
+  }
+  return v as ToolParser;
 }
 
 function completionPrompt(body: Json): string {
@@ -285,13 +295,24 @@ export async function completions(server: InferenceServer, req: Request, chat: b
   let body: Json;
   let wants: Wants;
   let echo = '';
+  let tools: ToolPlan = { parse: false, parallel: false };
+  let toolParser: ToolParser = 'hermes';
   try {
     body = await readBody(req, maxInput);
     const { name, info } = modelOf(server, body);
-    const prompt = chat ? chatPrompt(body, info) : completionPrompt(body);
+    const parser = toolParserOf(server, name);
+    tools = chat ? planTools(body, parser) : { parse: false, parallel: false };
+    const prompt = chat ? chatPrompt(body, info, tools) : completionPrompt(body);
     const sp = samplingParameters(body, chat, chat ? undefined : COMPLETIONS_DEFAULT_MAX_TOKENS);
     const parameters = sp.p;
     wants = sp.wants;
+    if (tools.guided) {
+      if (parameters.response_format !== undefined) throw bad(`'response_format' cannot be combined with a forced tool call ('tool_choice')`, 'response_format');
+      parameters.guided_tool_call = tools.guided;
+    }
+    // Mistral's [TOOL_CALLS] is a special token: the parser must see it.
+    if (tools.parse && parser === 'mistral') parameters.skip_special_tokens = false;
+    toolParser = parser;
     parameters.stream = true;
     // The prompt is echoed here, once per choice, not by the scheduler.
     parameters.exclude_input_in_output = true;
@@ -310,7 +331,7 @@ export async function completions(server: InferenceServer, req: Request, chat: b
   const id = shape.idPrefix + crypto.randomUUID().replace(/-/g, '');
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: shape.object, created, model: body.model as string };
-  const answer: Answer = { shape, wants, echo };
+  const answer: Answer = { shape, wants, echo, tools: tools.parse ? { parser: toolParser, parallel: tools.parallel } : undefined };
   return body.stream === true
     ? streamed(server, request, req.signal, answer, { ...head, object: shape.chunkObject }, body.stream_options?.include_usage === true)
     : whole(server, request, req.signal, answer, head);
@@ -322,6 +343,14 @@ interface Answer {
   wants: Wants;
   /** Completions' `echo`: the prompt, put before each choice's text. */
   echo: string;
+  /** Chat with tools: the output is parsed for calls. */
+  tools?: { parser: ToolParser; parallel: boolean };
+}
+
+/** A choice's text as content and tool calls (only the first unless parallel calls are allowed). */
+function toolSplit(text: string, t: NonNullable<Answer['tools']>): { content: string | null; calls: ToolCall[] } {
+  const r = parseToolCalls(text, t.parser);
+  return { content: r.content, calls: t.parallel ? r.calls : r.calls.slice(0, 1) };
 }
 
 const cancelOn = (signal: AbortSignal) => (cancel: () => void) => signal.addEventListener('abort', cancel, { once: true });
@@ -360,7 +389,17 @@ async function whole(server: InferenceServer, request: InferRequest, signal: Abo
   const kept = a.wants.bestOf > a.wants.n
     ? [...choices].sort((x, y) => y.finish!.cumulativeLogprob - x.finish!.cumulativeLogprob).slice(0, a.wants.n)
     : choices;
-  const out = kept.map((c, i) => a.shape.choice(i, c.text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null));
+  const out = kept.map((c, i) => {
+    const choice = a.shape.choice(i, c.text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null);
+    if (a.tools) {
+      const { content, calls } = toolSplit(c.text, a.tools);
+      if (calls.length > 0) {
+        choice.message = { ...choice.message, content, tool_calls: calls };
+        choice.finish_reason = 'tool_calls';
+      }
+    }
+    return choice;
+  });
   return new Response(JSON.stringify({ ...head, choices: out, usage: usageOf(finishes) }), { headers: JSON_HEADERS });
 }
 
@@ -390,6 +429,7 @@ function streamed(server: InferenceServer, request: InferRequest, signal: AbortS
   const started = new Array<boolean>(n).fill(false);
   const offsets = new Array<number>(n).fill(a.echo.length);
   const finishes: Finish[] = [];
+  const toolText: { full: string; sent: number }[] = [];
   return new Promise<Response>((resolve) => {
     let begun = false;
     const begin = () => {
@@ -412,11 +452,44 @@ function streamed(server: InferenceServer, request: InferRequest, signal: AbortS
         const first = !started[i];
         let text = piece.text;
         if (first && a.echo) text = a.echo + text;
+        const finishReason = piece.finish?.reason ?? null;
+        if (a.tools) {
+          // Content streams up to where a call may begin; the rest is parsed at the finish.
+          const t = (toolText[i] ??= { full: '', sent: 0 });
+          t.full += text;
+          if (piece.finish) {
+            const { calls } = toolSplit(t.full, a.tools);
+            if (calls.length > 0) {
+              const at = callStart(t.full, a.tools.parser);
+              text = at > t.sent ? t.full.slice(t.sent, at) : '';
+              if (first) events += chunkOpen + JSON.stringify(a.shape.chunkChoices(i, '', null, true, null)[0]) + chunkClose;
+              if (text) events += chunkOpen + JSON.stringify({ index: i, delta: { content: text }, logprobs: null, finish_reason: null }) + chunkClose;
+              calls.forEach((c, k) => {
+                events += chunkOpen + JSON.stringify({ index: i, delta: { tool_calls: [{ index: k, ...c }] }, logprobs: null, finish_reason: null }) + chunkClose;
+              });
+              events += chunkOpen + JSON.stringify({ index: i, delta: {}, logprobs: null, finish_reason: 'tool_calls' }) + chunkClose;
+              started[i] = true;
+              finishes.push(piece.finish);
+              if (includeUsage && finishes.length === n) event({ ...head, choices: [], usage: usageOf(finishes) });
+              if (final) event('[DONE]');
+              flush();
+              if (final) sse.close();
+              return;
+            }
+            text = t.full.slice(t.sent);
+            t.sent = t.full.length;
+          } else {
+            const at = callStart(t.full, a.tools.parser);
+            const end = at < 0 ? t.full.length : Math.max(at, t.sent);
+            text = t.full.slice(t.sent, end);
+            t.sent = end;
+          }
+        }
         const lp = a.wants.logprobs !== undefined && piece.logprobs?.length ? a.shape.logprobs(piece.logprobs, offsets[i]!) : null;
         offsets[i]! += piece.text.length;
         if (text.length > 0 || piece.finish || first || lp) {
           started[i] = true;
-          for (const c of a.shape.chunkChoices(i, text, piece.finish?.reason ?? null, first, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
+          for (const c of a.shape.chunkChoices(i, text, finishReason, first, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
         }
         if (piece.finish) finishes.push(piece.finish);
         if (piece.finish && includeUsage && finishes.length === n) event({ ...head, choices: [], usage: usageOf(finishes) });

@@ -9,7 +9,7 @@
  */
 
 import { TsiError } from '../errors.js';
-import { compileSchema, responseFormatGrammar, type GNode } from './grammar.js';
+import { compileSchema, responseFormatGrammar, toolCallGrammar, type GNode } from './grammar.js';
 import type { SamplingParams } from './sampling.js';
 
 /** Structured output: the answer's grammar, optionally between fixed texts (a tool call's markers). */
@@ -192,6 +192,11 @@ function object(get: ParamSource, name: string): unknown {
  * `guided_suffix` put fixed text around it (the OpenAI layer's forced tool calls use them).
  */
 function grammarOf(get: ParamSource): GrammarSpec | undefined {
+  const tool = object(get, 'guided_tool_call') as Record<string, any> | undefined;
+  if (tool !== undefined && tool !== null) {
+    if (typeof tool !== 'object') throw bad('guided_tool_call', 'a JSON object', tool);
+    return { root: toolCallGrammar(tool), prefix: String(tool.prefix ?? ''), suffix: String(tool.suffix ?? '') };
+  }
   const schema = object(get, 'guided_json');
   const root = schema !== undefined && schema !== null ? compileSchema(schema) : responseFormatGrammar(object(get, 'response_format'));
   if (!root) return undefined;
