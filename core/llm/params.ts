@@ -9,7 +9,7 @@
  */
 
 import { TsiError } from '../errors.js';
-import { compileSchema, responseFormatGrammar, toolCallGrammar, type GNode } from './grammar.js';
+import { compileSchema, responseFormatGrammar, toolCallGrammar, type GNode } from './grammar-schema.js';
 import type { SamplingParams } from './sampling.js';
 
 /** Structured output: the answer's grammar, optionally between fixed texts (a tool call's markers). */
