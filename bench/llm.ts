@@ -22,7 +22,8 @@
  *
  * Run:  npm run bench:llm   (flags: --streams 1,8,32  --requests <per stream; default: 4, and at
  *       least 16 in all>  --tokens <64>
- *       --models tiny_gpt,mid_gpt,tiny_llama  --server tsx|dist (tsx: the sources; dist needs a fresh `npm run build`))
+ *       --models tiny_gpt,mid_gpt,tiny_llama  --server tsx|dist (tsx: the sources; dist needs a fresh `npm run build`)
+ *       --grammar-only: only the structured-output comparison (benchGrammar))
  * First it prints tokenizer throughput, the tokenizer against the byte-level BPE it replaced.
  * Targets: tsi ≥ 4× naive tokens/s at 32 streams; tsi's TTFT p50 at 8 streams ≤ 2× at 1.
  */
@@ -50,6 +51,8 @@ const { values: args } = parseArgs({
     tokens: { type: 'string', default: '64' },
     server: { type: 'string', default: 'tsx' },
     models: { type: 'string', default: 'tiny_gpt,mid_gpt,tiny_llama' },
+    // The structured-output comparison only (no naive side, no model table).
+    'grammar-only': { type: 'boolean', default: false },
   },
 });
 const STREAMS = args.streams.split(',').map(Number);
@@ -159,8 +162,8 @@ async function drive(streams: number, one: (prompt: string, firstToken: () => vo
 // cost several times more per server-sent event than the server spends sending it.
 const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
 
-function tsiRequest(port: number, model: string, prompt: string, firstToken: () => void): Promise<number> {
-  const body = JSON.stringify({ text_input: prompt, max_tokens: TOKENS, ignore_eos: true, stream: true });
+function tsiRequest(port: number, model: string, prompt: string, firstToken: () => void, extra: Record<string, unknown> = {}): Promise<number> {
+  const body = JSON.stringify({ text_input: prompt, max_tokens: TOKENS, ignore_eos: true, stream: true, ...extra });
   return new Promise((resolve, reject) => {
     const req = request({ host: '127.0.0.1', port, path: `/v2/models/${model}/generate_stream`, method: 'POST', agent, headers: { 'Content-Length': Buffer.byteLength(body) } }, (res) => {
       res.setEncoding('utf8');
@@ -272,12 +275,46 @@ async function benchModel(model: string): Promise<Row[]> {
   }
 }
 
+/**
+ * What the grammar costs a token: tiny_gpt sampled at temperature 1, free and constrained by a JSON
+ * schema (an object holding a list of strings, which a random model fills until the budget closes
+ * it, so both sides write about --tokens tokens), at the largest stream count, both over HTTP, in
+ * this run. The cost per token is the server's main thread's CPU (where masks are computed) per
+ * token, constrained minus free.
+ */
+async function benchGrammar(): Promise<void> {
+  const streams = Math.max(...STREAMS);
+  const schema = JSON.stringify({ type: 'object', properties: { items: { type: 'array', items: { type: 'string' } } }, required: ['items'] });
+  let seed = 0;
+  const sides = { free: {}, constrained: { guided_json: schema } } as const;
+  const out: Record<string, { res: Result; mainMs: number }> = {};
+  for (const [name, extra] of Object.entries(sides)) {
+    const one = (p: string, f: () => void) => tsiRequest(server.port, 'tiny_gpt', p, f, { ...extra, temperature: 1, seed: seed++ });
+    await drive(streams, one, 1);
+    const main0 = serverCpuMs('main');
+    const res = await drive(streams, one);
+    out[name] = { res, mainMs: serverCpuMs('main') - main0 };
+  }
+  const f = (x: number, d = 1) => x.toFixed(d);
+  console.log(`\n| tiny_gpt, ${streams} streams, temperature 1 | tokens/s | tokens | server main thread CPU ms per 1k tokens |`);
+  console.log('|---|---:|---:|---:|');
+  for (const [name, { res, mainMs }] of Object.entries(out)) console.log(`| ${name} | ${f(res.tokensPerS, 0)} | ${res.tokens} | ${f((mainMs * 1000) / res.tokens, 0)} |`);
+  const c = out.constrained!;
+  const fr = out.free!;
+  console.log(`grammar: constrained / free tokens/s ${f(c.res.tokensPerS / fr.res.tokensPerS, 2)}×; mask cost ≈ ${f(c.mainMs / c.res.tokens - fr.mainMs / fr.res.tokens, 2)} ms of main-thread CPU per token (loaded shared machine: compare the two rows, not absolute numbers)`);
+}
+
 try {
   const rows: Row[] = [];
+  if (args['grammar-only']) {
+    await benchGrammar();
+    MODELS.length = 0;
+  }
   for (const model of MODELS) rows.push(...(await benchModel(model)));
+  if (!args['grammar-only']) await benchGrammar();
   const f = (x: number, d = 1) => x.toFixed(d);
-  console.log('\n| model | streams | tsi tokens/s | naive tokens/s | tsi / naive | tsi TTFT p50 / p99 (ms) [server-side mean] | naive TTFT p50 / p99 (ms) | CPU ms per 1k tokens, tsi server (its main thread) + client / naive |');
-  console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
+  if (rows.length > 0) console.log('\n| model | streams | tsi tokens/s | naive tokens/s | tsi / naive | tsi TTFT p50 / p99 (ms) [server-side mean] | naive TTFT p50 / p99 (ms) | CPU ms per 1k tokens, tsi server (its main thread) + client / naive |');
+  if (rows.length > 0) console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
     const perK = (ms: number, res: Result) => (Number.isNaN(ms) ? '–' : f((ms * 1000) / res.tokens, 0));
     console.log(`| ${r.model} | ${r.streams} | ${f(r.tsi.tokensPerS, 0)} | ${f(r.naive.tokensPerS, 0)} | ${f(r.tsi.tokensPerS / r.naive.tokensPerS, 2)}× | ${f(pct(r.tsi.ttftMs, 50))} / ${f(pct(r.tsi.ttftMs, 99))} [${f(r.serverTtftMs)}] | ${f(pct(r.naive.ttftMs, 50))} / ${f(pct(r.naive.ttftMs, 99))} | ${perK(r.cpu.server, r.tsi)} (${perK(r.cpu.main, r.tsi)}) + ${perK(r.cpu.client, r.tsi)} / ${perK(r.cpu.naive, r.naive)} |`);

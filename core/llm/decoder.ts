@@ -17,7 +17,8 @@ import type { InstancePlacement, ModelIoInfo } from '../backend.js';
 import { TsiError } from '../errors.js';
 
 export type StepRequest =
-  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[] }[]; greedy?: boolean }
+  /** `forks`: sequences that start as copies of the row's cache (a request's other n - 1 choices). */
+  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[]; forks?: number[] }[]; greedy?: boolean }
   | { kind: 'decode'; free: number[]; rows: { seq: number; token: number }[]; greedy?: boolean }
   | { kind: 'free'; free: number[] };
 

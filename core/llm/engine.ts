@@ -23,13 +23,18 @@
 import { TsiError, asTsiError } from '../errors.js';
 import type { DecoderSession, PrefillPart, StepRequest, StepResult } from './decoder.js';
 import type { Accepted, Generation } from './generation.js';
-import { isGreedy, sampleToken } from './sampling.js';
 
 /**
  * Whether every row's token is its argmax, so the session may choose them where the logits are (a
- * worker thread: the logits then never cross to this one). min_tokens masks end tokens first: not greedy.
+ * worker thread: the logits then never cross to this one).
  */
-const allGreedy = (seqs: readonly EngineSequence[]) => seqs.every((s) => isGreedy(s.gen.params) && !s.gen.suppressEnd);
+const allGreedy = (seqs: readonly EngineSequence[]) => seqs.every((s) => s.gen.argmaxOnly);
+
+/** A prefill row: the prompt, once for a request's n sequences (its cache copied to the followers'). */
+const prefillRow = (s: EngineSequence) => ({ seq: s.id, tokens: [...s.gen.prompt], ...(s.followers?.length ? { forks: s.followers.map((f) => f.id) } : {}) });
+
+/** The sequences a prefill row's logits serve: the one admitted and its followers. */
+const withFollowers = (s: EngineSequence) => (s.followers?.length ? [s, ...s.followers] : [s]);
 
 /** A sequence as the engine sees it; the scheduler owns the request behind it. */
 export interface EngineSequence {
@@ -38,6 +43,11 @@ export interface EngineSequence {
   /** KV tokens reserved while it runs: prompt + the tokens it may generate. */
   readonly reserve: number;
   readonly cancelled: boolean;
+  /**
+   * The other sequences of a request with n > 1 (on the first only): admitted with it, prefilled with
+   * it (one prompt run, its cache copied), each then running on its own.
+   */
+  readonly followers?: readonly EngineSequence[];
   /** A token was chosen: the text it completes and whether the sequence is done. */
   accepted(acc: Accepted, first: boolean): void;
   /** It left without finishing: cancelled (err undefined) or failed. */
@@ -68,6 +78,9 @@ export interface StepStats {
   outputNs: number;
   kvBytes: number;
 }
+
+/** Sequences admitted, followers counted. */
+const seqCount = (seqs: readonly EngineSequence[]) => seqs.reduce((n, s) => n + 1 + (s.followers?.length ?? 0), 0);
 
 export class Engine {
   private readonly running: EngineSequence[] = [];
@@ -153,7 +166,7 @@ export class Engine {
         let req: StepRequest;
         let seqs: EngineSequence[] = [];
         if (admit.length > 0) {
-          req = { kind: 'prefill', free: this.takeFree(), rows: admit.map((s) => ({ seq: s.id, tokens: [...s.gen.prompt] })), greedy: allGreedy(admit) };
+          req = { kind: 'prefill', free: this.takeFree(), rows: admit.map(prefillRow), greedy: allGreedy(admit.flatMap(withFollowers)) };
           seqs = admit;
         } else if (this.running.length > 0) {
           req = { kind: 'decode', free: this.takeFree(), rows: this.running.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })), greedy: allGreedy(this.running) };
@@ -184,7 +197,7 @@ export class Engine {
       while (!this.stopped) {
         const admit = this.admit();
         if (admit.length === 0) break;
-        const req: StepRequest = { kind: 'prefill', free: [], rows: admit.map((s) => ({ seq: s.id, tokens: [...s.gen.prompt] })), greedy: allGreedy(admit) };
+        const req: StepRequest = { kind: 'prefill', free: [], rows: admit.map(prefillRow), greedy: allGreedy(admit.flatMap(withFollowers)) };
         // Rows the session reported early (a prefill run in parts) start streaming at once.
         const reported = new Set<number>();
         const part = (rows: readonly number[], result: StepResult) => {
@@ -215,18 +228,21 @@ export class Engine {
     let longest = 0;
     for (;;) {
       const s = this.source.peek();
-      if (!s || this.running.length + out.length >= this.limits.maxNumSeqs) break;
+      if (!s || this.running.length + seqCount(out) >= this.limits.maxNumSeqs) break;
       if (s.cancelled) {
         this.source.shift();
         s.dropped();
         continue;
       }
-      if (this.reserved + s.reserve > this.limits.kvTokens) break;
+      const group = withFollowers(s);
+      if (this.running.length + seqCount(out) + group.length > this.limits.maxNumSeqs && out.length + this.running.length > 0) break;
+      const reserve = group.reduce((n, x) => n + x.reserve, 0);
+      if (this.reserved + reserve > this.limits.kvTokens) break;
       const len = Math.max(longest, s.gen.prompt.length);
       if (out.length > 0 && (out.length + 1) * len > this.limits.maxPrefillTokens) break;
       this.source.shift();
       longest = len;
-      this.reserved += s.reserve;
+      this.reserved += reserve;
       out.push(s);
     }
     return out;
@@ -251,6 +267,7 @@ export class Engine {
     if ('error' in outcome) {
       // The session failed: its sequences cannot go on (their caches are in doubt), others never ran.
       const message = `the decoder failed: ${asTsiError(outcome.error).message}`;
+      if (first) seqs = seqs.flatMap(withFollowers);
       for (const s of seqs) {
         const i = this.running.indexOf(s);
         if (i >= 0) this.running.splice(i, 1);
@@ -269,9 +286,14 @@ export class Engine {
     const t0 = performance.now();
     const V = result.vocab;
     const { logits, tokens } = result;
+    // (sequence, its row) pairs: a prefill row also serves its followers, each drawing its own token.
+    const pairs: [EngineSequence, number][] = [];
+    seqs.forEach((s, r) => {
+      for (const x of first ? withFollowers(s) : [s]) pairs.push([x, r]);
+    });
     const out: (Accepted | undefined)[] = [];
-    for (let r = 0; r < seqs.length; r++) {
-      const s = seqs[r]!;
+    for (let k = 0; k < pairs.length; k++) {
+      const [s, r] = pairs[k]!;
       if (s.cancelled) {
         if (!first) this.running.splice(this.running.indexOf(s), 1);
         this.release(s);
@@ -282,9 +304,10 @@ export class Engine {
       let token: number;
       if (tokens) token = tokens[r]!;
       else {
+        const shared = pairs[k + 1]?.[1] === r;
         const row = logits!.subarray(r * V, (r + 1) * V);
-        if (g.suppressEnd) for (const id of g.endIds) if (id < V) row[id] = -Infinity;
-        token = sampleToken(row, g.params, g.history, g.random);
+        // Choosing changes the row: a row still wanted by a follower is chosen from on a copy.
+        token = g.choose(shared ? row.slice() : row);
       }
       const acc = g.accept(token);
       if (first && !acc.finish) this.running.push(s);
@@ -295,11 +318,11 @@ export class Engine {
     const chosenNs = (performance.now() - t0) * 1e6;
     return () => {
       const t1 = performance.now();
-      for (let r = 0; r < seqs.length; r++) {
-        const acc = out[r];
-        if (acc) seqs[r]!.accepted(acc, first);
-        else seqs[r]!.dropped();
-      }
+      pairs.forEach(([s], k) => {
+        const acc = out[k];
+        if (acc) s.accepted(acc, first);
+        else s.dropped();
+      });
       this.onStep({ kind: req.kind, rows: seqs.length, inputNs: result.inputNs, inferNs: result.inferNs, outputNs: chosenNs + (performance.now() - t1) * 1e6, kvBytes: result.kvBytes });
     };
   }

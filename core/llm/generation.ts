@@ -6,8 +6,9 @@
  * never sees part of a stop string.
  */
 
+import { GrammarMatcher } from './grammar.js';
 import type { GenerationParams } from './params.js';
-import { seededRandom, type TokenHistory } from './sampling.js';
+import { isGreedy, sampleToken, sampleWithLogprob, seededRandom, type TokenHistory, type TokenLogprob } from './sampling.js';
 import { TextStream, type Tokenizer } from './tokenizer.js';
 
 export type FinishReason = 'stop' | 'length';
@@ -28,17 +29,26 @@ export class Generation {
   private text = '';
   private sent = 0;
   private readonly longestStop: number;
+  /** Structured output: where the answer is in its grammar. */
+  readonly grammar?: GrammarMatcher;
+  /** Sum of the chosen tokens' log-probabilities (kept when logprobs are asked for). */
+  cumulativeLogprob = 0;
+  /** Chosen tokens' log-probabilities not yet sent. */
+  private logprobs: TokenLogprob[] = [];
 
   constructor(
     tokenizer: Tokenizer, readonly prompt: readonly number[], readonly params: GenerationParams,
     /** Tokens this sequence may generate: max_tokens, or what the context leaves. */
     readonly maxTokens: number, eosIds: readonly number[],
+    /** Which of a request's n choices this is (its seed is the request's plus the index). */
+    readonly index = 0,
   ) {
     this.history = { seen: new Set(prompt), counts: new Map() };
-    this.random = seededRandom(params.seed ?? Math.floor(Math.random() * 2 ** 32));
+    this.random = seededRandom(params.seed !== undefined ? params.seed + index : Math.floor(Math.random() * 2 ** 32));
     this.endIds = new Set([...params.stopTokenIds, ...(params.ignoreEos ? [] : eosIds)]);
     this.stream = new TextStream(tokenizer, params.skipSpecialTokens);
     this.longestStop = Math.max(0, ...params.stop.map((s) => s.length));
+    if (params.grammar) this.grammar = new GrammarMatcher(params.grammar.root, tokenizer, params.grammar.prefix, params.grammar.suffix);
   }
 
   /** Whether end tokens must not be chosen yet (min_tokens). */
@@ -46,11 +56,41 @@ export class Generation {
     return this.tokens.length < this.params.minTokens;
   }
 
+  /** Whether the next token is the row's argmax, so a session may choose it where the logits are. */
+  get argmaxOnly(): boolean {
+    return isGreedy(this.params) && !this.suppressEnd && !this.grammar && this.params.logprobs === undefined;
+  }
+
+  /** Chooses the next token from this sequence's row of logits (modified). */
+  choose(row: Float32Array): number {
+    // A grammar's answer ends when it is complete, never by an end token.
+    if (this.suppressEnd || this.grammar) for (const id of this.endIds) if (id < row.length) row[id] = -Infinity;
+    this.grammar?.mask(row, this.maxTokens - this.tokens.length - 1);
+    if (this.params.logprobs === undefined) return sampleToken(row, this.params, this.history, this.random);
+    const lp = sampleWithLogprob(row, this.params, this.history, this.random, this.params.logprobs);
+    this.cumulativeLogprob += lp.logprob;
+    this.logprobs.push(lp);
+    return lp.token;
+  }
+
+  /** The log-probabilities of tokens chosen since the last call. */
+  takeLogprobs(): TokenLogprob[] {
+    const out = this.logprobs;
+    this.logprobs = [];
+    return out;
+  }
+
   accept(token: number): Accepted {
     this.tokens.push(token);
     this.history.seen.add(token);
     this.history.counts.set(token, (this.history.counts.get(token) ?? 0) + 1);
-    if (this.endIds.has(token)) return this.finish('stop');
+    if (this.grammar) {
+      this.grammar.accept(token);
+      if (this.grammar.done) {
+        this.text += this.stream.push(token);
+        return this.finish('stop');
+      }
+    } else if (this.endIds.has(token)) return this.finish('stop');
     this.text += this.stream.push(token);
     if (this.params.stop.length > 0) {
       // A stop string can only end in the new text, so the search starts just before it.

@@ -187,14 +187,29 @@ export class KvBatch {
     if (kd[0] !== B || kd[2] !== group.len) {
       throw new TsiError('INTERNAL', `decoder returned present KV of shape [${kd.join(',')}], expected [${B},${H},${group.len},${D}]`);
     }
-    if (req.kind === 'prefill') this.staged.push(group);
-    else this.live = group;
+    if (req.kind === 'prefill') {
+      this.staged.push(group);
+      req.rows.forEach((r, b) => {
+        if (r.forks?.length) this.staged.push(this.fork(group, b, r.forks));
+      });
+    } else this.live = group;
     const logitsT = out[L.logits]!;
     const ld = kit.dims(logitsT);
     const vocab = ld[ld.length - 1]!;
     const positions = ld.length === 3 ? ld[1]! : 1;
     const logits = lastRows(kit.data(logitsT), B, positions, vocab, L.logitsType === 'float16');
     return { logits, vocab, kvBytes: this.bytes(), inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 };
+  }
+
+  /** A group of `seqs` whose caches are copies of row `row` of `g` (the prompt computed once for n choices). */
+  private fork(g: KvGroup, row: number, seqs: number[]): KvGroup {
+    const n = this.layout.kvHeads * g.len * this.layout.headDim;
+    const kv = g.kv.map((a) => {
+      const dst = this.alloc(seqs.length * n);
+      for (let k = 0; k < seqs.length; k++) dst.set(a.subarray(row * n, (row + 1) * n), k * n);
+      return dst;
+    });
+    return { seqs, len: g.len, real: seqs.map(() => g.real[row]!), kv };
   }
 
   /**

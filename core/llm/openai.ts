@@ -7,16 +7,21 @@
  * sampling fields as request parameters, always streamed inside so each token goes out as it
  * comes); chat messages go through the model's chat template first. Sampling fields a client leaves
  * out take the model's `generation_config.json` defaults (vLLM's behaviour), not OpenAI's temperature 1.
- * Errors use OpenAI's `{"error": {"message", "type", "param", "code"}}` body.
+ * Here: the request (fields checked, unknown ones ignored, known unsupported ones refused by name,
+ * tools planned); openai-answer.ts shapes the answer.
  */
 
-import { HTTP_STATUS, TsiError, asTsiError } from '../errors.js';
+import { TsiError } from '../errors.js';
 import type { InferenceServer } from '../server.js';
-import { SSE_HEADERS, SseStream } from '../sse.js';
 import { decodeString, encodeString } from '../tensor.js';
-import type { InferRequest, InferResponse, Parameters } from '../types.js';
+import type { InferRequest, Parameters } from '../types.js';
 import { llmModelOf, type LlmModelInfo } from './backend.js';
 import type { ChatMessage } from './chat.js';
+import { CHAT, COMPLETION, openAiError, streamed, whole, type Answer, type Wants } from './openai-answer.js';
+import { MAX_N, MAX_TOP_LOGPROBS } from './params.js';
+import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from './tools.js';
+
+export { openAiError };
 
 type Json = Record<string, any>;
 
@@ -25,17 +30,8 @@ const JSON_HEADERS = { 'Content-Type': 'application/json' };
 /** OpenAI's completions default when max_tokens is absent. */
 const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
-export function openAiError(err: unknown): Response {
-  const e = asTsiError(err);
-  const status = HTTP_STATUS[e.code] ?? 400;
-  const type = status === 404 ? 'NotFoundError' : status >= 500 ? 'InternalServerError' : 'BadRequestError';
-  return new Response(JSON.stringify({ error: { message: plain(e.message), type, param: null, code: status } }), { status, headers: JSON_HEADERS });
-}
-
-/** The scheduler's message without Triton's `[request id: ...]` prefix, which means nothing here. */
-const plain = (message: string) => message.replace(/^\[request id: [^\]]*\] /, '');
-
-const bad = (message: string) => new TsiError('INVALID_ARG', message);
+/** A refusal; `param` names the field it is about (OpenAI's error `param`). */
+const bad = (message: string, param?: string) => Object.assign(new TsiError('INVALID_ARG', message), { param });
 
 /** Ready `llm` models, one entry each (their newest ready version). */
 function llmModels(server: InferenceServer): { name: string; info: LlmModelInfo }[] {
@@ -91,34 +87,57 @@ function modelOf(server: InferenceServer, body: Json): { name: string; info: Llm
   return { name: body.model, info };
 }
 
+/** A field that must be an integer in a range, or absent. */
+function intField(body: Json, name: string, min: number, max: number): number | undefined {
+  const v = body[name];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) throw bad(`'${name}' must be an integer in [${min}, ${max}], got ${JSON.stringify(v)}`, name);
+  return v;
+}
+
+
 /** Sampling fields → request parameters the llm scheduler reads (params.ts); absent ones stay absent. */
-function samplingParameters(body: Json, maxTokensDefault: number | undefined): Parameters {
-  if (body.n !== undefined && body.n !== null && body.n !== 1) throw bad(`'n' must be 1: one choice per request is supported`);
-  if (body.best_of !== undefined && body.best_of !== null && body.best_of !== 1) throw bad(`'best_of' must be 1`);
-  if (body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false) throw bad(`'logprobs' is not supported`);
-  if (body.suffix !== undefined && body.suffix !== null) throw bad(`'suffix' is not supported`);
+function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number | undefined): { p: Parameters; wants: Wants } {
   // Features a client relies on for the answer's content: refused rather than ignored. Their empty
   // forms (what some clients send by default) change nothing and pass.
+  if (body.suffix !== undefined && body.suffix !== null && body.suffix !== '') throw bad(`'suffix' is not supported`, 'suffix');
   const bias = body.logit_bias;
-  if (typeof bias === 'object' && bias !== null && Object.keys(bias).length > 0) throw bad(`'logit_bias' is not supported`);
-  if (Array.isArray(body.tools) && body.tools.length > 0) throw bad(`'tools' (function calling) is not supported`);
-  const format = body.response_format;
-  if (format !== undefined && format !== null && format.type !== 'text') {
-    throw bad(`'response_format' ${JSON.stringify(format.type ?? format).slice(0, 40)} is not supported: only {"type": "text"}`);
-  }
+  if (typeof bias === 'object' && bias !== null && Object.keys(bias).length > 0) throw bad(`'logit_bias' is not supported`, 'logit_bias');
+  if (body.audio !== undefined && body.audio !== null) throw bad(`'audio' output is not supported`, 'audio');
+  if (Array.isArray(body.modalities) && body.modalities.some((m: unknown) => m !== 'text')) throw bad(`'modalities' other than "text" are not supported`, 'modalities');
+  if (body.prediction !== undefined && body.prediction !== null) throw bad(`'prediction' (predicted outputs) is not supported`, 'prediction');
+  const n = intField(body, 'n', 1, MAX_N) ?? 1;
+  let logprobs: number | undefined;
+  if (chat) {
+    if (body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== 'boolean') throw bad(`'logprobs' must be a boolean`, 'logprobs');
+    const top = intField(body, 'top_logprobs', 0, MAX_TOP_LOGPROBS);
+    if (top !== undefined && body.logprobs !== true) throw bad(`'top_logprobs' needs 'logprobs': true`, 'top_logprobs');
+    if (body.logprobs === true) logprobs = top ?? 0;
+  } else logprobs = intField(body, 'logprobs', 0, MAX_TOP_LOGPROBS);
+  const bestOf = chat ? n : intField(body, 'best_of', 1, MAX_N) ?? n;
+  if (bestOf < n) throw bad(`'best_of' must be at least 'n' (${n})`, 'best_of');
+  if (bestOf > n && body.stream === true) throw bad(`'best_of' greater than 'n' cannot be streamed`, 'best_of');
   const p: Parameters = {};
   const copy = (from: string, to = from) => {
     const v = body[from];
     if (v === undefined || v === null) return;
     if (typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean') p[to] = v;
     else if (Array.isArray(v)) p[to] = JSON.stringify(v);
-    else throw bad(`'${from}' must be a number, string, boolean or list, got ${JSON.stringify(v)}`);
+    else throw bad(`'${from}' must be a number, string, boolean or list, got ${JSON.stringify(v)}`, from);
   };
   for (const k of ['temperature', 'top_p', 'top_k', 'seed', 'stop', 'stop_token_ids', 'presence_penalty', 'frequency_penalty',
     'repetition_penalty', 'min_tokens', 'ignore_eos', 'skip_special_tokens']) copy(k);
   copy(body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens', 'max_tokens');
   if (p.max_tokens === undefined && maxTokensDefault !== undefined) p.max_tokens = maxTokensDefault;
-  return p;
+  if (bestOf > 1) p.n = bestOf;
+  // best_of ranks candidates by their cumulative log-probability, which the logprobs carry.
+  if (logprobs !== undefined || bestOf > n) p.logprobs = logprobs ?? 0;
+  const format = body.response_format;
+  if (format !== undefined && format !== null) {
+    if (typeof format !== 'object' || Array.isArray(format)) throw bad(`'response_format' must be an object such as {"type": "json_object"}`, 'response_format');
+    if (format.type !== 'text') p.response_format = JSON.stringify(format);
+  }
+  return { p, wants: { n, bestOf, logprobs } };
 }
 
 function messageText(m: Json, i: number): string {
@@ -134,14 +153,24 @@ function messageText(m: Json, i: number): string {
   throw bad(`messages[${i}].content must be a string or a list of text parts`);
 }
 
-function chatPrompt(body: Json, info: LlmModelInfo): string {
+function chatPrompt(body: Json, info: LlmModelInfo, tools: ToolPlan): string {
   const msgs = body.messages;
-  if (!Array.isArray(msgs) || msgs.length === 0) throw bad(`'messages' must be a non-empty list of {role, content}`);
+  if (!Array.isArray(msgs) || msgs.length === 0) throw bad(`'messages' must be a non-empty list of {role, content}`, 'messages');
   const messages: ChatMessage[] = msgs.map((m: Json, i: number) => {
-    if (typeof m !== 'object' || m === null || typeof m.role !== 'string') throw bad(`messages[${i}] must be an object with a string 'role'`);
-    return { role: m.role, content: messageText(m, i) };
+    if (typeof m !== 'object' || m === null || typeof m.role !== 'string') throw bad(`messages[${i}] must be an object with a string 'role'`, 'messages');
+    // An assistant's tool calls and a tool's result reach the template as transformers passes them.
+    return { role: m.role, content: messageText(m, i), ...templateMessage(m) };
   });
-  return info.chat.render(messages);
+  return info.chat.render(messages, tools.templateTools ? { tools: tools.templateTools } : {});
+}
+
+/** The model's tool-call format (config parameter `tool_call_parser`). */
+function toolParserOf(server: InferenceServer, name: string): ToolParser {
+  const v = server.model(name).config.parameters?.tool_call_parser?.string_value ?? 'hermes';
+  if (!(TOOL_PARSERS as readonly string[]).includes(v)) {
+    throw new TsiError('INVALID_ARG', `model '${name}': the config parameter tool_call_parser is '${v}'; one of ${TOOL_PARSERS.join(', ')}`);
+  }
+  return v as ToolParser;
 }
 
 function completionPrompt(body: Json): string {
@@ -151,66 +180,34 @@ function completionPrompt(body: Json): string {
   throw bad(`'prompt' must be a string (or a list of one string)`);
 }
 
-interface Finish {
-  reason: string;
-  promptTokens: number;
-  completionTokens: number;
-}
-
-/** What the scheduler sends back, as text pieces and a finish. */
-function pieceOf(r: InferResponse): { text: string; finish?: Finish } {
-  const t = r.outputs.find((o) => o.name === 'text_output');
-  const text = t ? (t.data as Uint8Array[]).map(decodeString).join('') : '';
-  const reason = r.parameters?.finish_reason;
-  if (reason === undefined) return { text };
-  return { text, finish: { reason: String(reason), promptTokens: Number(r.parameters?.num_input_tokens ?? 0), completionTokens: Number(r.parameters?.num_output_tokens ?? 0) } };
-}
-
-const usageOf = (f: Finish) => ({ prompt_tokens: f.promptTokens, completion_tokens: f.completionTokens, total_tokens: f.promptTokens + f.completionTokens });
-
-/** How one endpoint shapes its answers. */
-interface Shape {
-  idPrefix: string;
-  object: string;
-  chunkObject: string;
-  choice(text: string, finish: string | null): Json;
-  /** Streamed chunks' choices for one piece (chat adds a role chunk first and a separate finish). */
-  chunkChoices(text: string, finish: string | null, first: boolean): Json[];
-}
-
-const COMPLETION: Shape = {
-  idPrefix: 'cmpl-',
-  object: 'text_completion',
-  chunkObject: 'text_completion',
-  choice: (text, finish) => ({ index: 0, text, logprobs: null, finish_reason: finish }),
-  chunkChoices: (text, finish) => [{ index: 0, text, logprobs: null, finish_reason: finish }],
-};
-
-const CHAT: Shape = {
-  idPrefix: 'chatcmpl-',
-  object: 'chat.completion',
-  chunkObject: 'chat.completion.chunk',
-  choice: (text, finish) => ({ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: finish }),
-  chunkChoices: (text, finish, first) => {
-    const out: Json[] = [];
-    if (first) out.push({ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null });
-    if (text.length > 0) out.push({ index: 0, delta: { content: text }, logprobs: null, finish_reason: null });
-    if (finish !== null) out.push({ index: 0, delta: {}, logprobs: null, finish_reason: finish });
-    return out;
-  },
-};
-
 /** `POST /v1/completions` and `POST /v1/chat/completions`. */
 export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number): Promise<Response> {
   let request: InferRequest;
   let body: Json;
+  let wants: Wants;
+  let echo = '';
+  let tools: ToolPlan = { parse: false, parallel: false };
+  let toolParser: ToolParser = 'hermes';
   try {
     body = await readBody(req, maxInput);
     const { name, info } = modelOf(server, body);
-    const prompt = chat ? chatPrompt(body, info) : completionPrompt(body);
-    const parameters = samplingParameters(body, chat ? undefined : COMPLETIONS_DEFAULT_MAX_TOKENS);
+    const parser = toolParserOf(server, name);
+    tools = chat ? planTools(body, parser) : { parse: false, parallel: false };
+    const prompt = chat ? chatPrompt(body, info, tools) : completionPrompt(body);
+    const sp = samplingParameters(body, chat, chat ? undefined : COMPLETIONS_DEFAULT_MAX_TOKENS);
+    const parameters = sp.p;
+    wants = sp.wants;
+    if (tools.guided) {
+      if (parameters.response_format !== undefined) throw bad(`'response_format' cannot be combined with a forced tool call ('tool_choice')`, 'response_format');
+      parameters.guided_tool_call = tools.guided;
+    }
+    // Mistral's [TOOL_CALLS] is a special token: the parser must see it.
+    if (tools.parse && parser === 'mistral') parameters.skip_special_tokens = false;
+    toolParser = parser;
     parameters.stream = true;
-    parameters.exclude_input_in_output = !(body.echo === true && !chat);
+    // The prompt is echoed here, once per choice, not by the scheduler.
+    parameters.exclude_input_in_output = true;
+    if (body.echo === true && !chat) echo = prompt;
     // A chat template writes its own special tokens.
     if (chat) parameters.add_special_tokens = false;
     request = {
@@ -225,90 +222,9 @@ export async function completions(server: InferenceServer, req: Request, chat: b
   const id = shape.idPrefix + crypto.randomUUID().replace(/-/g, '');
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: shape.object, created, model: body.model as string };
+  const answer: Answer = { shape, wants, echo, tools: tools.parse ? { parser: toolParser, parallel: tools.parallel } : undefined };
   return body.stream === true
-    ? streamed(server, request, req.signal, shape, { ...head, object: shape.chunkObject }, body.stream_options?.include_usage === true)
-    : whole(server, request, req.signal, shape, head);
+    ? streamed(server, request, req.signal, answer, { ...head, object: shape.chunkObject }, body.stream_options?.include_usage === true)
+    : whole(server, request, req.signal, answer, head);
 }
 
-const cancelOn = (signal: AbortSignal) => (cancel: () => void) => signal.addEventListener('abort', cancel, { once: true });
-
-async function whole(server: InferenceServer, request: InferRequest, signal: AbortSignal, shape: Shape, head: Json): Promise<Response> {
-  let text = '';
-  let finish: Finish | undefined;
-  let error: TsiError | undefined;
-  try {
-    await server.inferStream(request, (r) => {
-      if (r instanceof TsiError) {
-        error ??= r;
-        return;
-      }
-      const piece = pieceOf(r);
-      text += piece.text;
-      finish ??= piece.finish;
-    }, { onCancel: cancelOn(signal) });
-  } catch (err) {
-    return openAiError(err);
-  }
-  if (error) return openAiError(error);
-  if (!finish) return openAiError(new TsiError('INTERNAL', 'the model ended the request without a finish reason'));
-  return new Response(JSON.stringify({ ...head, choices: [shape.choice(text, finish.reason)], usage: usageOf(finish) }), { headers: JSON_HEADERS });
-}
-
-/**
- * The SSE answer. The status goes out with the first piece: an error before it (a prompt longer than
- * the context, an unknown parameter value) is a plain JSON error with its status; one after it is an
- * `{"error": ...}` event, then the stream ends.
- */
-function streamed(server: InferenceServer, request: InferRequest, signal: AbortSignal, shape: Shape, head: Json, includeUsage: boolean): Promise<Response> {
-  // A client that goes away cancels the request: the sequence leaves the batch at the next step.
-  const sse = new SseStream(shape.object);
-  // The events of one response go out as one chunk (one socket write), and a chunk event is the
-  // request's fixed head around its choice: JSON.stringify({ ...head, choices: [c], usage }) in the
-  // same key order, without rebuilding and re-serialising the head for every token.
-  let events = '';
-  const event = (data: unknown) => {
-    events += `data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
-  };
-  const chunkOpen = `data: ${JSON.stringify(head).slice(0, -1)},"choices":[`;
-  const chunkClose = includeUsage ? '],"usage":null}\n\n' : ']}\n\n';
-  const flush = () => {
-    sse.send(events);
-    events = '';
-  };
-  return new Promise<Response>((resolve) => {
-    let started = false;
-    const begin = () => {
-      if (started) return;
-      started = true;
-      resolve(new Response(sse.body, { headers: SSE_HEADERS }));
-    };
-    let first = true;
-    server.inferStream(request, (r, final) => {
-      if (r instanceof TsiError) {
-        if (!started) {
-          started = true;
-          resolve(openAiError(r));
-          return;
-        }
-        event({ error: { message: plain(r.message), type: 'BadRequestError', param: null, code: HTTP_STATUS[r.code] ?? 400 } });
-      } else {
-        begin();
-        const piece = pieceOf(r);
-        if (piece.text.length > 0 || piece.finish || first) {
-          const choices = shape.chunkChoices(piece.text, piece.finish?.reason ?? null, first);
-          first = false;
-          for (const c of choices) events += chunkOpen + JSON.stringify(c) + chunkClose;
-        }
-        if (piece.finish && includeUsage) event({ ...head, choices: [], usage: usageOf(piece.finish) });
-      }
-      if (final && started) event('[DONE]');
-      flush();
-      if (final && started) sse.close();
-    }, sse.inferOptions(signal)).catch((err) => {
-      if (!started) {
-        started = true;
-        resolve(openAiError(err));
-      }
-    });
-  });
-}

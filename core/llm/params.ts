@@ -9,7 +9,15 @@
  */
 
 import { TsiError } from '../errors.js';
+import { compileSchema, responseFormatGrammar, toolCallGrammar, type GNode } from './grammar-schema.js';
 import type { SamplingParams } from './sampling.js';
+
+/** Structured output: the answer's grammar, optionally between fixed texts (a tool call's markers). */
+export interface GrammarSpec {
+  root: GNode;
+  prefix?: string;
+  suffix?: string;
+}
 
 export interface GenerationParams extends SamplingParams {
   /** Undefined: up to the context length. */
@@ -23,7 +31,16 @@ export interface GenerationParams extends SamplingParams {
   /** Leave the prompt out of `text_output` (vLLM's default when streaming). */
   excludeInput: boolean;
   skipSpecialTokens: boolean;
+  /** Sequences generated from the one prompt (its cache computed once). */
+  n: number;
+  /** Return each chosen token's log-probability and the k likeliest (0: the chosen one only). */
+  logprobs?: number;
+  grammar?: GrammarSpec;
 }
+
+/** Most choices one request may ask for, and most top log-probabilities per token (OpenAI's 20). */
+export const MAX_N = 128;
+export const MAX_TOP_LOGPROBS = 20;
 
 /** Model-level defaults, from `generation_config.json` (Hugging Face's GenerationConfig). */
 export interface GenerationDefaults {
@@ -153,5 +170,41 @@ export function parseGenerationParams(get: ParamSource, d: GenerationDefaults): 
     // As Triton's vLLM backend: the prompt is part of text_output unless streaming or asked otherwise.
     excludeInput: excludeInput ?? stream,
     skipSpecialTokens: bool(look, ['skip_special_tokens']) ?? true,
+    n: number(look, ['n'], (v) => isInt(v) && v >= 1 && v <= MAX_N, `an integer in [1, ${MAX_N}]`) ?? 1,
+    logprobs: number(look, ['logprobs'], (v) => isInt(v) && v >= 0 && v <= MAX_TOP_LOGPROBS, `an integer in [0, ${MAX_TOP_LOGPROBS}]`),
+    grammar: grammarOf(look),
   };
+}
+
+/** An object given as itself or as JSON text. */
+function object(get: ParamSource, name: string): unknown {
+  const v = get(name);
+  if (typeof v !== 'string') return v;
+  try {
+    return JSON.parse(v);
+  } catch {
+    throw bad(name, 'a JSON object (or its JSON text)', v);
+  }
+}
+
+/**
+ * `response_format` (OpenAI's shape) or vLLM's `guided_json` (a JSON schema); `guided_prefix` and
+ * `guided_suffix` put fixed text around it (the OpenAI layer's forced tool calls use them).
+ */
+function grammarOf(get: ParamSource): GrammarSpec | undefined {
+  const tool = object(get, 'guided_tool_call') as Record<string, any> | undefined;
+  if (tool !== undefined && tool !== null) {
+    if (typeof tool !== 'object') throw bad('guided_tool_call', 'a JSON object', tool);
+    return { root: toolCallGrammar(tool), prefix: String(tool.prefix ?? ''), suffix: String(tool.suffix ?? '') };
+  }
+  const schema = object(get, 'guided_json');
+  const root = schema !== undefined && schema !== null ? compileSchema(schema) : responseFormatGrammar(object(get, 'response_format'));
+  if (!root) return undefined;
+  const text = (name: string) => {
+    const v = get(name);
+    if (v === undefined || v === null) return undefined;
+    if (typeof v !== 'string') throw bad(name, 'a string', v);
+    return v;
+  };
+  return { root, prefix: text('guided_prefix'), suffix: text('guided_suffix') };
 }

@@ -72,6 +72,39 @@ export function isGreedy(p: SamplingParams): boolean {
 /** The next token. `logits` is one row and is modified. */
 export function sampleToken(logits: Float32Array, p: SamplingParams, h: TokenHistory, random: () => number): number {
   applyPenalties(logits, p, h);
+  return chooseToken(logits, p, random);
+}
+
+/** One token's log-probability and, when asked, the k likeliest tokens' (the token itself may be among them). */
+export interface TokenLogprob {
+  token: number;
+  logprob: number;
+  top: { token: number; logprob: number }[];
+}
+
+/**
+ * The next token and its log-probability under the distribution it was drawn from: the logits after
+ * the penalties, divided by the temperature (greedy: 1), before top-k / top-p truncation (vLLM's
+ * `processed_logprobs` with truncation left out, so a top-k token outside top-p still reads as likely
+ * as the model made it). `logits` is one row and is modified.
+ */
+export function sampleWithLogprob(logits: Float32Array, p: SamplingParams, h: TokenHistory, random: () => number, topK: number): TokenLogprob {
+  applyPenalties(logits, p, h);
+  const invT = p.temperature > 0 ? 1 / p.temperature : 1;
+  let max = -Infinity;
+  for (let i = 0; i < logits.length; i++) if (logits[i]! > max) max = logits[i]!;
+  let sum = 0;
+  for (let i = 0; i < logits.length; i++) sum += Math.exp((logits[i]! - max) * invT);
+  const logZ = max * invT + Math.log(sum);
+  const lp = (i: number) => logits[i]! * invT - logZ;
+  const top = topK > 0 ? topIndices(logits, Math.min(topK, logits.length)).map((t) => ({ token: t, logprob: lp(t) })) : [];
+  const kept = Float32Array.from(logits);
+  const token = chooseToken(logits, p, random);
+  return { token, logprob: kept[token]! * invT - logZ, top };
+}
+
+/** The next token from penalised logits (modified). */
+function chooseToken(logits: Float32Array, p: SamplingParams, random: () => number): number {
   if (p.temperature === 0 || p.topK === 1) return argmax(logits);
   const V = logits.length;
   const invT = 1 / p.temperature;

@@ -18,6 +18,7 @@ import type { Parameters, Tensor } from '../types.js';
 import { Engine, type EngineLimits, type EngineSequence, type StepStats } from './engine.js';
 import { Generation, type Accepted } from './generation.js';
 import { parseGenerationParams, type GenerationDefaults } from './params.js';
+import type { TokenLogprob } from './sampling.js';
 import type { LlmStats } from './stats.js';
 import type { Tokenizer } from './tokenizer.js';
 import type { DecoderSession } from './decoder.js';
@@ -34,10 +35,23 @@ export interface LlmSchedulerOptions {
 
 let nextSeq = 1;
 
-/** One request as a sequence: its generation, its timings, and how its responses go out. */
+/** The n sequences of one request: the request's last response goes out when the last of them ends. */
+interface Group {
+  size: number;
+  /** Sequences whose last response has not gone out. */
+  running: number;
+  /** Sequences not yet settled by the scheduler. */
+  unsettled: number;
+  /** An error (or cancellation) went out: the rest are dropped silently. */
+  failed: boolean;
+  failure?: 'BACKEND' | 'CANCELED';
+}
+
+/** One sequence of a request: its generation, its timings, and how its responses go out. */
 class Sequence implements EngineSequence {
   readonly id = nextSeq++;
   admittedNs = 0;
+  followers?: Sequence[];
   private lastTokenNs = 0;
   private promptText = '';
   private whole = '';
@@ -45,19 +59,32 @@ class Sequence implements EngineSequence {
 
   constructor(
     private readonly owner: LlmScheduler, readonly request: PendingRequest, readonly gen: Generation, readonly reserve: number,
-    promptText: string,
+    promptText: string, readonly group: Group,
   ) {
     this.promptText = gen.params.excludeInput ? '' : promptText;
   }
 
   get cancelled(): boolean {
-    return this.request.cancelled;
+    return this.request.cancelled || this.group.failed;
+  }
+
+  /** The response parameters that go with each piece: the choice's index, and logprobs when asked. */
+  private pieceParameters(final: boolean): Parameters | undefined {
+    const g = this.gen;
+    const p: Parameters = {};
+    if (this.group.size > 1) p.index = g.index;
+    if (g.params.logprobs !== undefined) p.logprobs = JSON.stringify(g.takeLogprobs().map((l) => this.owner.logprobJson(l)));
+    if (final) {
+      if (g.params.logprobs !== undefined) p.cumulative_logprob = g.cumulativeLogprob;
+    }
+    return Object.keys(p).length > 0 ? p : undefined;
   }
 
   accepted(acc: Accepted, first: boolean): void {
     const now = this.owner.ctx.clock.nowNs();
     const llm = this.owner.llm;
-    if (first) llm.firstToken(now - this.request.receivedNs, this.gen.prompt.length);
+    // A request's other choices share the first one's prompt run: its tokens count once.
+    if (first) llm.firstToken(now - this.request.receivedNs, this.gen.index === 0 ? this.gen.prompt.length : 0);
     else llm.interTokenGap(now - this.lastTokenNs);
     this.lastTokenNs = now;
     llm.tokens(1);
@@ -73,18 +100,25 @@ class Sequence implements EngineSequence {
       text = this.whole;
     }
     if (!acc.finish && text.length === 0) return;
-    const final = acc.finish !== undefined;
-    const parameters: Parameters | undefined = final
-      ? { finish_reason: acc.finish!, num_input_tokens: this.gen.prompt.length, num_output_tokens: this.gen.tokens.length }
-      : undefined;
+    if (this.group.failed) return;
+    const finish = acc.finish !== undefined;
+    const extra = this.pieceParameters(finish);
+    const parameters: Parameters | undefined = finish
+      ? { finish_reason: acc.finish!, num_input_tokens: this.gen.prompt.length, num_output_tokens: this.gen.tokens.length, ...extra }
+      : extra;
+    const final = finish && --this.group.running === 0;
     this.request.send({ outputs: [textTensor(text)], parameters }, final);
-    if (final) this.owner.finished(this, undefined);
+    if (finish) this.owner.finished(this, undefined);
   }
 
   dropped(err?: TsiError): void {
-    const e = err ?? new TsiError('CANCELLED', `${requestPrefix(this.request.id)}Request was cancelled`);
-    this.request.send(e, true);
-    this.owner.finished(this, err ? 'BACKEND' : 'CANCELED');
+    if (!this.group.failed) {
+      this.group.failed = true;
+      this.group.failure = err ? 'BACKEND' : 'CANCELED';
+      const e = err ?? new TsiError('CANCELLED', `${requestPrefix(this.request.id)}Request was cancelled`);
+      this.request.send(e, true);
+    }
+    this.owner.finished(this, this.group.failure);
   }
 
   /** Idempotent: the scheduler settles each sequence once. */
@@ -92,6 +126,17 @@ class Sequence implements EngineSequence {
     if (this.done) return false;
     this.done = true;
     return true;
+  }
+}
+
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+/** A token's text, or its bytes written \xNN when they are not whole UTF-8 (as OpenAI writes them). */
+function tokenText(bytes: Uint8Array): string {
+  try {
+    return UTF8.decode(bytes);
+  } catch {
+    return [...bytes].map((b) => `\\x${b.toString(16).padStart(2, '0')}`).join('');
   }
 }
 
@@ -115,9 +160,10 @@ export class LlmScheduler implements Scheduler {
         const s = this.queue.shift();
         if (s) {
           s.admittedNs = this.ctx.clock.nowNs();
+          for (const f of s.followers ?? []) f.admittedNs = s.admittedNs;
           this.ctx.stats.pending--;
           this.llm.waiting--;
-          this.llm.running++;
+          this.llm.running += s.group.size;
           this.gauges();
         }
         return s;
@@ -183,11 +229,31 @@ export class LlmScheduler implements Scheduler {
     }
     const maxTokens = Math.min(params.maxTokens ?? ctxLen - ids.length, ctxLen - ids.length);
     const reserve = ids.length + maxTokens;
-    if (!this.engines.some((e) => e.fits(reserve))) {
-      throw new TsiError('INVALID_ARG', `the request needs ${reserve} tokens of KV cache (${ids.length} in the prompt, ${maxTokens} for the completion), more than an instance of model '${this.ctx.modelName}' holds (${this.opts.limits.kvTokens}; config parameter kv_cache_bytes); lower max_tokens`);
+    const n = params.n;
+    if (n > 1 && !params.stream) {
+      throw new TsiError('INVALID_ARG', `parameter 'n' > 1 needs 'stream': true (generate_stream): each choice's responses carry its 'index'`);
     }
-    const gen = new Generation(this.opts.tokenizer, ids, params, maxTokens, this.opts.defaults.eosTokenIds);
-    return new Sequence(this, request, gen, reserve, prompt);
+    if (!this.engines.some((e) => e.fits(n * reserve))) {
+      throw new TsiError('INVALID_ARG', `the request needs ${n * reserve} tokens of KV cache (${n > 1 ? `${n} × ` : ''}${ids.length} in the prompt, ${maxTokens} for the completion), more than an instance of model '${this.ctx.modelName}' holds (${this.opts.limits.kvTokens}; config parameter kv_cache_bytes); lower max_tokens`);
+    }
+    const group: Group = { size: n, running: n, unsettled: n, failed: false };
+    const make = (i: number) => new Sequence(this, request, new Generation(this.opts.tokenizer, ids, params, maxTokens, this.opts.defaults.eosTokenIds, i), reserve, prompt, group);
+    const lead = make(0);
+    if (n > 1) lead.followers = Array.from({ length: n - 1 }, (_, i) => make(i + 1));
+    return lead;
+  }
+
+  /**
+   * One chosen token's log-probability as the responses carry it (JSON, per token): its id, text
+   * (bytes that are not whole UTF-8 shown as \\xNN), UTF-8 bytes, and the k likeliest tokens likewise.
+   */
+  logprobJson(l: TokenLogprob): unknown {
+    const tok = this.opts.tokenizer;
+    const one = (id: number, logprob: number) => {
+      const bytes = tok.tokenBytes(id, false);
+      return { token_id: id, token: tokenText(bytes), bytes: [...bytes], logprob: Number.isFinite(logprob) ? logprob : -9999 };
+    };
+    return { ...one(l.token, l.logprob), top_logprobs: l.top.map((t) => one(t.token, t.logprob)) };
   }
 
   /** The client went away: a queued sequence is answered now; a running one at the next step boundary. */
@@ -201,13 +267,20 @@ export class LlmScheduler implements Scheduler {
     this.queue.splice(i, 1);
     this.ctx.stats.pending--;
     this.llm.waiting--;
-    this.llm.running++; // finished() counts it down
-    seq.dropped();
+    this.llm.running += seq.group.size; // finished() counts them down
+    for (const s of [seq, ...(seq.followers ?? [])]) s.dropped();
   }
 
   /** A sequence's final response went out (or its request failed or was cancelled). */
   finished(seq: Sequence, failure: 'BACKEND' | 'CANCELED' | undefined): void {
     if (!seq.settle()) return;
+    this.llm.running--;
+    // The request's own statistics once, when its last sequence ends.
+    if (--seq.group.unsettled > 0) {
+      this.gauges();
+      return;
+    }
+    failure = seq.group.failure ?? failure;
     const { stats, clock } = this.ctx;
     const now = clock.nowNs();
     const total = now - seq.request.receivedNs;
@@ -218,7 +291,6 @@ export class LlmScheduler implements Scheduler {
       stats.recordSuccess(total, queue, { input: 0, infer: now - (seq.admittedNs || now), output: 0 }, clock.epochMs());
     }
     stats.inflight--;
-    this.llm.running--;
     this.gauges();
     if (--this.active === 0 && this.stopping) this.drained?.();
   }

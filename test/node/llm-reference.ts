@@ -16,7 +16,7 @@ export interface ReferenceDecoder {
    * Greedy output tokens of `prompt` (encoded as the server encodes it), at most `maxTokens`;
    * `ignoreEos` goes on past end-of-sequence; `onToken` sees each token as it is chosen.
    */
-  greedy(prompt: string, maxTokens: number, opts?: { ignoreEos?: boolean; onToken?: (id: number) => void }): Promise<number[]>;
+  greedy(prompt: string, maxTokens: number, opts?: { ignoreEos?: boolean; onToken?: (id: number, logits: Float32Array) => void; addSpecialTokens?: boolean }): Promise<number[]>;
   release(): Promise<void>;
 }
 
@@ -43,7 +43,7 @@ export async function referenceDecoder(modelDir: string, threads = 1): Promise<R
   return {
     tokenizer,
     async greedy(prompt, maxTokens, opts = {}) {
-      const ids = tokenizer.encode(prompt);
+      const ids = tokenizer.encode(prompt, { addSpecialTokens: opts.addSpecialTokens });
       const past: Record<string, ort.Tensor> = {};
       for (let l = 0; l < layers; l++) {
         past[`past_key_values.${l}.key`] = new ort.Tensor('float32', new Float32Array(0), [1, H, 0, D]);
@@ -68,7 +68,9 @@ export async function referenceDecoder(modelDir: string, threads = 1): Promise<R
         }
         const next = argmaxLast(res.logits!);
         out.push(next);
-        opts.onToken?.(next);
+        const V = res.logits!.dims[2]!;
+        const o = (res.logits!.dims[1]! - 1) * V;
+        opts.onToken?.(next, (res.logits!.data as Float32Array).slice(o, o + V));
         if (next === hf.eos_token_id && !opts.ignoreEos) break;
         input = [next];
       }
