@@ -7,6 +7,7 @@
  */
 
 import { TsiError, invalidArg } from './errors.js';
+import { parseInferJson, stringifyJson } from './json-exact.js';
 import type { ModelConfig } from './model-config.js';
 import { configTypeToDatatype } from './config.js';
 import {
@@ -85,7 +86,7 @@ export function decodeInferRequest(
   }
   let header: unknown;
   try {
-    header = JSON.parse(utf8.decode(body.subarray(0, jsonEnd)));
+    header = parseInferJson(utf8.decode(body.subarray(0, jsonEnd)));
   } catch (err) {
     throw invalidArg(`failed to parse the request JSON buffer: ${(err as Error).message}`);
   }
@@ -291,7 +292,8 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
       const bytes = toBytes(t.data);
       params.binary_data_size = byteSize(t.data);
       binaries.push(bytes);
-    } else if (t.data.length > JSON_CHUNK) {
+    } else if (t.data.length > JSON_CHUNK || t.datatype === 'INT64' || t.datatype === 'UINT64') {
+      // 64-bit integers always through jsonDataText, which writes them exactly.
       data = jsonDataText(t.datatype, t.data);
       chunked = true;
     } else {
@@ -304,30 +306,30 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
   if (resp.id !== undefined && resp.id !== '') head.id = resp.id;
   head.model_name = resp.model_name;
   head.model_version = resp.model_version;
-  if (resp.parameters) head.parameters = jsonSafe(resp.parameters);
+  if (resp.parameters) head.parameters = resp.parameters;
   let texts: string[];
   if (!chunked) {
     head.outputs = outputs.map((x) => x.o);
-    texts = [JSON.stringify(head)];
+    texts = [stringifyJson(head)];
   } else {
     // A placeholder last member, cut off again: `…,"outputs":` followed by the array written here.
     head.outputs = 0;
-    let text = `${JSON.stringify(head).slice(0, -2)}[`;
+    let text = `${stringifyJson(head).slice(0, -2)}[`;
     texts = [];
     outputs.forEach(({ o, data }, i) => {
       if (i > 0) text += ',';
       if (!data) {
-        text += JSON.stringify(o);
+        text += stringifyJson(o);
         return;
       }
       // `data` goes between shape and parameters, where the object above would have had it.
       const { parameters, ...rest } = o;
-      text += `${JSON.stringify(rest).slice(0, -1)},"data":${data[0]!}`;
+      text += `${stringifyJson(rest).slice(0, -1)},"data":${data[0]!}`;
       for (let k = 1; k < data.length; k++) {
         texts.push(text);
         text = data[k]!;
       }
-      text += parameters ? `,"parameters":${JSON.stringify(parameters)}}` : '}';
+      text += parameters ? `,"parameters":${stringifyJson(parameters)}}` : '}';
     });
     texts.push(`${text}]}`);
   }
@@ -335,12 +337,6 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
   let headerLength = 0;
   for (const s of texts) headerLength += utf8Length(s);
   return { parts: [...texts, ...binaries], headerLength, contentType: 'application/octet-stream' };
-}
-
-function jsonSafe(p: Parameters): Record<string, string | number | boolean> {
-  const out: Record<string, string | number | boolean> = {};
-  for (const [k, v] of Object.entries(p)) putEntry(out, k, typeof v === 'bigint' ? Number(v) : v);
-  return out;
 }
 
 /** `{"error": "..."}` with a TsiError's message. */
