@@ -201,9 +201,22 @@ output [ ${io('Y', 'TYPE_FP32', dims)} ]
       files[`cfg_${name}/1/model.onnx`] = identity(shape);
       files[`cfg_${name}/config.pbtxt`] = explicit(`cfg_${name}`, mbs === 0 ? 0 : 8, `[ ${dims.join(', ')} ]`);
     }
+    // A ragged input has no batch dimension in the model, which sees the batch's elements end to end.
+    const g = new GraphBuilder('ragged_sum');
+    const total = g.op('ReduceSum', [g.input('X', 'FLOAT', ['n'])], { keepdims: 1 });
+    g.op('Reshape', [total, g.initializer('rows', 'INT64', [2], BigInt64Array.of(-1n, 1n))], undefined, g.output('Y', 'FLOAT', ['b', 1]));
+    files['ragged_sum/1/model.onnx'] = g.encode();
+    files['ragged_sum/config.pbtxt'] = `name: "ragged_sum"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]\noutput [ ${io('Y', 'TYPE_FP32', '[ 1 ]')} ]\n`;
     repo = tempRepo(files);
     server = await startTestServer({ modelRepositories: [repo.path] });
   }, 120_000);
+
+  it('a ragged input without a batch dimension in the model loads and answers', async () => {
+    const r = await postJson(`${server.url}/v2/models/ragged_sum/infer`, { inputs: [{ name: 'X', shape: [1, 5], datatype: 'FP32', data: [1, 2, 3, 4, 5] }] });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body.outputs[0]).toMatchObject({ shape: [1, 1], data: [15] });
+  });
   afterAll(async () => {
     await server?.stop();
     repo?.cleanup();
