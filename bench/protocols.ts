@@ -6,7 +6,7 @@
  *   - gRPC req/s ÷ HTTP req/s on `simple` at 8 and 64 in flight, and on a 4 MB FP32 tensor (target ≥ 1.0, ≥ 1.2);
  *   - `tsi-node perf` ÷ wrk and ÷ h2load on `simple` at concurrency 8 (target 0.8–1.2);
  *   - encoding a 265,000-element FP32 JSON output ÷ JSON.stringify of the same numbers (target ≤ 1.2),
- *     and decoding one from a JSON request ÷ JSON.parse of its text;
+ *     and decoding one from a JSON request ÷ JSON.parse of its text (and 265,000 INT64 past 2^53, read exactly);
  * and, from bench/protocols-served.ts, on the same server:
  *   - large: a 4 MB and a 64 MB FP32 identity over HTTP binary, gRPC raw contents and system shared
  *     memory in MB/s against a memcpy (target for 64 MB over shared memory: ≤ 1.2× memcpy); keep
@@ -150,13 +150,18 @@ const f = (x: number, d = 2) => x.toFixed(d);
  * encoding an answer vs JSON.stringify of them, decoding a request vs JSON.parse of its text. Best of
  * interleaved repetitions (the least disturbed by other work on the host).
  */
-function jsonRatio(): { codecMs: number; stringifyMs: number; decodeMs: number; parseMs: number } {
+function jsonRatio(): { codecMs: number; stringifyMs: number; decodeMs: number; parseMs: number; wideMs: number; wideParseMs: number } {
   const data = new Float32Array(265_000);
   for (let i = 0; i < data.length; i++) data[i] = Math.sin(i) * 100;
   const numbers = Array.from(data);
   const resp = { model_name: 'm', model_version: '1', outputs: [{ name: 'OUT', datatype: 'FP32' as const, shape: [1, 265_000], data }] };
   const request = new TextEncoder().encode(JSON.stringify({ inputs: [{ name: 'IN', datatype: 'FP32', shape: [1, 265_000], data: numbers }] }));
   const config = () => ({ name: 'm' });
+  // INT64 values past 2^53: read a second time, exactly (core/json-exact.ts).
+  const wideText = `{"inputs":[{"name":"IN","datatype":"INT64","shape":[265000],"data":[${Array.from({ length: 265_000 }, (_, i) => 2n ** 60n + BigInt(i)).join(',')}]}]}`;
+  const wide = new TextEncoder().encode(wideText);
+  let wideMs = Infinity;
+  let wideParseMs = Infinity;
   let codecMs = Infinity;
   let stringifyMs = Infinity;
   let decodeMs = Infinity;
@@ -174,8 +179,15 @@ function jsonRatio(): { codecMs: number; stringifyMs: number; decodeMs: number; 
     t = performance.now();
     JSON.parse(new TextDecoder().decode(request));
     parseMs = Math.min(parseMs, performance.now() - t);
+    if (r % 3 !== 0) continue;
+    t = performance.now();
+    decodeInferRequest(wide, undefined, 'm', undefined, config);
+    wideMs = Math.min(wideMs, performance.now() - t);
+    t = performance.now();
+    JSON.parse(new TextDecoder().decode(wide));
+    wideParseMs = Math.min(wideParseMs, performance.now() - t);
   }
-  return { codecMs, stringifyMs, decodeMs, parseMs };
+  return { codecMs, stringifyMs, decodeMs, parseMs, wideMs, wideParseMs };
 }
 
 const repo = join(work, 'models');
@@ -265,6 +277,7 @@ const lines = [
   ...simpleRows,
   `| 265,000 FP32 as a JSON answer / JSON.stringify of the numbers, ms | ${f(json.codecMs)} / ${f(json.stringifyMs)} | ${f(json.codecMs / json.stringifyMs)} | ≤ 1.2 |`,
   `| 265,000 FP32 from a JSON request / JSON.parse of its text, ms | ${f(json.decodeMs)} / ${f(json.parseMs)} | ${f(json.decodeMs / json.parseMs)} | |`,
+  `| 265,000 INT64 past 2^53 from a JSON request (exact) / JSON.parse of its text, ms | ${f(json.wideMs)} / ${f(json.wideParseMs)} | ${f(json.wideMs / json.wideParseMs)} | |`,
   ...extra,
 ];
 process.stdout.write(`${lines.join('\n')}\n`);

@@ -10,6 +10,7 @@ import { clientError, InferenceServerError } from './errors.js';
 import { base64, dropNulls, indexEntry, modelMetadata, modelStatistics, shmRegion } from './normalize.js';
 import { InferResult, normalizeInput, nowNs, outputFromBytes, outputFromJson, requestParameters, tensorBytes, type WireInput } from './tensor.js';
 import { concatBytes, decodeString } from '../core/tensor.js';
+import { parseInferJson, parseJson, stringifyJson } from '../core/json-exact.js';
 import type { DataType, OutputTensor, Parameters, TensorData } from '../core/types.js';
 import type {
   CallOptions, InferenceClient, InferInputSpec, InferOptions, LoadModelOptions, LogSettings, ModelConfig, ModelMetadata,
@@ -106,13 +107,14 @@ export class HttpClient implements InferenceClient {
     return resp;
   }
 
-  private async json<T>(method: Method, path: string, body?: unknown, opts?: CallOptions, compressible = true): Promise<T> {
+  /** `parse` is parseJson where the answer may carry 64-bit integers (generate); statistics and the rest stay plain numbers. */
+  private async json<T>(method: Method, path: string, body?: unknown, opts?: CallOptions, compressible = true, parse: (text: string) => unknown = JSON.parse): Promise<T> {
     const headers: Record<string, string> = body === undefined ? {} : { 'Content-Type': 'application/json' };
-    const resp = await this.send(method, path, body === undefined ? undefined : JSON.stringify(body), opts, headers, undefined, compressible);
+    const resp = await this.send(method, path, body === undefined ? undefined : stringifyJson(body), opts, headers, undefined, compressible);
     const text = await resp.text();
     if (text === '') return undefined as T;
     try {
-      return JSON.parse(text) as T;
+      return parse(text) as T;
     } catch {
       throw new InferenceServerError({ source: 'http', status: resp.status, message: `${path}: the server's answer is not JSON: ${text.slice(0, 200)}` });
     }
@@ -169,18 +171,18 @@ export class HttpClient implements InferenceClient {
 
   /** The provisional `generate` extension: one JSON object in, one out (never compressed: Triton takes identity only). */
   generate(model: string, body: Record<string, unknown>, opts: CallOptions & { version?: string | number } = {}): Promise<Record<string, unknown>> {
-    return this.json('POST', `${modelPath(model, opts.version)}/generate`, body, opts, false);
+    return this.json('POST', `${modelPath(model, opts.version)}/generate`, body, opts, false, parseJson);
   }
 
   /** `generate_stream`: yields each server-sent event's JSON; an `{"error": ...}` event throws. */
   async *generateStream(model: string, body: Record<string, unknown>, opts: CallOptions & { version?: string | number } = {}): AsyncGenerator<Record<string, unknown>> {
-    const resp = await this.send('POST', `${modelPath(model, opts.version)}/generate_stream`, JSON.stringify(body), opts, {
+    const resp = await this.send('POST', `${modelPath(model, opts.version)}/generate_stream`, stringifyJson(body), opts, {
       'Content-Type': 'application/json', Accept: 'text/event-stream',
     }, undefined, false);
     for await (const data of sseEvents(resp)) {
       let v: unknown;
       try {
-        v = JSON.parse(data);
+        v = parseJson(data);
       } catch {
         throw new InferenceServerError({ source: 'http', status: resp.status, message: `generate_stream: event is not JSON: ${data.slice(0, 200)}` });
       }
@@ -284,17 +286,6 @@ async function compress(data: Uint8Array, format: 'gzip' | 'deflate'): Promise<U
   return new Uint8Array(await new Response(stream).arrayBuffer());
 }
 
-/** JSON text where bigint values are written as exact integer literals (JSON.stringify rejects them). */
-export function stringifyJson(v: unknown): string {
-  let big = false;
-  const s = JSON.stringify(v, (_k, x) => {
-    if (typeof x !== 'bigint') return x;
-    big = true;
-    return `@@tsi-bigint:${x}@@`;
-  });
-  return big ? s.replace(/"@@tsi-bigint:(-?\d+)@@"/g, '$1') : s;
-}
-
 function jsonValues(dt: DataType, data: TensorData): unknown[] {
   if (dt === 'BYTES') return (data as Uint8Array[]).map(decodeString);
   if (dt === 'BOOL') return Array.from(data as Uint8Array, (v) => v !== 0);
@@ -363,7 +354,7 @@ export function decodeInferResponse(raw: Uint8Array, headerLength: string | null
   }
   let head: Record<string, unknown>;
   try {
-    head = JSON.parse(decodeString(raw.subarray(0, jsonLen))) as Record<string, unknown>;
+    head = parseInferJson(decodeString(raw.subarray(0, jsonLen))) as Record<string, unknown>;
   } catch (err) {
     throw clientError(`the infer response is not valid JSON: ${(err as Error).message}`);
   }

@@ -155,7 +155,9 @@ export function checkConfigAgainstModel(cfg: ModelConfig, io: ModelIoInfo, model
         throw errorAt(cfg, `${at}.data_type`, `unable to load model '${name}, unexpected datatype ${shown} for ${key} '${t.name}', expecting ${t.data_type ?? 'TYPE_INVALID'}`);
       }
       const dims = t.reshape ? (t.reshape.shape ?? []) : (t.dims ?? []);
-      const problem = compareDims(name, t.name ?? '', modelShape(m.shape), dims, mbs, exact);
+      // A ragged input has no batch dimension in the model: it sees the batch's elements end to end.
+      const ragged = key === 'input' && (t as ModelInput).allow_ragged_batch === true;
+      const problem = compareDims(name, t.name ?? '', modelShape(m.shape), dims, ragged ? 0 : mbs, exact);
       if (problem) throw errorAt(cfg, t.reshape ? `${at}.reshape` : `${at}.dims`, problem);
     });
   }

@@ -44,6 +44,9 @@ interface StepPlan {
   outputNames: string[];
   outputIds: number[];
   decoupled: boolean;
+  /** Whether the composing model batches (max_batch_size > 0), and its config dims per input. */
+  batching: boolean;
+  inputDims: (readonly number[])[];
 }
 
 interface Plan {
@@ -60,6 +63,11 @@ interface Plan {
   sources: number[];
   maxInflight: number;
   decoupled: boolean;
+  /** Tensor id → whether its writer (a step, or the ensemble's own request) batches. */
+  batched: boolean[];
+  /** Tensor id → the ensemble output's config dims (undefined for internal tensors). */
+  outputDims: (readonly number[] | undefined)[];
+  ensembleBatching: boolean;
   /** The ensemble's outputs in config order (validation's order when a request names none). */
   outputNames: string[];
   /** Pruning for requests that want every output (the usual case), computed once. */
@@ -128,6 +136,8 @@ function buildPlan(cfg: ModelConfig, stepConfigs: readonly ModelConfig[], decoup
       inputNames: inputs.map(([i]) => i), inputIds: inputs.map(([, t]) => id(t)),
       outputNames: outputs.map(([o]) => o), outputIds: outputs.map(([, t]) => id(t)),
       decoupled: stepConfigs[index]?.model_transaction_policy?.decoupled === true,
+      batching: (stepConfigs[index]?.max_batch_size ?? 0) > 0,
+      inputDims: inputs.map(([i]) => stepConfigs[index]?.input?.find((x) => x.name === i)?.dims ?? []),
     };
   });
   for (let t = 0; t < tensorNames.length; t++) {
@@ -144,12 +154,32 @@ function buildPlan(cfg: ModelConfig, stepConfigs: readonly ModelConfig[], decoup
     for (const t of step.outputIds) producer[t] = step.index;
   }
   const outputNames = (cfg.output ?? []).map((o) => o.name!);
+  const ensembleBatching = (cfg.max_batch_size ?? 0) > 0;
+  const batched = producer.map((p) => (p < 0 ? ensembleBatching : steps[p]!.batching));
+  const outputDims = tensorNames.map((n) => cfg.output?.find((o) => o.name === n)?.dims);
   const plan = {
-    name: cfg.name ?? '', steps, tensorNames, tensorIds, consumers, producer, decoupled, outputNames,
+    name: cfg.name ?? '', steps, tensorNames, tensorIds, consumers, producer, decoupled, outputNames, batched, outputDims, ensembleBatching,
     sources: sources.filter((t) => producer[t]! < 0),
     maxInflight: cfg.ensemble_scheduling?.max_inflight_requests ?? 0,
   };
   return { ...plan, full: prune(plan, outputNames.map(id)) };
+}
+
+/** Same rank, and every dim equal where neither side is a wildcard (-1). */
+function dimsMatch(config: readonly number[], dims: readonly number[]): boolean {
+  return config.length === dims.length && config.every((d, i) => d === -1 || dims[i] === -1 || d === dims[i]);
+}
+
+/**
+ * A tensor's shape for its reader when one side batches and the other does not, as Triton's ensemble
+ * scheduler shapes it (ReshapeTensorDims): a non-batched tensor that matches a batching reader's dims
+ * gains a batch of 1; a batched tensor of batch 1 that does not fit a non-batching reader as it is loses
+ * its batch dimension. `batch` is the writer's batch size, 0 when it does not batch.
+ */
+function reshapeDims(config: readonly number[], readerBatches: boolean, batch: number, dims: number[]): number[] {
+  if (readerBatches === (batch !== 0)) return dims;
+  if (readerBatches) return dimsMatch(config, dims) ? [1, ...dims] : dims;
+  return !dimsMatch(config, dims) && batch === 1 ? dims.slice(1) : dims;
 }
 
 /** The `ensemble` backend; core registers it on every server. */
@@ -395,7 +425,10 @@ class EnsembleRun {
     const ids = step.inputIds;
     for (let i = 0; i < ids.length; i++) {
       const t = this.get(ids[i]!, iter);
-      if (t) inputs.push({ name: step.inputNames[i]!, datatype: t.datatype, shape: t.shape, data: t.data });
+      if (t) {
+        const shape = reshapeDims(step.inputDims[i]!, step.batching, this.plan.batched[ids[i]!]! ? t.shape[0] ?? 0 : 0, t.shape);
+        inputs.push({ name: step.inputNames[i]!, datatype: t.datatype, shape, data: t.data });
+      }
       this.release(ids[i]!, iter);
     }
     const req = {
@@ -454,7 +487,9 @@ class EnsembleRun {
     for (let i = 0; i < ids.length; i++) {
       const t = this.get(ids[i]!, iter);
       if (!t) return;
-      outputs.push(t);
+      const { batched, outputDims, ensembleBatching } = this.plan;
+      const shape = reshapeDims(outputDims[ids[i]!] ?? t.shape, ensembleBatching, batched[ids[i]!]! ? t.shape[0] ?? 0 : 0, t.shape);
+      outputs.push(shape === t.shape ? t : { ...t, shape });
     }
     if (this.emitted) {
       this.emitted[iter] = true;

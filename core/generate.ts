@@ -17,6 +17,7 @@ import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
 import { configTypeToDatatype } from './config.js';
 import type { InferenceServer } from './server.js';
 import { fromJsonValues, toJsonValues } from './tensor.js';
+import { parseJson, stringifyJson } from './json-exact.js';
 import { putEntry, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue } from './types.js';
 import { SSE_HEADERS, SseStream } from './sse.js';
 
@@ -42,7 +43,7 @@ export function generateRequest(server: InferenceServer, model: string, version:
   const take = (key: string, value: unknown) => {
     const cfg = meta.get(key);
     if (!cfg) {
-      if (typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number') putEntry<ParamValue>(parameters, key, value);
+      if (typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number' || typeof value === 'bigint') putEntry<ParamValue>(parameters, key, value);
       else throw invalidArg(`parameter '${key}' of the generate request must be a string, number or boolean`);
       return;
     }
@@ -87,7 +88,7 @@ function fitShape(dims: number[], count: number, name: string): number[] {
 export function generateResponseJson(r: InferResponse): Record<string, unknown> {
   const out: Record<string, unknown> = { model_name: r.model_name, model_version: r.model_version };
   if (r.id) out.id = r.id;
-  for (const [k, v] of Object.entries(r.parameters ?? {})) out[k] = typeof v === 'bigint' ? Number(v) : v;
+  for (const [k, v] of Object.entries(r.parameters ?? {})) out[k] = v;
   for (const t of r.outputs) {
     const values = toJsonValues(t.datatype, t.data);
     out[t.name] = values.length === 1 ? values[0] : values;
@@ -105,17 +106,17 @@ const INDEX_KEY = /^(?:0|[1-9]\d*)$/;
 function generateResponseText(r: InferResponse): string {
   const fields = new Map<string, unknown>([['model_name', r.model_name], ['model_version', r.model_version]]);
   if (r.id) fields.set('id', r.id);
-  for (const [k, v] of Object.entries(r.parameters ?? {})) fields.set(k, typeof v === 'bigint' ? Number(v) : v);
+  for (const [k, v] of Object.entries(r.parameters ?? {})) fields.set(k, v);
   for (const t of r.outputs) {
     const values = toJsonValues(t.datatype, t.data);
     fields.set(t.name, values.length === 1 ? values[0] : values);
   }
   const keys = [...fields.keys()];
-  if (keys.some((k) => INDEX_KEY.test(k))) return JSON.stringify(generateResponseJson(r));
+  if (keys.some((k) => INDEX_KEY.test(k))) return stringifyJson(generateResponseJson(r));
   let text = '';
   for (const k of keys.sort()) {
     // JSON.stringify leaves out what it cannot write (undefined), key and all.
-    const v = JSON.stringify(fields.get(k));
+    const v = stringifyJson(fields.get(k));
     if (v !== undefined) text += `${text ? ',' : '{'}${JSON.stringify(k)}:${v}`;
   }
   return text ? `${text}}` : '{}';
@@ -141,7 +142,8 @@ async function readRequest(server: InferenceServer, req: Request, model: string,
   }
   let body: unknown;
   try {
-    body = JSON.parse(new TextDecoder().decode(raw));
+    // A value past 2^53 (a 64-bit input, a parameter) is read exactly.
+    body = parseJson(new TextDecoder().decode(raw));
   } catch (err) {
     throw invalidArg(`failed to parse the request JSON buffer: ${(err as Error).message}`);
   }

@@ -257,6 +257,7 @@ export class ModelRepository {
           name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server, cache: this.opts.cache,
           metrics: this.opts.metrics, rateLimiter: this.opts.rateLimiter,
         });
+        if (config.platform === 'ensemble') this.completeEnsembleLabels(mv);
         loaded.set(v, mv);
         log.info(`successfully loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);
       } catch (err) {
@@ -447,6 +448,28 @@ export class ModelRepository {
    * The version a request addresses: a given version, or the highest READY one. Error texts are
    * Triton's ("Request for unknown model: ...").
    */
+  /**
+   * An ensemble output without a label file of its own takes the labels of the composing model's
+   * output that produces it, as Triton completes an ensemble's label provider when it loads (its
+   * composing models are loaded first), so `classification` on the ensemble names the classes.
+   */
+  private completeEnsembleLabels(mv: ModelVersion): void {
+    for (const out of mv.config.output ?? []) {
+      if (!out.name || mv.labels.has(out.name)) continue;
+      for (const step of mv.config.ensemble_scheduling?.step ?? []) {
+        const key = Object.entries(step.output_map ?? {}).find(([, tensor]) => tensor === out.name)?.[0];
+        if (key === undefined) continue;
+        let labels: string[] | undefined;
+        try {
+          labels = this.get(step.model_name ?? '', String(step.model_version ?? -1)).labels.get(key);
+        } catch {
+          // Not loaded: the ensemble's own load reports that.
+        }
+        if (labels) mv.labels.set(out.name, labels);
+      }
+    }
+  }
+
   get(name: string, version?: string): ModelVersion {
     const e = this.models.get(name);
     if (!e || (e.versions.size === 0 && e.unavailable.size === 0 && !e.error && e.state !== 'LOADING' && e.parked === undefined)) {

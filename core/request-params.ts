@@ -40,7 +40,8 @@ export function jsonKinds(v: unknown): number {
       return k;
     }
     case 'bigint': {
-      let k = 0;
+      // An integer literal read exactly (json-exact.ts) is still a JSON number, as a double would read it.
+      let k = DOUBLE;
       if (v >= 0n && v < 1n << 64n) k |= UINT64;
       if (v >= -(1n << 63n) && v < 1n << 63n) k |= INT64;
       return k;

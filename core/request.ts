@@ -263,6 +263,8 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
   const reqInputs = req.inputs;
   for (let i = 0; i < reqInputs.length; i++) {
     const t = reqInputs[i]!;
+    // Triton's texts (infer_request.cc); the model named after them so a startswith match still holds.
+    if (inputs.has(t.name)) throw fail(req, `input '${t.name}' already exists in request (model '${modelName}')`);
     const rule = rules.get(t.name);
     if (!rule) {
       if (opts.internalInputs?.has(t.name)) {
@@ -270,7 +272,6 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
       }
       throw fail(req, `unexpected inference input '${t.name}' for model '${modelName}'`);
     }
-    if (inputs.has(t.name)) throw fail(req, `input '${t.name}' is specified more than once for model '${modelName}'`);
     const expected = rule.datatype;
     if (t.datatype !== expected) {
       throw fail(req, `inference input '${t.name}' data-type is '${t.datatype}', but model '${modelName}' expects '${expected}'`);
@@ -338,8 +339,8 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
   if (req.outputs && req.outputs.length > 0) {
     requestedOutputs = [];
     for (const o of req.outputs) {
+      if (requestedOutputs.includes(o.name)) throw fail(req, `output '${o.name}' already exists in request (model '${modelName}')`);
       if (!outputNames.has(o.name)) throw fail(req, `unexpected inference output '${o.name}' for model '${modelName}'`);
-      if (requestedOutputs.includes(o.name)) throw fail(req, `output '${o.name}' is requested more than once for model '${modelName}'`);
       const cls = o.parameters?.classification;
       if (cls !== undefined && !(typeof cls === 'number' && Number.isInteger(cls) && cls > 0)) {
         throw fail(req, `output '${o.name}': 'classification' must be a positive integer, got ${quoted(cls)}`);

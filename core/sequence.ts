@@ -172,15 +172,16 @@ export class SequenceBatcher implements Scheduler {
 
   enqueue(r: PendingRequest): void {
     const { clock, stats, log } = this.ctx;
+    // Triton's sequence batcher texts carry no request-id prefix (clients match them with startswith).
     const prefix = requestPrefix(r.id);
     const fail = (e: TsiError) => r.send(e, true);
     if (this.stopping) return fail(new TsiError('UNAVAILABLE', STOPPING_MESSAGE));
     const flags = r.sequence;
     if (!flags || flags.id === 0n || flags.id === '') {
-      return fail(invalidArg(`${prefix}inference request to model '${this.model}' must specify a non-zero or non-empty correlation ID`));
+      return fail(invalidArg(`inference request to model '${this.model}' must specify a non-zero or non-empty correlation ID`));
     }
     if (r.batchSize !== 1) {
-      return fail(invalidArg(`${prefix}inference request to model '${this.model}' must specify batch-size 1 due to requirements of sequence batcher`));
+      return fail(invalidArg(`inference request to model '${this.model}' must specify batch-size 1 due to requirements of sequence batcher`));
     }
     const corrid = this.controls.find((c) => c.kind === 'CORRID');
     if (corrid && typeof flags.id === 'string' && corrid.datatype !== 'BYTES') {
@@ -190,7 +191,7 @@ export class SequenceBatcher implements Scheduler {
     let seq = this.seqs.get(key);
     if (this.closing && (flags.start || !seq)) return fail(new TsiError('UNAVAILABLE', STOPPING_MESSAGE));
     if (!flags.start && !seq) {
-      return fail(invalidArg(`${prefix}inference request for sequence ${flags.id} to model '${this.model}' must specify the START flag on the first request of the sequence`));
+      return fail(invalidArg(`inference request for sequence ${flags.id} to model '${this.model}' must specify the START flag on the first request of the sequence`));
     }
     const now = clock.nowNs();
     if (flags.start) {

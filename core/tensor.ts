@@ -211,6 +211,11 @@ function numbersFromJson(dt: Exclude<DataType, 'BYTES' | 'BOOL' | 'FP16' | 'BF16
     const v = values[i];
     if (typeof v !== 'number' || (isInt && !Number.isInteger(v))) {
       if (Array.isArray(v)) return undefined;
+      // An integer literal past 2^53 read exactly (json-exact.ts): a number to a float tensor.
+      if (typeof v === 'bigint' && !isInt) {
+        out[i] = Number(v);
+        continue;
+      }
       throw invalidArg(`${what}: element ${i} is ${describeValue(v)}, expected ${isInt ? 'an integer' : 'a number'} for datatype ${dt}`);
     }
     if (v < lo || v > hi) throw invalidArg(`${what}: element ${i} is ${describeValue(v)}, expected a value in [${lo}, ${hi}] for datatype ${dt}`);
@@ -224,16 +229,21 @@ const INT_RANGE: Partial<Record<DataType, [number, number]>> = {
   UINT32: [0, 4294967295], INT32: [-2147483648, 2147483647],
 };
 
-/** JSON-ready flat values: numbers (64-bit ints as numbers, as Triton prints them), booleans, strings. */
+/**
+ * JSON-ready flat values: numbers, booleans, strings; a 64-bit integer past 2^53 stays a bigint, which
+ * stringifyJson (json-exact.ts) writes as the exact integer Triton prints.
+ */
 export function toJsonValues(dt: DataType, data: TensorData): unknown[] {
   if (dt === 'BYTES') return (data as Uint8Array[]).map(decodeString);
   if (dt === 'BOOL') return Array.from(data as Uint8Array, (v) => v !== 0);
-  if (dt === 'INT64' || dt === 'UINT64') return Array.from(data as BigInt64Array, (v) => Number(v));
+  if (dt === 'INT64' || dt === 'UINT64') return Array.from(data as BigInt64Array, (v) => (v >= -MAX_SAFE && v <= MAX_SAFE ? Number(v) : v));
   if (dt === 'FP16' || dt === 'BF16') {
     throw invalidArg(`sending ${dt} data via JSON is not supported. Please use the binary data format for output tensors`);
   }
   return Array.from(data as Float32Array);
 }
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 
 /** Elements a numeric `data` array is written in at a time (32 KiB of doubles: young-generation sized). */
 export const JSON_CHUNK = 4096;
@@ -241,7 +251,7 @@ export const JSON_CHUNK = 4096;
 const scratch: number[] = [];
 
 /**
- * `JSON.stringify(toJsonValues(dt, data))`, byte for byte, as pieces to send back to back (one piece up
+ * `stringifyJson(toJsonValues(dt, data))`, byte for byte, as pieces to send back to back (one piece up
  * to JSON_CHUNK elements). A numeric tensor is never copied whole into a JS array: JSON.stringify,
  * whose number formatting is the cost that remains, sees one small reused array at a time, and
  * the pieces need not be joined into one string before they are written.
@@ -254,11 +264,16 @@ export function jsonDataText(dt: DataType, data: TensorData): string[] {
   const out: string[] = [];
   for (let start = 0; start < n || start === 0; start += JSON_CHUNK) {
     const end = Math.min(n, start + JSON_CHUNK);
-    // Shrunk, never grown by `length` (that would make it holey, which JSON.stringify walks slowly).
-    if (scratch.length > end - start) scratch.length = end - start;
-    if (big) for (let i = start; i < end; i++) scratch[i - start] = Number((values as BigInt64Array)[i]!);
-    else for (let i = start; i < end; i++) scratch[i - start] = (values as Float32Array)[i]!;
-    const text = JSON.stringify(scratch);
+    let text: string;
+    if (big) {
+      // A bigint array's join writes every value exactly, as decimal integers: the JSON form.
+      text = `[${(values as BigInt64Array).subarray(start, end).join(',')}]`;
+    } else {
+      // Shrunk, never grown by `length` (that would make it holey, which JSON.stringify walks slowly).
+      if (scratch.length > end - start) scratch.length = end - start;
+      for (let i = start; i < end; i++) scratch[i - start] = (values as Float32Array)[i]!;
+      text = JSON.stringify(scratch);
+    }
     // "[a,b]" "[c,d]" → "[a,b" ",c,d]"
     if (start === 0) out.push(end === n ? text : text.slice(0, -1));
     else out.push(`,${end === n ? text.slice(1) : text.slice(1, -1)}`);

@@ -7,6 +7,8 @@
  */
 
 import { TsiError, invalidArg } from './errors.js';
+import { parseInferJson, stringifyJson } from './json-exact.js';
+import { requestPrefix } from './request.js';
 import type { ModelConfig } from './model-config.js';
 import { configTypeToDatatype } from './config.js';
 import {
@@ -85,7 +87,7 @@ export function decodeInferRequest(
   }
   let header: unknown;
   try {
-    header = JSON.parse(utf8.decode(body.subarray(0, jsonEnd)));
+    header = parseInferJson(utf8.decode(body.subarray(0, jsonEnd)));
   } catch (err) {
     throw invalidArg(`failed to parse the request JSON buffer: ${(err as Error).message}`);
   }
@@ -128,6 +130,7 @@ export function decodeInferRequest(
       if (k !== 'binary_data_size' && k !== 'shared_memory_region' && k !== 'shared_memory_offset' && k !== 'shared_memory_byte_size') putEntry(rest, k, params[k]!);
     }
     if (raw.data !== undefined) {
+      if (count > 2 ** 50 && dt !== 'BYTES') byteSizeFits(name, shape, elementSize(dt));
       inputs.push({ name, datatype: dt, shape, data: fromJsonValues(dt, raw.data, `${what} for model '${model}'`), parameters: rest });
     } else if (binSize !== undefined) {
       if (offset + binSize > body.byteLength) {
@@ -204,22 +207,37 @@ export function decodeInferRequest(
   return { request, encoding, shmInputs, shmOutputs };
 }
 
+const INT64_MAX = (1n << 63n) - 1n;
+
+/** Triton's check that a JSON input's byte size fits int64 (its text); shapes this big are rare. */
+function byteSizeFits(name: string, shape: readonly number[], size: number): void {
+  const count = shape.reduce((n, d) => n * BigInt(d), 1n);
+  if (size > 1 && count > INT64_MAX / BigInt(size)) {
+    throw invalidArg(`byte size overflow for input '${name}': element count (${count}) * data type size (${size}) exceeds maximum allowed size (${INT64_MAX})`);
+  }
+}
+
 /** Triton's raw binary request: the body is the single input's bytes; batch 1; outputs binary. */
 function decodeRawBinary(body: Uint8Array, modelName: string, modelVersion: string | undefined, config: ModelConfig): DecodedRequest {
+  // Triton's texts (infer_request.cc), with its request-id prefix: a raw request has no id.
+  const prefix = requestPrefix(undefined);
   const ins = config.input ?? [];
   if (ins.length !== 1) {
-    throw invalidArg(`raw binary request requires the model to have exactly 1 input, model '${modelName}' has ${ins.length}`);
+    throw invalidArg(`${prefix}Raw request must only have 1 input (found 1) to be deduced but got ${ins.length} inputs in '${modelName}' model configuration`);
   }
   const cfg = ins[0]!;
   const dt = configTypeToDatatype(cfg.data_type!);
   const dims = [...(cfg.dims ?? [])];
   const variable = dims.filter((d) => d === -1).length;
-  if (variable > 1) throw invalidArg(`raw binary request for model '${modelName}' requires input '${cfg.name}' to have at most 1 variable dimension`);
+  if (variable > 1) {
+    throw invalidArg(`${prefix}The shape of the raw input '${cfg.name}' can not be deduced because there are more than one variable-sized dimension`);
+  }
   let data;
   if (dt === 'BYTES') {
     data = [body];
-    for (let i = 0; i < dims.length; i++) if (dims[i] === -1) dims[i] = 1;
-    if (elementCount(dims) !== 1) throw invalidArg(`raw binary request for model '${modelName}': a BYTES input must have shape [1]`);
+    if (variable > 0 || elementCount(dims) !== 1) {
+      throw invalidArg(`${prefix}For BYTE datatype raw input '${cfg.name}', the model must have input shape [1]`);
+    }
   } else {
     const es = elementSize(dt);
     const fixed = elementCount(dims.filter((d) => d !== -1));
@@ -291,7 +309,8 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
       const bytes = toBytes(t.data);
       params.binary_data_size = byteSize(t.data);
       binaries.push(bytes);
-    } else if (t.data.length > JSON_CHUNK) {
+    } else if (t.data.length > JSON_CHUNK || t.datatype === 'INT64' || t.datatype === 'UINT64') {
+      // 64-bit integers always through jsonDataText, which writes them exactly.
       data = jsonDataText(t.datatype, t.data);
       chunked = true;
     } else {
@@ -304,30 +323,30 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
   if (resp.id !== undefined && resp.id !== '') head.id = resp.id;
   head.model_name = resp.model_name;
   head.model_version = resp.model_version;
-  if (resp.parameters) head.parameters = jsonSafe(resp.parameters);
+  if (resp.parameters) head.parameters = resp.parameters;
   let texts: string[];
   if (!chunked) {
     head.outputs = outputs.map((x) => x.o);
-    texts = [JSON.stringify(head)];
+    texts = [stringifyJson(head)];
   } else {
     // A placeholder last member, cut off again: `…,"outputs":` followed by the array written here.
     head.outputs = 0;
-    let text = `${JSON.stringify(head).slice(0, -2)}[`;
+    let text = `${stringifyJson(head).slice(0, -2)}[`;
     texts = [];
     outputs.forEach(({ o, data }, i) => {
       if (i > 0) text += ',';
       if (!data) {
-        text += JSON.stringify(o);
+        text += stringifyJson(o);
         return;
       }
       // `data` goes between shape and parameters, where the object above would have had it.
       const { parameters, ...rest } = o;
-      text += `${JSON.stringify(rest).slice(0, -1)},"data":${data[0]!}`;
+      text += `${stringifyJson(rest).slice(0, -1)},"data":${data[0]!}`;
       for (let k = 1; k < data.length; k++) {
         texts.push(text);
         text = data[k]!;
       }
-      text += parameters ? `,"parameters":${JSON.stringify(parameters)}}` : '}';
+      text += parameters ? `,"parameters":${stringifyJson(parameters)}}` : '}';
     });
     texts.push(`${text}]}`);
   }
@@ -335,12 +354,6 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
   let headerLength = 0;
   for (const s of texts) headerLength += utf8Length(s);
   return { parts: [...texts, ...binaries], headerLength, contentType: 'application/octet-stream' };
-}
-
-function jsonSafe(p: Parameters): Record<string, string | number | boolean> {
-  const out: Record<string, string | number | boolean> = {};
-  for (const [k, v] of Object.entries(p)) putEntry(out, k, typeof v === 'bigint' ? Number(v) : v);
-  return out;
 }
 
 /** `{"error": "..."}` with a TsiError's message. */

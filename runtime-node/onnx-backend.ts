@@ -272,6 +272,8 @@ class OnnxInstance implements BackendInstance {
       const cfg = this.inputs.get(name);
       let dims = t.shape;
       if (cfg?.reshape) dims = batching ? [t.shape[0]!, ...(cfg.reshape.shape ?? [])] : [...(cfg.reshape.shape ?? [])];
+      // A ragged input reaches the model as its requests' elements end to end, as Triton's ORT backend gives it.
+      if (cfg?.allow_ragged_batch && batching) dims = [(t.data as ArrayLike<unknown>).length];
       batch.push({ t, dims });
     }
     const fetches = new Set<string>();

@@ -30,7 +30,14 @@ let modelType: protobuf.Type | undefined;
 
 interface DecodedValueInfo {
   name: string;
-  type?: { tensorType?: { elemType?: number; shape?: { dim?: { dimValue?: number | { toNumber(): number }; dimParam?: string }[] } } };
+  type?: { tensorType?: { elemType?: number; shape?: { dim?: DecodedDim[] } } };
+}
+
+interface DecodedDim {
+  /** The oneof's case: protobufjs reads an absent int64 as 0 from the prototype, so presence is asked here. */
+  value?: 'dimValue' | 'dimParam';
+  dimValue?: number | { toNumber(): number };
+  dimParam?: string;
 }
 
 export function readOnnxIo(bytes: Uint8Array): ModelIoInfo {
@@ -42,9 +49,10 @@ export function readOnnxIo(bytes: Uint8Array): ModelIoInfo {
   const conv = (v: DecodedValueInfo) => {
     const tt = v.type?.tensorType;
     const datatype = ELEM_TYPES[tt?.elemType ?? 0] ?? `unsupported(${tt?.elemType ?? 'non-tensor'})`;
+    // A dimension with neither field set is unknown (dynamic to onnxruntime and Triton), not 0.
     const shape = (tt?.shape?.dim ?? []).map((d): number | string => {
-      if (d.dimParam) return d.dimParam;
-      if (d.dimValue === undefined || d.dimValue === null) return -1;
+      if (d.value === 'dimParam' && d.dimParam) return d.dimParam;
+      if (d.value !== 'dimValue' || d.dimValue === undefined) return -1;
       return typeof d.dimValue === 'number' ? d.dimValue : d.dimValue.toNumber();
     });
     return { name: v.name, datatype, shape };

@@ -127,8 +127,12 @@ export const ElemType = {
 } as const;
 export type ElemTypeName = keyof typeof ElemType;
 
-/** A dimension: a fixed size, or a symbolic name (`'batch'`) that any size matches. */
-export type Dim = number | string;
+/**
+ * A dimension: a fixed size, a symbolic name (`'batch'`) that any size matches, or `null` for a
+ * dimension written with neither field set (legal ONNX, dynamic to onnxruntime; Triton's example
+ * models leave their batch dimension so).
+ */
+export type Dim = number | string | null;
 
 /** Initializer contents. BOOL uses Uint8Array and FLOAT16/BFLOAT16 use Uint16Array (raw bits). */
 export type TensorData =
@@ -205,7 +209,7 @@ function attributeProto(name: string, v: AttrValue): Record<string, unknown> {
 }
 
 function valueInfo(v: ValueInfoSpec): Record<string, unknown> {
-  const dim = v.shape.map((d) => (typeof d === 'number' ? { dim_value: d } : { dim_param: d }));
+  const dim = v.shape.map((d) => (d === null ? {} : typeof d === 'number' ? { dim_value: d } : { dim_param: d }));
   return { name: v.name, type: { tensor_type: { elem_type: ElemType[v.elemType], shape: { dim } } } };
 }
 
@@ -284,6 +288,21 @@ export function decodeModel(bytes: Uint8Array): Record<string, unknown> {
   const Model = modelType();
   return Model.toObject(Model.decode(bytes), { longs: String, bytes: Array, defaults: false });
 }
+
+/**
+ * The same model with the first dimension of every graph input and output that names one (`'batch'`)
+ * left unset instead, the way Triton's example models are written.
+ */
+export function unsetBatchDims(bytes: Uint8Array): Uint8Array {
+  const Model = modelType();
+  const m = Model.toObject(Model.decode(bytes)) as { graph?: { input?: ValueInfoObject[]; output?: ValueInfoObject[] } };
+  for (const v of [...(m.graph?.input ?? []), ...(m.graph?.output ?? [])]) {
+    const dims = v.type?.tensor_type?.shape?.dim;
+    if (dims?.[0]?.dim_param) dims[0] = {};
+  }
+  return Model.encode(Model.fromObject(m)).finish();
+}
+interface ValueInfoObject { type?: { tensor_type?: { shape?: { dim?: { dim_param?: string }[] } } } }
 
 /**
  * Builds a graph step by step. `op` returns its (generated) output name so chains read naturally:

@@ -9,6 +9,7 @@
 
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { stringifyJson } from '../../core/json-exact.js';
 import { fromJsonValues, jsonDataText, toJsonValues } from '../../core/tensor.js';
 import type { DataType, InferResponse, NumericArray, Parameters, TensorData } from '../../core/types.js';
 import { bodyBytes, encodeInferResponse, type OutputEncoding } from '../../core/v2-codec.js';
@@ -41,7 +42,7 @@ const INT_TYPES: [DataType, (v: number[]) => NumericArray, fc.Arbitrary<number>]
   ['UINT32', (v) => Uint32Array.from(v), fc.integer({ min: 0, max: 4294967295 })],
 ];
 
-const plain = (dt: DataType, data: TensorData) => JSON.stringify(toJsonValues(dt, data));
+const plain = (dt: DataType, data: TensorData) => stringifyJson(toJsonValues(dt, data));
 
 describe('JSON tensor data: written by chunks, byte for byte JSON.stringify', () => {
   it('FP32 and FP64', () => {
@@ -53,7 +54,7 @@ describe('JSON tensor data: written by chunks, byte for byte JSON.stringify', ()
     }), { numRuns: NUM_RUNS });
   });
 
-  it('every integer type, 64-bit ones as numbers', () => {
+  it('every integer type, 64-bit ones exact', () => {
     const ints = fc.constantFrom(...INT_TYPES).chain(([dt, make, arb]) => sized(arb).map((v) => [dt, make(v)] as const));
     fc.assert(fc.property(ints, sized(fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n })), ([dt, data], big) => {
       expect(jsonDataText(dt, data).join('')).toBe(plain(dt, data));
@@ -61,6 +62,9 @@ describe('JSON tensor data: written by chunks, byte for byte JSON.stringify', ()
       expect(jsonDataText('INT64', i64).join('')).toBe(plain('INT64', i64));
       const u64 = BigUint64Array.from(big, (v) => (v < 0n ? -v : v));
       expect(jsonDataText('UINT64', u64).join('')).toBe(plain('UINT64', u64));
+      // The decimal digits of every value, none rounded to a double.
+      expect(jsonDataText('INT64', i64).join('')).toBe(`[${big.join(',')}]`);
+      expect(jsonDataText('UINT64', u64).join('')).toBe(`[${Array.from(u64).join(',')}]`);
     }), { numRuns: NUM_RUNS });
   });
 

@@ -41,7 +41,7 @@ describe('request validation fast paths', () => {
   });
 
   it('keeps the first error when several things are wrong', () => {
-    expect(() => validate({ inputs: [t('A'), t('A')] })).toThrow("input 'A' is specified more than once for model 'm'");
+    expect(() => validate({ inputs: [t('A'), t('A')] })).toThrow("input 'A' already exists in request (model 'm')");
     expect(() => validate({ inputs: [t('A'), { ...t('C'), shape: [1, 3] }] })).toThrow(
       "unexpected shape for input 'C' for model 'm'. Expected [-1,2], got [1,3].",
     );

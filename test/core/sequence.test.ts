@@ -146,12 +146,12 @@ describe('SequenceBatcher (direct)', () => {
     const h = harness(accumulator());
     const noStart = h.submit(step(42, 1, {}, 'r1'));
     expect((noStart.result as TsiError).message).toBe(
-      "[request id: r1] inference request for sequence 42 to model 'acc' must specify the START flag on the first request of the sequence",
+      "inference request for sequence 42 to model 'acc' must specify the START flag on the first request of the sequence",
     );
     expect((noStart.result as TsiError).code).toBe('INVALID_ARG');
     const big = h.submit(request({ id: 'r2', inputs: { INPUT0: [1, 2] }, batch: 2, sequence: { id: 1, start: true } }));
     expect((big.result as TsiError).message).toBe(
-      "[request id: r2] inference request to model 'acc' must specify batch-size 1 due to requirements of sequence batcher",
+      "inference request to model 'acc' must specify batch-size 1 due to requirements of sequence batcher",
     );
     const none = h.submit(request({ inputs: { INPUT0: [1] }, batch: 1 }));
     expect((none.result as TsiError).message).toMatch(/must specify a non-zero or non-empty correlation ID/);

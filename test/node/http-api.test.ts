@@ -227,6 +227,20 @@ describe('inference', () => {
     expect(scores.indexOf(Math.max(...scores))).toBe(2);
   });
 
+  it("refuses raw binary bodies Triton refuses, with Triton's texts", async () => {
+    const raw = async (model: string) => {
+      const r = await fetch(`${s.url}/v2/models/${model}/infer`, { method: 'POST', body: new Uint8Array(64), headers: { 'Inference-Header-Content-Length': '0' } });
+      return { status: r.status, error: (await r.json()).error as string };
+    };
+    expect(await raw('simple')).toEqual({
+      status: 400, error: "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'simple' model configuration",
+    });
+    // simple_identity's BYTES input is [-1]: Triton wants shape [1] for a raw BYTES body.
+    expect(await raw('simple_identity')).toEqual({
+      status: 400, error: "[request id: <id_unknown>] For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+    });
+  });
+
   it('decompresses gzip and deflate requests and compresses responses on request', async () => {
     const body = JSON.stringify({
       inputs: [

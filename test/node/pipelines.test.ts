@@ -39,6 +39,25 @@ const FILES: Record<string, string | Uint8Array> = {
   'echo_pipe/config.pbtxt': `name: "echo_pipe"\nplatform: "ensemble"\nmax_batch_size: 8\ninput [ ${fp32('IN', [4])} ]\noutput [ ${fp32('OUT', [4])} ]
     ensemble_scheduling { step [{ model_name: "js_echo" model_version: -1 input_map { key: "X" value: "IN" } output_map { key: "Y" value: "OUT" } }] }\n`,
   'echo_pipe/1/README.txt': 'ensemble',
+  // classify_pipe: pre-processing → classifier, its SCORES labelled by the classifier's labels.txt;
+  // classify_outer: an ensemble over that ensemble.
+  'classify_pipe/config.pbtxt': `name: "classify_pipe"\nplatform: "ensemble"\nmax_batch_size: 16
+    input [{ name: "IMAGE" data_type: TYPE_UINT8 dims: [ 16, 16, 3 ] }]\noutput [ ${fp32('SCORES', [10])} ]
+    ensemble_scheduling { step [
+      { model_name: "image_preprocess" model_version: -1 input_map { key: "IMAGE" value: "IMAGE" } output_map { key: "image" value: "pre" } },
+      { model_name: "image_classifier" model_version: -1 input_map { key: "image" value: "pre" } output_map { key: "scores" value: "SCORES" } }
+    ] }\n`,
+  'classify_pipe/1/README.txt': 'ensemble',
+  'classify_outer/config.pbtxt': `name: "classify_outer"\nplatform: "ensemble"\nmax_batch_size: 16
+    input [{ name: "IMAGE" data_type: TYPE_UINT8 dims: [ 16, 16, 3 ] }]\noutput [ ${fp32('TOP', [10])} ]
+    ensemble_scheduling { step [{ model_name: "classify_pipe" model_version: -1 input_map { key: "IMAGE" value: "IMAGE" } output_map { key: "SCORES" value: "TOP" } }] }\n`,
+  'classify_outer/1/README.txt': 'ensemble',
+  // A non-batching ensemble over a batching model (Triton's ensemble tests have these).
+  'nobatch_pipe/config.pbtxt': `name: "nobatch_pipe"\nplatform: "ensemble"\nmax_batch_size: 0
+    input [ ${fp32('A', [4])}, ${fp32('B', [4])} ]\noutput [ ${fp32('SUM', [4])}, ${fp32('DIFF', [4])} ]
+    ensemble_scheduling { step [{ model_name: "addsub4" model_version: -1 input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+      output_map { key: "OUTPUT0" value: "SUM" } output_map { key: "OUTPUT1" value: "DIFF" } }] }\n`,
+  'nobatch_pipe/1/README.txt': 'ensemble',
   'js_throw/config.pbtxt': jsModel('js_throw', { inputs: [fp32('X', [4])], outputs: [fp32('Y', [4])] }),
   'js_throw/1/model.mjs': `export default class { execute() { throw new Error('the model broke: ' + 42); } }`,
   // Blocks its thread for 300 ms per batch; two instances must serve two requests at once.
@@ -156,6 +175,30 @@ describe('image_pipeline (JavaScript → ONNX → JavaScript ensemble)', () => {
     expect(after.inference_count - before.inference_count).toBe(n);
     expect(after.execution_count - before.execution_count).toBeLessThan(n / 2);
     expect((await stats('echo_pipe')).inference_count).toBe(n);
+  });
+});
+
+describe('ensembles shaped as Triton shapes them', () => {
+  it("classification on an ensemble's output names the labels of the model that produced it, nested too", async () => {
+    for (const [model, output] of [['classify_pipe', 'SCORES'], ['classify_outer', 'TOP'], ['image_classifier', 'scores']] as const) {
+      const body = model === 'image_classifier'
+        ? { inputs: [f32('image', new Array(3 * 16 * 16).fill(0).map((_, i) => (pattern(2)[(i % 256) * 3]! / 255)), [1, 3, 16, 16])] }
+        : { inputs: [{ name: 'IMAGE', datatype: 'UINT8', shape: [1, 16, 16, 3], data: pattern(2) }] };
+      const r = await postJson(`${s.url}/v2/models/${model}/infer`, { ...body, outputs: [{ name: output, parameters: { classification: 2 } }] });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      const top = r.body.outputs[0].data as string[];
+      expect(top, model).toHaveLength(2);
+      expect(top[0], model).toMatch(new RegExp(`^[0-9.]+:2:${IMAGE_CLASSIFIER_LABELS[2]}$`));
+      expect(top[1], model).toMatch(/^[0-9.-]+:\d+:\w+$/);
+    }
+  });
+
+  it('a non-batching ensemble over a batching model: the step gets a batch of 1, the answer loses it', async () => {
+    const r = await postJson(`${s.url}/v2/models/nobatch_pipe/infer`, { inputs: [f32('A', [1, 2, 3, 4], [4]), f32('B', [1, 1, 1, 1], [4])] });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const out = Object.fromEntries(r.body.outputs.map((o: any) => [o.name, o]));
+    expect(out.SUM).toMatchObject({ shape: [4], data: [2, 3, 4, 5] });
+    expect(out.DIFF).toMatchObject({ shape: [4], data: [0, 1, 2, 3] });
   });
 });
 

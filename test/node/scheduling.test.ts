@@ -199,14 +199,14 @@ describe('sequence batching over HTTP', () => {
     const r = await step('simple_sequence_state', 424242, 1);
     expect(r.status).toBe(400);
     expect(r.body.error).toBe(
-      "[request id: <id_unknown>] inference request for sequence 424242 to model 'simple_sequence_state' must specify the START flag on the first request of the sequence",
+      "inference request for sequence 424242 to model 'simple_sequence_state' must specify the START flag on the first request of the sequence",
     );
     const b = await infer('simple_sequence_state', {
       id: 'b2', parameters: { sequence_id: 9, sequence_start: true },
       inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [2, 1], data: [1, 2] }],
     });
     expect(b.status).toBe(400);
-    expect(b.body.error).toBe("[request id: b2] inference request to model 'simple_sequence_state' must specify batch-size 1 due to requirements of sequence batcher");
+    expect(b.body.error).toBe("inference request to model 'simple_sequence_state' must specify batch-size 1 due to requirements of sequence batcher");
     const ctl = await infer('simple_sequence_state', {
       parameters: { sequence_id: 9, sequence_start: true },
       inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [1] }, { name: 'START', datatype: 'INT32', shape: [1, 1], data: [1] }],
