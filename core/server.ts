@@ -150,6 +150,10 @@ export class InferenceServer implements InProcessServer {
    * Checks readiness with Triton's distinctions (unknown ⇒ NOT_FOUND, not ready ⇒ UNAVAILABLE); false
    * for every model once draining, so balancers that probe a model move away too.
    */
+  isShuttingDown(): boolean {
+    return this.draining;
+  }
+
   modelReady(name: string, version?: string): boolean {
     return this.repository.get(name, version).state === 'READY' && !this.draining;
   }
