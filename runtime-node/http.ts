@@ -361,6 +361,10 @@ class Connection {
   private chunk: 'size' | 'data' | 'data-end' | 'trailer' = 'size';
   private chunkLeft = 0;
   private chunkCount = 0;
+  /** The socket is paused because a streamed body's reader is behind (Body's flow control). */
+  private bodyPaused = false;
+  /** This request's answer went out before its body, which is too long to read through: close after. */
+  private refusedEarly = false;
   private body?: Body;
   private responded = false;
   private keepAlive = true;
@@ -493,9 +497,11 @@ class Connection {
       if (expect.toLowerCase() !== '100-continue') throw new BadRequest(417, `unsupported Expect '${expect.slice(0, 64)}': only 100-continue is`);
       if (head.minor === 1) this.socket.write('HTTP/1.1 100 Continue\r\n\r\n');
     }
-    this.body = new Body(() => this.socket.pause(), () => {
-      if (this.phase === 'body' && this.socket.isPaused()) this.socket.resume();
-    });
+    this.refusedEarly = false;
+    this.body = new Body(() => {
+      this.bodyPaused = true;
+      this.socket.pause();
+    }, () => this.resumeBody());
     this.responded = false;
     this.phase = 'body';
     const m = head.method === 'POST' && this.opts.infer ? INFER_PATH.exec(head.target) : null;
@@ -588,7 +594,16 @@ class Connection {
    * a gigabyte is told to stop rather than kept streaming it into a keep-alive.
    */
   private endsEarly(status: number): void {
-    if (this.phase === 'body' && status >= 400 && (this.remaining < 0 || this.remaining > DISCARD_KEEP_ALIVE)) this.keepAlive = false;
+    if (this.phase === 'body' && status >= 400 && (this.remaining < 0 || this.remaining > DISCARD_KEEP_ALIVE)) {
+      this.keepAlive = false;
+      this.refusedEarly = true;
+    }
+  }
+
+  private resumeBody(): void {
+    if (!this.bodyPaused) return;
+    this.bodyPaused = false;
+    this.socket.resume();
   }
 
   private responseDone(): void {
@@ -596,8 +611,9 @@ class Connection {
     this.aborted = undefined;
     if (this.phase === 'body') {
       this.body!.discard = true;
-      if (this.socket.isPaused() && !this.draining) this.socket.resume();
-      if (!this.keepAlive) {
+      // Nobody reads the rest now: a socket paused for the body's reader reads (and drops) again.
+      if (this.bodyPaused) this.resumeBody();
+      if (this.refusedEarly) {
         this.socket.end();
         // A client still sending after its answer and our FIN has had time to read them.
         setTimeout(() => this.socket.destroy(), LINGER_MS).unref();
