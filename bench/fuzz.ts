@@ -654,6 +654,25 @@ export async function runFuzz(http: string, grpcAddress: string, opts: FuzzOptio
     flag(`probe ${probes} over gRPC`, gGot && JSON.stringify(gGot) === JSON.stringify(want0) ? undefined : `gRPC: ${g instanceof Error ? g.message : 'wrong answer'}`);
   };
 
+  /**
+   * Answers Triton gives exactly, where a hostile request once got another (found by this fuzz):
+   * each is sent once and its status compared, not only judged as an error.
+   */
+  const tritonAnswers = async () => {
+    const simpleInputs = [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: Array(16).fill(1) }, { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: Array(16).fill(2) }];
+    const cls = await sendRaw(port, Buffer.from(((body: string) => `POST /v2/models/simple/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`)(
+      toJson({ inputs: simpleInputs, outputs: [{ name: 'OUTPUT0', parameters: { classification: new BigNum('18446744073709551616') } }] }))), 20_000);
+    flag('classification 2^64 over HTTP', cls.answer?.status === 400 ? undefined : `HTTP ${cls.answer?.status ?? 'none'}, Triton answers 400`);
+    const version = await unary('ModelInfer', {
+      model_name: 'simple', model_version: '-1', inputs: simpleInputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: ['1', '16'] })),
+      raw_input_contents: [Buffer.alloc(64), Buffer.alloc(64)],
+    }, false);
+    flag('gRPC ModelInfer model_version "-1"', version?.code === grpc.status.INVALID_ARGUMENT ? undefined : `${version ? grpc.status[version.code] : 'OK'}, Triton answers INVALID_ARGUMENT`);
+    const ready = await new Promise<Obj | Error>((resolve) => client.ModelReady({ name: 'no_such_model', version: '' }, (e: Error | null, r: Obj) => resolve(e ?? r)));
+    flag('gRPC ModelReady of an unknown model', !(ready instanceof Error) && ready.ready === false ? undefined : `${ready instanceof Error ? ready.message : JSON.stringify(ready)}, Triton answers OK with ready=false`);
+  };
+  await tritonAnswers();
+
   let slowest = { ms: 0, what: '' };
   for (let i = 0; i < opts.requests; i++) {
     if (i % opts.probeEvery === 0) await probe(i);

@@ -194,6 +194,11 @@ export interface InProcessServer {
   /** Every response (decoupled models: 0..N, then a final one); resolves after the final one. */
   inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, opts?: InferOptions): Promise<void>;
   isModelReady(name: string, version?: string): boolean;
+  /**
+   * True from the first step of a shutdown on: a backend whose model process exits now lets it go
+   * (the signal that stops the server often reaches its children too) instead of starting another.
+   */
+  isShuttingDown(): boolean;
 }
 
 /** A final response that carries nothing but the "final" flag (see the rules at the top). */

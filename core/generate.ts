@@ -20,6 +20,7 @@ import { fromJsonValues, toJsonValues } from './tensor.js';
 import { parseJson, stringifyJson } from './json-exact.js';
 import { putEntry, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue } from './types.js';
 import { SSE_HEADERS, SseStream } from './sse.js';
+import { readWebBody } from './http-body.js';
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
@@ -133,13 +134,8 @@ function render(r: InferResponse | TsiError): { text: string; ok: boolean } {
 }
 
 async function readRequest(server: InferenceServer, req: Request, model: string, version: string | undefined, maxInput: number): Promise<InferRequest> {
-  const enc = (req.headers.get('Content-Encoding') ?? 'identity').trim().toLowerCase();
-  if (enc !== 'identity' && enc !== '') throw invalidArg(`Unsupported content-encoding, only 'identity' is supported.`);
   server.model(model, version); // unknown model or version: its own status, before reading the body
-  const raw = new Uint8Array(await req.arrayBuffer());
-  if (raw.byteLength > maxInput) {
-    throw invalidArg(`Request JSON size of ${raw.byteLength} bytes exceeds the maximum allowed value of ${maxInput} bytes. Use --http-max-input-size to increase the limit.`);
-  }
+  const raw = await readWebBody(req, maxInput, { identityOnly: `Unsupported content-encoding, only 'identity' is supported.` });
   let body: unknown;
   try {
     // A value past 2^53 (a 64-bit input, a parameter) is read exactly.

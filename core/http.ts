@@ -16,7 +16,7 @@ import { generate } from './generate.js';
 import { completions, getModel, listModels } from './llm/index.js';
 import type { InferenceServer } from './server.js';
 import { attachTrace } from './trace.js';
-import { concatBytes } from './tensor.js';
+import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
 import { HEADER_LENGTH, bodyBytes, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
 
 export interface HttpOptions {
@@ -143,7 +143,7 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     route(`${base}/infer`, {
       POST: async (c) => toResponse(await inferHttp({
         model: c.req.param('model')!, version: version(c), header: (n) => c.req.header(n),
-        body: async () => new Uint8Array(await c.req.arrayBuffer()),
+        body: c.req.raw.body,
         onCancel: (cancel) => c.req.raw.signal.addEventListener('abort', cancel, { once: true }),
       })),
     });
@@ -183,55 +183,9 @@ function repoNameUnsupported(): Response {
   return errorResponse(new TsiError('UNSUPPORTED', `'repository_name' specification is not supported`));
 }
 
-/** Reads and (if Content-Encoding says so) decompresses a body, enforcing the size limit both ways. */
+/** Reads a route's body (core/http-body.ts: bounded, decoded). */
 export function readBody(c: Context, maxInput: number): Promise<Uint8Array> {
-  return readRequestBody((n) => c.req.header(n), async () => new Uint8Array(await c.req.arrayBuffer()), maxInput);
-}
-
-/**
- * readBody over any transport: `header` reads a request header, `read(limit)` the raw body (it may
- * throw `tooLarge` as soon as more than `limit` bytes arrive rather than buffer them all).
- */
-export async function readRequestBody(
-  header: (name: string) => string | undefined, read: (limit: number) => Promise<Uint8Array>, maxInput: number,
-): Promise<Uint8Array> {
-  const enc = (header('Content-Encoding') ?? 'identity').trim().toLowerCase();
-  if (enc !== 'identity' && enc !== 'gzip' && enc !== 'deflate' && enc !== '') {
-    throw new TsiError('UNSUPPORTED', 'Unsupported compression type');
-  }
-  const declared = Number(header('Content-Length') ?? NaN);
-  if (declared > maxInput) throw tooLarge(declared, maxInput);
-  const raw = await read(maxInput);
-  if (raw.byteLength > maxInput) throw tooLarge(raw.byteLength, maxInput);
-  if (enc === 'gzip' || enc === 'deflate') return decompress(raw, enc, maxInput);
-  return raw;
-}
-
-export function tooLarge(size: number, max: number): TsiError {
-  return invalidArg(`Request JSON size of ${size} bytes exceeds the maximum allowed value of ${max} bytes. Use --http-max-input-size to increase the limit.`);
-}
-
-async function decompress(data: Uint8Array, format: 'gzip' | 'deflate', max: number): Promise<Uint8Array> {
-  const stream = new Blob([data as BlobPart]).stream().pipeThrough(new DecompressionStream(format));
-  const reader = stream.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      total += value.byteLength;
-      if (total > max) {
-        await reader.cancel();
-        throw tooLarge(total, max);
-      }
-      chunks.push(value);
-    }
-  } catch (err) {
-    if (err instanceof TsiError) throw err;
-    throw invalidArg(`failed to decompress the ${format} request body: ${(err as Error).message}`);
-  }
-  return chunks.length === 0 ? new Uint8Array(0) : concatBytes(chunks);
+  return readWebBody(c.req.raw, maxInput);
 }
 
 async function readJsonBody(c: Context, maxInput: number): Promise<Record<string, unknown> | undefined> {
@@ -280,8 +234,8 @@ export interface InferHttpRequest {
   model: string;
   version: string | undefined;
   header(name: string): string | undefined;
-  /** The body as sent (still compressed if it was); may throw `tooLarge` once more than `limit` bytes arrive. */
-  body(limit: number): Promise<Uint8Array>;
+  /** The body as sent (still compressed if it was): see BodySource. */
+  body: BodySource;
   /** Registers what to call when the client goes away before its answer (its connection closed). */
   onCancel?: (cancel: () => void) => void;
 }

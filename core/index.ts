@@ -23,10 +23,11 @@ export {
   TRITON_GRPC_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, type ParamRules,
 } from './request-params.js';
 export {
-  createHttpApp, inferEndpoint, chooseEncoding, errorResponse, errorReply, json, readBody, tooLarge, DEFAULT_MAX_INPUT_SIZE, DEFAULT_COMPRESSION,
+  createHttpApp, inferEndpoint, chooseEncoding, errorResponse, errorReply, json, readBody, DEFAULT_MAX_INPUT_SIZE, DEFAULT_COMPRESSION,
   type CompressionPolicy,
   type HttpOptions, type HttpReply, type InferHttpRequest,
 } from './http.js';
+export { readRequestBody, readWebBody, tooLarge, type BodySource, type BodyOptions } from './http-body.js';
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './v2-codec.js';
 export { DefaultScheduler, InstancePool, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
 export { createScheduler } from './schedulers.js';

@@ -33,9 +33,11 @@ export function jsonKinds(v: unknown): number {
     case 'string': return STRING;
     case 'number': {
       if (!Number.isInteger(v)) return Number.isFinite(v) ? DOUBLE : 0;
-      // JSON cannot tell 2**64 - 1 from 2**64 once it is a double, so the top value is let through.
+      // A double at 2**64 is out of uint64's range, as Triton's AsUInt says (a classification of
+      // 18446744073709551616 is a 400). 2**64 - 1 is exact only as a bigint: decoders that need it
+      // parse unsafe integers exactly.
       let k = DOUBLE;
-      if (v >= 0 && v <= TWO_64) k |= UINT64;
+      if (v >= 0 && v < TWO_64) k |= UINT64;
       if (v >= -TWO_63 && v < TWO_63) k |= INT64;
       return k;
     }

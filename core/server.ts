@@ -170,6 +170,10 @@ export class InferenceServer implements InProcessServer {
    * Checks readiness with Triton's distinctions (unknown ⇒ NOT_FOUND, not ready ⇒ UNAVAILABLE); false
    * for every model once draining, so balancers that probe a model move away too.
    */
+  isShuttingDown(): boolean {
+    return this.draining;
+  }
+
   async modelReady(name: string, version?: string): Promise<boolean> {
     const mv = this.repository.get(name, version);
     if (mv.state !== 'READY' || this.draining) return false;

@@ -44,6 +44,14 @@ function parseBool(v: string): boolean {
   throw new InvalidArgumentError(`expected true or false, got '${v}'`);
 }
 
+/**
+ * A boolean flag written any of the ways Triton's users write one: `--flag`, `--flag true|false` and
+ * `--flag=true|false` (Triton's own take a value; tsi's bare flags did not).
+ */
+export function boolOption(flag: string, description: string, byDefault: boolean): Option {
+  return new Option(`${flag} [bool]`, description).argParser(parseBool).preset('true').default(byDefault);
+}
+
 function parsePort(v: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError(`expected a port number 0-65535, got '${v}'`);
@@ -59,6 +67,13 @@ function parseIntArg(v: string): number {
 function parsePositiveInt(v: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`expected a positive integer, got '${v}'`);
+  return n;
+}
+
+/** --http-max-input-size: 0 would refuse every body, so it is refused as Triton refuses it. */
+function parseMaxInputSize(v: string): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError(`--http-max-input-size must be greater than 0, got '${v}'`);
   return n;
 }
 
@@ -114,50 +129,50 @@ export function buildCli(): Command {
     .addOption(new Option('--model-store <path>', 'alias of --model-repository').argParser(collect).hideHelp())
     .option('--http-port <port>', 'HTTP port', parsePort, 8000)
     .option('--http-address <address>', 'HTTP listen address', '0.0.0.0')
-    .option('--allow-http <bool>', 'serve HTTP', parseBool, true)
+    .addOption(boolOption('--allow-http', 'serve HTTP', true))
     .option('--grpc-port <port>', 'gRPC port', parsePort, 8001)
     .option('--grpc-address <address>', 'gRPC listen address', '0.0.0.0')
-    .option('--allow-grpc <bool>', 'serve gRPC', parseBool, true)
+    .addOption(boolOption('--allow-grpc', 'serve gRPC', true))
     .option('--grpc-restricted-protocol <cats:key=value>', 'gRPC categories (health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging) that need metadata triton-grpc-protocol-<key>=<value> (repeatable)', collect)
     .addOption(new Option('--grpc-infer-response-compression-level <level>', 'compress gRPC responses').choices(['none', 'low', 'medium', 'high']).default('none'))
-    .option('--grpc-use-ssl <bool>', 'serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)', parseBool, false)
-    .option('--grpc-use-ssl-mutual <bool>', 'gRPC over TLS that requires client certificates signed by --grpc-root-cert (implies --grpc-use-ssl)', parseBool, false)
+    .addOption(boolOption('--grpc-use-ssl', 'serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)', false))
+    .addOption(boolOption('--grpc-use-ssl-mutual', 'gRPC over TLS that requires client certificates signed by --grpc-root-cert (implies --grpc-use-ssl)', false))
     .option('--grpc-server-cert <file>', 'PEM certificate (chain) of the gRPC server; reloaded when it changes and on SIGHUP')
     .option('--grpc-server-key <file>', 'PEM private key of --grpc-server-cert')
     .option('--grpc-root-cert <file>', 'PEM CA certificate that gRPC client certificates must chain to (mutual TLS)')
-    .option('--http-use-ssl <bool>', 'serve HTTPS on the HTTP port (needs --http-server-cert and --http-server-key)', parseBool, false)
-    .option('--http-use-ssl-mutual <bool>', 'HTTPS that requires client certificates signed by --http-root-cert (implies --http-use-ssl)', parseBool, false)
+    .addOption(boolOption('--http-use-ssl', 'serve HTTPS on the HTTP port (needs --http-server-cert and --http-server-key)', false))
+    .addOption(boolOption('--http-use-ssl-mutual', 'HTTPS that requires client certificates signed by --http-root-cert (implies --http-use-ssl)', false))
     .option('--http-server-cert <file>', 'PEM certificate (chain) of the HTTPS server; reloaded when it changes and on SIGHUP')
     .option('--http-server-key <file>', 'PEM private key of --http-server-cert')
     .option('--http-root-cert <file>', 'PEM CA certificate that HTTPS client certificates must chain to (mutual TLS)')
     .option('--api-key <[cats:]key>', 'require Authorization: Bearer <key> (HTTP header or gRPC metadata) on every API but health; cats (e.g. inference,metadata) limit what this key opens (repeatable)', collect)
     .option('--api-key-file <file>', 'API keys, one [cats:]key a line (# comments); re-read when it changes and on SIGHUP')
-    .option('--allow-model-code-upload <bool>', 'let model load requests upload code (JavaScript/Python model files, native libraries) or point EXECUTION_ENV_PATH elsewhere: anyone who can load models can then run code here; off, such a load is refused with 403', parseBool, false)
+    .addOption(boolOption('--allow-model-code-upload', 'let model load requests upload code (JavaScript/Python model files, native libraries) or point EXECUTION_ENV_PATH elsewhere: anyone who can load models can then run code here; off, such a load is refused with 403', false))
     .option('--http-headers-timeout-secs <secs>', 'how long a request head (and a TLS handshake) may take to arrive before 408', parseSecs, 60)
     .option('--http-request-timeout-secs <secs>', 'how long a whole request may take to arrive before 408', parseSecs, 300)
     .option('--grpc-handshake-timeout-secs <secs>', 'how long a new gRPC connection may take to finish its TLS handshake and send the HTTP/2 preface before it is closed', parseSecs, 60)
     .option('--metrics-port <port>', 'Prometheus metrics port (GET /metrics)', parsePort, 8002)
     .option('--metrics-address <address>', 'metrics listen address (default: the HTTP address)')
-    .option('--allow-metrics <bool>', 'serve Prometheus metrics', parseBool, true)
-    .option('--allow-cpu-metrics <bool>', 'include nv_cpu_* host metrics', parseBool, true)
-    .option('--allow-gpu-metrics <bool>', 'include nv_gpu_* metrics of NVIDIA GPUs (read with nvidia-smi)', parseBool, true)
+    .addOption(boolOption('--allow-metrics', 'serve Prometheus metrics', true))
+    .addOption(boolOption('--allow-cpu-metrics', 'include nv_cpu_* host metrics', true))
+    .addOption(boolOption('--allow-gpu-metrics', 'include nv_gpu_* metrics of NVIDIA GPUs (read with nvidia-smi)', true))
     .option('--metrics-interval-ms <ms>', 'how often GPU metrics are read', parseIntArg, 2000)
     .option('--http-restricted-api <cats:key=value>', 'HTTP categories (as for gRPC) that need header <key>: <value>, else 403 (repeatable)', collect)
-    .option('--allow-client-shm <bool>', 'let clients register system shared memory regions', parseBool, false)
+    .addOption(boolOption('--allow-client-shm', 'let clients register system shared memory regions', false))
     .option('--repository-poll-secs <secs>', 'poll interval in poll mode', parseNonNegativeSecs, 15)
     .option('--trace-config <[triton,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, file=PATH, log-frequency=N (repeatable)', collect)
     .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
-    .option('--exit-on-error <bool>', 'exit if any model fails to load at start-up', parseBool, true)
-    .option('--strict-readiness <bool>', 'ready only when every model is ready', parseBool, true)
+    .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up', true))
+    .addOption(boolOption('--strict-readiness', 'ready only when every model is ready', true))
     .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
     .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
     .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
-    .option('--disable-auto-complete-config', 'do not fill model configs from the model files')
-    .option('--strict-model-config <bool>', "Triton's older spelling: true is --disable-auto-complete-config", parseBool)
+    .addOption(boolOption('--disable-auto-complete-config', 'do not fill model configs from the model files', false))
+    .addOption(new Option('--strict-model-config [bool]', "Triton's older spelling: true is --disable-auto-complete-config").argParser(parseBool).preset('true'))
     .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
     .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)
-    .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', parseIntArg, 64 * 1024 * 1024)
+    .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', parseMaxInputSize, 64 * 1024 * 1024)
     .addOption(new Option('--http-compression <mode>', 'compress infer responses for clients that accept it: auto (JSON of at least --http-compression-min-bytes), always (as Triton), off').choices(['auto', 'always', 'off']).default('auto'))
     .option('--http-compression-min-bytes <bytes>', 'smallest JSON infer response compressed in auto mode', parseIntArg, 65536)
     .option('--exit-timeout-secs <secs>', 'shutdown: how long in-flight requests and sequences in progress may take once the listeners are closed, before the models are unloaded anyway', parseIntArg, 30)
@@ -165,12 +180,12 @@ export function buildCli(): Command {
     .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 or python,executable=/usr/bin/python3.11 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
     .option('--cache-config <cache,key=value>', 'response cache, e.g. local,size=1048576 (bytes); models opt in with response_cache { enable: true }', collect)
-    .option('--browser-demo', 'also serve the in-browser demo at /demo, the browser build at /browser/ and the model files at /repository/')
+    .addOption(boolOption('--browser-demo', 'also serve the in-browser demo at /demo, the browser build at /browser/ and the model files at /repository/', false))
     .option('--rate-limit <mode>', 'execution_count: an instance runs only when the resources its rate_limiter lists are free, priorities weighting the turns across models; off: as soon as it is free', (v) => {
       if (v !== 'off' && v !== 'execution_count') throw new InvalidArgumentError(`expected off or execution_count, got '${v}'`);
       return v;
     }, 'off')
-    .option('--allow-dashboard', 'serve the live dashboard at /dashboard/ on the HTTP port (in the statistics category of --http-restricted-api and --api-key)')
+    .addOption(boolOption('--allow-dashboard', 'serve the live dashboard at /dashboard/ on the HTTP port (in the statistics category of --http-restricted-api and --api-key)', false))
     .option('--dashboard-tune-reports <dir>', 'a folder of tsi-node tune reports the dashboard lists')
     .option('--rate-limit-resource <name:count[:device]>', 'copies of a rate-limiter resource (per device, or on one device; default: the largest count any instance lists) (repeatable)', collect)
     .action(async (o) => {
@@ -324,7 +339,7 @@ export function buildCli(): Command {
   program
     .command('doctor')
     .description('print versions, NVIDIA GPUs, WebGPU adapters and the execution providers a KIND_GPU instance can use here')
-    .option('--json', 'print the report as JSON')
+    .addOption(boolOption('--json', 'print the report as JSON', false))
     .action(async (o: { json?: boolean }) => {
       const report = await doctorReport();
       process.stdout.write(o.json ? JSON.stringify(report, null, 2) + '\n' : formatDoctor(report) + '\n');

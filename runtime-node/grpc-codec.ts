@@ -133,9 +133,22 @@ export interface DecodedGrpcRequest {
   shmOutputs: Map<string, ShmRef>;
 }
 
+/**
+ * A request's `version` string as Triton's GetModelVersionFromString (common.cc) reads it: empty is the
+ * latest; a negative number is refused (core's own "-1 = latest" is not for clients to send).
+ */
+export function grpcVersion(version: string | undefined): string | undefined {
+  if (!version) return undefined;
+  if (/^\s*-\d+$/.test(version)) {
+    throw new TsiError('INVALID_ARG', `invalid model version specified '${version}' , version should be an integral value > 0`);
+  }
+  return version;
+}
+
 /** A ModelInferRequest message as core's InferRequest plus its shared-memory references. */
 export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
   const model: string = msg.model_name ?? '';
+  const version = grpcVersion(msg.model_version) ?? '';
   // Parameters first, as Triton reads them before the tensors.
   const parameters = requestParams(msg.parameters);
   const raw: Buffer[] = msg.raw_input_contents ?? [];
@@ -203,7 +216,7 @@ export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
     return { name: o.name, parameters: keep };
   });
   const request: InferRequest = {
-    model_name: model, model_version: msg.model_version ?? '', inputs, parameters,
+    model_name: model, model_version: version, inputs, parameters,
   };
   if (msg.id) request.id = msg.id;
   if (outputs.length > 0) request.outputs = outputs;

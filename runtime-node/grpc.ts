@@ -38,7 +38,7 @@ import {
   type AuthRefusal, type ErrorCode, type InferenceServer, type InferResponse, type Restrictions, type ServerExtensions,
 } from '../core/index.js';
 import {
-  decodeInferRequest, encodeInferResponse, encodeStreamError, encodeStreamResponse, logSettingsFromProto, logSettingsToProto,
+  decodeInferRequest, encodeInferResponse, encodeStreamError, encodeStreamResponse, grpcVersion, logSettingsFromProto, logSettingsToProto,
 } from './grpc-codec.js';
 import { MODEL_INFER_PATH, type DirectModelInfer, type GrpcStatus } from './grpc-direct.js';
 import { hookGrpcJsCalls, hookHttp2Servers } from './grpc-js-hooks.js';
@@ -267,18 +267,20 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
     ServerLive: unary('ServerLive', () => ({ live: server.isLive() })),
     ServerReady: unary('ServerReady', () => ({ ready: server.isReady() })),
     ModelReady: unary('ModelReady', async (req) => {
+      const version = grpcVersion(req.version);
       try {
-        return { ready: await server.modelReady(req.name, req.version || undefined) };
+        return { ready: await server.modelReady(req.name, version) };
       } catch (err) {
-        // A known model that is loading or unloading is simply not ready; an unknown one is an error.
-        if (asTsiError(err).code === 'UNAVAILABLE') return { ready: false };
-        throw err;
+        // Triton's InferenceServer::ModelIsReady answers success with ready=false for a model (or
+        // version) it does not know, as for one that is loading: only a malformed version is an error.
+        if (asTsiError(err).code === 'INVALID_ARG') throw err;
+        return { ready: false };
       }
     }),
     ServerMetadata: unary('ServerMetadata', () => server.metadata()),
-    ModelMetadata: unary('ModelMetadata', (req) => server.modelMetadata(req.name, req.version || undefined)),
-    ModelConfig: unary('ModelConfig', (req) => ({ config: server.modelConfig(req.name, req.version || undefined) })),
-    ModelStatistics: unary('ModelStatistics', (req) => server.statistics(req.name || undefined, req.version || undefined)),
+    ModelMetadata: unary('ModelMetadata', (req) => server.modelMetadata(req.name, grpcVersion(req.version))),
+    ModelConfig: unary('ModelConfig', (req) => ({ config: server.modelConfig(req.name, grpcVersion(req.version)) })),
+    ModelStatistics: unary('ModelStatistics', (req) => server.statistics(req.name || undefined, grpcVersion(req.version))),
     ModelInfer: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
       const denied = restriction('ModelInfer', fromMetadata(call.metadata), opts.restrictedProtocol);
       if (denied) return callback(denied);

@@ -175,6 +175,15 @@ const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const HOST = /^[\w.\-]+(?::\d+)?$|^\[[\da-fA-F:.]+\](?::\d+)?$/;
 const CRLF2 = Buffer.from('\r\n\r\n');
 const HEAD_TOO_LARGE = `the request line and headers are larger than ${MAX_HEAD} bytes`;
+/** Triton's cap on a chunked body's non-empty chunks (http_server.cc kMaxChunkedChunks), and its text. */
+const MAX_CHUNKS = 1 << 16;
+const TOO_MANY_CHUNKS = `Chunked request body exceeds maximum of ${MAX_CHUNKS} non-empty chunks. Send fewer or larger HTTP chunks.`;
+/** How much of a streamed body waits here for its reader before the socket is paused. */
+const STREAM_HIGH_WATER = 1 << 20;
+/** The most of an unread body still dropped to keep its connection alive after an early error. */
+const DISCARD_KEEP_ALIVE = 1 << 20;
+/** How long the rest of a refused body is read and dropped before the connection is cut. */
+const LINGER_MS = 5000;
 
 interface Head {
   method: string;
@@ -230,15 +239,28 @@ class Body {
   /** Set once nobody will read the rest (the response went out first): bytes are dropped. */
   discard = false;
 
+  /**
+   * `pause`/`resume`: flow control for a streamed body, so a reader slower than the client (or one that
+   * has not started) holds at most STREAM_HIGH_WATER bytes here rather than the whole body.
+   */
+  constructor(private readonly pause: () => void, private readonly resume: () => void) {}
+
   push(b: Uint8Array): void {
     if (this.discard) return;
     if (this.stream) {
-      this.toStream((c) => c.enqueue(b));
+      this.toStream((c) => {
+        c.enqueue(b);
+        if ((c.desiredSize ?? 1) <= 0) this.pause();
+      });
       return;
     }
     this.total += b.byteLength;
     if (this.total <= this.limit) this.chunks.push(b);
-    else this.chunks.length = 0;
+    else {
+      // Refused as soon as the limit is crossed, not when the client has finished sending.
+      this.chunks.length = 0;
+      this.settle();
+    }
   }
 
   end(): void {
@@ -288,15 +310,20 @@ class Body {
         if (this.failure) controller.error(this.failure);
         else if (this.ended) controller.close();
       },
-    });
+      pull: () => this.resume(),
+      cancel: () => {
+        this.discard = true;
+        this.resume();
+      },
+    }, new ByteLengthQueuingStrategy({ highWaterMark: STREAM_HIGH_WATER }));
   }
 
   private settle(): void {
     const w = this.waiter;
     if (!w) return;
     if (this.failure) w.reject(this.failure);
-    else if (!this.ended) return;
     else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit));
+    else if (!this.ended) return;
     else w.resolve(concatBytes(this.chunks, this.alignAt));
     this.waiter = undefined;
   }
@@ -333,6 +360,11 @@ class Connection {
   private remaining = 0;
   private chunk: 'size' | 'data' | 'data-end' | 'trailer' = 'size';
   private chunkLeft = 0;
+  private chunkCount = 0;
+  /** The socket is paused because a streamed body's reader is behind (Body's flow control). */
+  private bodyPaused = false;
+  /** This request's answer went out before its body, which is too long to read through: close after. */
+  private refusedEarly = false;
   private body?: Body;
   private responded = false;
   private keepAlive = true;
@@ -445,6 +477,7 @@ class Connection {
       if (!/(?:^|,)\s*chunked\s*$/i.test(te)) throw new BadRequest(400, `unsupported Transfer-Encoding '${te.slice(0, 64)}': its last coding must be chunked`);
       this.remaining = -1;
       this.chunk = 'size';
+      this.chunkCount = 0;
     } else if (cl !== undefined) {
       if (!/^\d+$/.test(cl)) throw new BadRequest(400, `invalid Content-Length '${cl.slice(0, 64)}': expected a decimal number of bytes`);
       this.remaining = Number(cl);
@@ -464,7 +497,11 @@ class Connection {
       if (expect.toLowerCase() !== '100-continue') throw new BadRequest(417, `unsupported Expect '${expect.slice(0, 64)}': only 100-continue is`);
       if (head.minor === 1) this.socket.write('HTTP/1.1 100 Continue\r\n\r\n');
     }
-    this.body = new Body();
+    this.refusedEarly = false;
+    this.body = new Body(() => {
+      this.bodyPaused = true;
+      this.socket.pause();
+    }, () => this.resumeBody());
     this.responded = false;
     this.phase = 'body';
     const m = head.method === 'POST' && this.opts.infer ? INFER_PATH.exec(head.target) : null;
@@ -508,6 +545,7 @@ class Connection {
         const size = line.split(';', 1)[0]!.trim();
         if (!/^[0-9a-fA-F]{1,12}$/.test(size)) throw new BadRequest(400, `malformed chunked body: invalid chunk size '${size.slice(0, 32)}'`);
         this.chunkLeft = parseInt(size, 16);
+        if (this.chunkLeft > 0 && ++this.chunkCount > MAX_CHUNKS) throw new BadRequest(400, TOO_MANY_CHUNKS);
         this.chunk = this.chunkLeft === 0 ? 'trailer' : 'data';
       } else if (line === '') {
         this.remaining = 0;
@@ -549,10 +587,38 @@ class Connection {
     }
   }
 
+  /**
+   * An error answered before its body has arrived: the rest is read and dropped either way, never
+   * parsed as a next request. A short rest keeps the connection; a long one (a body over the limit,
+   * most often) or one of unknown length (chunked) ends it after the answer, so a client still sending
+   * a gigabyte is told to stop rather than kept streaming it into a keep-alive.
+   */
+  private endsEarly(status: number): void {
+    if (this.phase === 'body' && status >= 400 && (this.remaining < 0 || this.remaining > DISCARD_KEEP_ALIVE)) {
+      this.keepAlive = false;
+      this.refusedEarly = true;
+    }
+  }
+
+  private resumeBody(): void {
+    if (!this.bodyPaused) return;
+    this.bodyPaused = false;
+    this.socket.resume();
+  }
+
   private responseDone(): void {
     this.responded = true;
     this.aborted = undefined;
-    if (this.phase === 'body') this.body!.discard = true;
+    if (this.phase === 'body') {
+      this.body!.discard = true;
+      // Nobody reads the rest now: a socket paused for the body's reader reads (and drops) again.
+      if (this.bodyPaused) this.resumeBody();
+      if (this.refusedEarly) {
+        this.socket.end();
+        // A client still sending after its answer and our FIN has had time to read them.
+        setTimeout(() => this.socket.destroy(), LINGER_MS).unref();
+      }
+    }
     this.maybeNext();
     if (this.phase === 'head' && !this.draining) this.nextRequest();
   }
@@ -597,6 +663,7 @@ class Connection {
     const parts = Array.isArray(reply.body) ? reply.body : [reply.body];
     let length = 0;
     for (const p of parts) length += typeof p === 'string' ? Buffer.byteLength(p) : p.byteLength;
+    this.endsEarly(reply.status);
     let head = statusLine(reply.status);
     for (const k in reply.headers) head += `${k}: ${reply.headers[k]}\r\n`;
     head += `${this.connectionHeaders()}Content-Length: ${length}\r\n\r\n`;
@@ -653,6 +720,7 @@ class Connection {
     const stream = !!res.body && !noBody && !!res.headers.get('content-type')?.startsWith('text/event-stream');
     const chunked = stream && minor === 1;
     if (stream && !chunked) this.keepAlive = false;
+    this.endsEarly(res.status);
     let head = statusLine(res.status);
     res.headers.forEach((v, k) => {
       if (k !== 'content-length' && k !== 'transfer-encoding' && k !== 'connection' && k !== 'keep-alive') head += `${k}: ${v}\r\n`;

@@ -13,6 +13,7 @@
 
 import { TsiError } from '../errors.js';
 import type { InferenceServer } from '../server.js';
+import { readWebBody } from '../http-body.js';
 import { decodeString, encodeString } from '../tensor.js';
 import type { InferRequest, Parameters } from '../types.js';
 import { llmModelOf, type LlmModelInfo } from './backend.js';
@@ -62,8 +63,7 @@ export function getModel(server: InferenceServer, name: string): Response {
 }
 
 async function readBody(req: Request, maxInput: number): Promise<Json> {
-  const raw = new Uint8Array(await req.arrayBuffer());
-  if (raw.byteLength > maxInput) throw bad(`the request body is ${raw.byteLength} bytes, more than the ${maxInput} allowed (--http-max-input-size)`);
+  const raw = await readWebBody(req, maxInput);
   let body: unknown;
   try {
     body = JSON.parse(decodeString(raw));

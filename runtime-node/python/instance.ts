@@ -348,6 +348,12 @@ export class PythonInstance implements BackendInstance {
       ex.resolve(ex.ns);
     }
     if (this.stopping) return;
+    if (this.setup.ctx.server.isShuttingDown()) {
+      // The server is stopping (a signal to the whole process group reaches the stub too): no new one.
+      this.stopping = true;
+      this.setup.log.info(`model '${this.name}' instance ${this.spec.name}: the Python process (pid ${proc.pid}) ${reason} while the server is stopping; it is not restarted`);
+      return;
+    }
     this.setup.log.error(`${this.tag}: Stub process '${this.spec.name}' is not healthy. The Python process (pid ${proc.pid}) ${reason}; `
       + 'the model is not ready until a new one is');
     this.restart();

@@ -12,6 +12,8 @@ import { MODELS } from '../helpers/server.js';
 declare module 'vitest' {
   export interface ProvidedContext {
     nodeUrl: string;
+    /** CI=true: a capability CI installs (WebGPU on SwiftShader) must be there (test/helpers/capability.ts). */
+    ci: boolean;
   }
 }
 
@@ -21,6 +23,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     log: createLogger(() => {}),
   });
   project.provide('nodeUrl', `http://127.0.0.1:${running.http!.port}`);
+  project.provide('ci', !!process.env.CI);
   return async () => {
     await running.stop(5000);
   };

@@ -9,6 +9,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { TsiError, createLogger } from '../../core/index.js';
 import { createServer, type BrowserServer } from '../../runtime-browser/index.js';
+import { requireCapability } from '../helpers/capability.js';
 import { BAD_REQUESTS, compareResponses, floats, genericCase, ints, modelCases, requestInit, type V2Request } from './cases.js';
 
 const NODE = inject('nodeUrl');
@@ -35,14 +36,16 @@ async function pageAnswer(s: BrowserServer, r: V2Request): Promise<{ status: num
 
 let wasm: BrowserServer;
 let gpu: BrowserServer | undefined;
-let gpuSkip = '';
+/** Why this Chromium has no WebGPU adapter; undefined when it has one. */
+let gpuMissing: string | undefined;
+const CI = inject('ci');
 
 beforeAll(async () => {
   wasm = await within(90_000, createServer({ repository: REPO, device: 'wasm', log }), 'createServer(wasm)');
   const env = wasm.environment;
   if (!env.webgpu.available) {
-    gpuSkip = `no WebGPU adapter in this Chromium: ${env.webgpu.reason}`;
-    console.warn(`[tsi] WebGPU tests skipped: ${gpuSkip}`);
+    gpuMissing = env.webgpu.reason;
+    console.warn(`[tsi] no WebGPU adapter in this Chromium: ${gpuMissing}`);
     return;
   }
   gpu = await within(90_000, createServer({ repository: REPO, device: 'webgpu', log }), 'createServer(webgpu)');
@@ -77,8 +80,8 @@ describe('the page serves the default repository', () => {
       // Decoupled models answer /infer with an error on both sides; that error must match too.
       const decoupled = m.config.model_transaction_policy?.decoupled === true;
       it(`${m.name} on ${device}: same ${decoupled ? 'refusal' : 'answers'} as the Node server`, async (ctx) => {
-        const s = device === 'wasm' ? wasm : gpu;
-        if (!s) return ctx.skip(gpuSkip);
+        if (device === 'webgpu') requireCapability(ctx, CI, 'WebGPU adapter in Chromium', gpuMissing);
+        const s = device === 'wasm' ? wasm : gpu!;
         for (const r of requestsFor(m, seqBase)) {
           const want = await nodeAnswer(r);
           const got = await pageAnswer(s, r);
@@ -100,13 +103,13 @@ describe('the page serves the default repository', () => {
       const want = isOnnx(m) ? 'wasm' : m.config.backend === 'javascript' ? 'js' : undefined;
       if (want) expect([...new Set(wasm.instances(m.name).map((i) => i.device))], m.name).toEqual([want]);
     }
-    if (!gpu) return ctx.skip(gpuSkip);
+    requireCapability(ctx, CI, 'WebGPU adapter in Chromium', gpuMissing);
     for (const m of ['simple', 'add_sub', 'image_classifier', 'autocomplete_add', 'mlp_batch', 'simple_sequence']) {
-      for (const i of gpu.instances(m)) expect(i, m).toEqual({ name: expect.any(String), kind: 'KIND_CPU', device: 'webgpu' });
+      for (const i of gpu!.instances(m)) expect(i, m).toEqual({ name: expect.any(String), kind: 'KIND_CPU', device: 'webgpu' });
     }
     // Strings and 64-bit integers have no WebGPU buffer type: those models run on wasm, with the reason.
-    expect(gpu.instances('simple_string')[0]).toMatchObject({ device: 'wasm', fallbackReason: 'WebGPU has no string tensors' });
-    expect(gpu.instances('simple_dyna_sequence')[0]).toMatchObject({ device: 'wasm', fallbackReason: 'WebGPU has no uint64 tensors' });
+    expect(gpu!.instances('simple_string')[0]).toMatchObject({ device: 'wasm', fallbackReason: 'WebGPU has no string tensors' });
+    expect(gpu!.instances('simple_dyna_sequence')[0]).toMatchObject({ device: 'wasm', fallbackReason: 'WebGPU has no uint64 tensors' });
     expect(logs.some((l) => l.includes('simple_string') && l.includes('running on wasm'))).toBe(true);
   });
 });

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HttpClient, InferenceServerError } from '../../client/index.js';
 import { nodeHttpFetch } from '../../client/node.js';
-import { clientSuite, expectError, orSkip } from './suite.js';
+import { clientSuite, expectError } from './suite.js';
 import { startClientServers, type ClientServers } from './servers.js';
 
 let servers: ClientServers;
@@ -169,20 +169,17 @@ describe('http client: node:http transport specifics', () => {
 });
 
 describe('http client: generate extension', () => {
-  it('generate answers one JSON object', async (ctx) => {
+  it('generate answers one JSON object', async () => {
     const c = new HttpClient(server.url);
-    const r = await orSkip(ctx, 'generate', () => c.generate('simple', { INPUT0: Array.from(a), INPUT1: Array.from(b) }));
+    const r = await c.generate('simple', { INPUT0: Array.from(a), INPUT1: Array.from(b) });
     expect(r.model_name).toBe('simple');
     expect(r.OUTPUT0).toEqual(Array.from(a, (x) => x + 1));
   });
 
-  it('generate_stream yields server-sent events', async (ctx) => {
+  it('generate_stream yields server-sent events', async () => {
     const c = new HttpClient(server.url);
-    const events = await orSkip(ctx, 'generate_stream', async () => {
-      const out: Record<string, unknown>[] = [];
-      for await (const ev of c.generateStream('simple', { INPUT0: Array.from(a), INPUT1: Array.from(b) })) out.push(ev);
-      return out;
-    });
+    const events: Record<string, unknown>[] = [];
+    for await (const ev of c.generateStream('simple', { INPUT0: Array.from(a), INPUT1: Array.from(b) })) events.push(ev);
     expect(events).toHaveLength(1);
     expect(events[0]!.OUTPUT1).toEqual(Array.from(a, (x) => x - 1));
     const stream: unknown[] = [];

@@ -27,26 +27,6 @@ export const STATUS = {
   grpc: { INVALID_ARG: 3, NOT_FOUND: 5, UNAVAILABLE: 14, UNSUPPORTED: 12, ALREADY_EXISTS: 6 },
 } as const;
 
-/** True when the error means "this server has no such operation yet" rather than a real answer. */
-export function isMissingRoute(err: unknown): boolean {
-  if (!(err instanceof InferenceServerError)) return false;
-  if (err.source === 'http') return err.status === 404 && err.message === 'Not Found';
-  return err.source === 'grpc' && err.status === 12 && /does not implement the method/i.test(err.message);
-}
-
-/** Runs `fn`; if the server lacks the operation, skips the test saying so. */
-export async function orSkip<T>(ctx: TestContext, what: string, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (err) {
-    if (isMissingRoute(err)) {
-      console.warn(`[client suite] skipped: the server does not implement ${what} yet (${(err as Error).message})`);
-      ctx.skip();
-    }
-    throw err;
-  }
-}
-
 /** Expects an InferenceServerError from `source` with `status` (any non-zero one when undefined). */
 export async function expectError(p: Promise<unknown>, source: string, status: number | undefined, message: string | RegExp): Promise<InferenceServerError> {
   const err = await p.then(() => undefined, (e: unknown) => e);
@@ -232,10 +212,10 @@ export function clientSuite(protocol: 'http' | 'grpc', s: SuiteContext, label: s
       expect((await s.client().getModelRepositoryIndex({ ready: true })).every((e) => e.state === 'READY')).toBe(true);
     });
 
-    it('loads and unloads models (explicit mode), also from a config override', async (ctx) => {
+    it('loads and unloads models (explicit mode), also from a config override', async () => {
       const c = s.explicitClient();
       expect(await c.isModelReady('add_sub')).toBe(false);
-      await orSkip(ctx, 'repository load', () => c.loadModel('add_sub'));
+      await c.loadModel('add_sub');
       expect(await c.isModelReady('add_sub')).toBe(true);
       expect((await c.getModelRepositoryIndex()).find((e) => e.name === 'add_sub')?.state).toBe('READY');
       await c.unloadModel('add_sub', { unloadDependents: false });
@@ -248,13 +228,13 @@ export function clientSuite(protocol: 'http' | 'grpc', s: SuiteContext, label: s
       await expectError(c.loadModel('no_such_model'), protocol, undefined, 'no_such_model');
     });
 
-    it('loads a model from in-memory files', async (ctx) => {
+    it('loads a model from in-memory files', async () => {
       const c = s.explicitClient();
       const cfg = await c.getModelConfig('simple');
       const onnx = new Uint8Array(readFileSync(new URL('../../models/simple/1/model.onnx', import.meta.url)));
-      await orSkip(ctx, 'repository load with files', () => c.loadModel('simple_mem', {
+      await c.loadModel('simple_mem', {
         config: { ...cfg, name: 'simple_mem' }, files: { '1/model.onnx': onnx },
-      }));
+      });
       const r = await c.infer('simple_mem', simpleInputs);
       expect(Array.from(r.data<Int32Array>('OUTPUT1'))).toEqual(Array.from(a, (x) => x - 3));
       await c.unloadModel('simple_mem');
@@ -262,9 +242,9 @@ export function clientSuite(protocol: 'http' | 'grpc', s: SuiteContext, label: s
   });
 
   describe(`${label} client: shared memory, logging, tracing`, () => {
-    it('registers a system shared-memory region, infers through it, and unregisters it', async (ctx) => {
+    it('registers a system shared-memory region, infers through it, and unregisters it', async () => {
       const c = s.client();
-      await orSkip(ctx, 'system shared memory', () => c.getSystemSharedMemoryStatus());
+      await c.getSystemSharedMemoryStatus();
       const key = `tsi_client_${protocol}_${process.pid}`;
       mkdirSync('/dev/shm', { recursive: true });
       const file = `/dev/shm/${key}`;
@@ -293,9 +273,9 @@ export function clientSuite(protocol: 'http' | 'grpc', s: SuiteContext, label: s
       }
     });
 
-    it('reads and updates log settings', async (ctx) => {
+    it('reads and updates log settings', async () => {
       const c = s.client();
-      const before = await orSkip(ctx, 'log settings', () => c.getLogSettings());
+      const before = await c.getLogSettings();
       expect(before).toMatchObject({ log_info: expect.any(Boolean), log_verbose_level: expect.any(Number) });
       const after = await c.updateLogSettings({ log_verbose_level: 2 });
       expect(after.log_verbose_level).toBe(2);
@@ -303,9 +283,9 @@ export function clientSuite(protocol: 'http' | 'grpc', s: SuiteContext, label: s
       await expectError(c.updateLogSettings({ log_file: '/tmp/x.log' }), protocol, st.UNSUPPORTED, 'log file location can not be updated through network protocol');
     });
 
-    it('reads and updates trace settings, globally and per model', async (ctx) => {
+    it('reads and updates trace settings, globally and per model', async () => {
       const c = s.client();
-      const global = await orSkip(ctx, 'trace settings', () => c.getTraceSettings());
+      const global = await c.getTraceSettings();
       expect(global).toHaveProperty('trace_rate');
       const m = await c.updateTraceSettings({ trace_rate: 7 }, 'simple');
       expect(m.trace_rate).toBe('7');

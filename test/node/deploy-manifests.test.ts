@@ -14,7 +14,7 @@ import { copyFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { validate as lintDockerfile, ValidationSeverity } from 'dockerfile-utils';
 import { parse as parseYaml } from 'yaml';
-import { buildCli } from '../../runtime-node/cli.js';
+import { parseServeArgs as parseTsiArgs } from '../helpers/cli.js';
 import { differingPaths, kserveSchemas, KUBERNETES_VERSION, readManifests, schemaErrors, unknownFieldErrors, where, type Manifest } from '../helpers/deploy-manifests.js';
 import { MODELS, ROOT, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
@@ -41,28 +41,6 @@ const dockerfile = readFileSync(join(ROOT, 'deploy/Dockerfile'), 'utf8');
 const container = (d: any) => d.spec.template.spec.containers.find((c: any) => c.name === 'tsi');
 const selects = (selector: Record<string, string>, labels: Record<string, string>) =>
   Object.entries(selector).every(([k, v]) => labels[k] === v);
-
-/** Parses `tsi-node <argv>` with the real CLI, without running the command; returns serve's options. */
-async function parseTsiArgs(argv: string[]): Promise<Record<string, any>> {
-  const program = buildCli();
-  const errors: string[] = [];
-  let opts: Record<string, any> | undefined;
-  for (const cmd of [program, ...program.commands]) {
-    cmd.exitOverride();
-    cmd.configureOutput({ writeErr: (s) => errors.push(s), writeOut: () => {} });
-  }
-  const serve = program.commands.find((c) => c.name() === 'serve')!;
-  serve.action((o: Record<string, any>) => {
-    opts = o;
-  });
-  try {
-    await program.parseAsync(argv, { from: 'user' });
-  } catch (err) {
-    throw new Error(`tsi-node ${argv.join(' ')}: ${errors.join('') || (err as Error).message}`);
-  }
-  if (!opts) throw new Error(`tsi-node ${argv.join(' ')}: not a serve command line`);
-  return opts;
-}
 
 describe(`deploy/ manifests against Kubernetes ${KUBERNETES_VERSION} and KServe ${kserveSchemas().kserveVersion}`, () => {
   it('finds the objects it expects, and nothing that is not a Kubernetes object but the adapter values', () => {

@@ -10,7 +10,7 @@
 import fc from 'fast-check';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { HttpReply, InferHttpRequest } from '../../core/index.js';
+import { readRequestBody, type HttpReply, type InferHttpRequest } from '../../core/index.js';
 import { listen, type Listener } from '../../runtime-node/http.js';
 
 const NUM_RUNS = Number(process.env.FUZZ_RUNS ?? 60);
@@ -24,7 +24,7 @@ beforeAll(async () => {
       return Response.json({ route: 'app', method: req.method, path: new URL(req.url).pathname, length: body.byteLength, sum: sum(body) });
     },
     infer: async (req: InferHttpRequest): Promise<HttpReply> => {
-      const body = await req.body(1 << 20);
+      const body = await readRequestBody(req.header, req.body, 1 << 20);
       return { status: 200, headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ route: 'infer', model: req.model, length: body.byteLength, sum: sum(body) }) };
     },
   });

@@ -80,8 +80,11 @@ describe('health and metadata', () => {
     expect(await c.health()).toBe('SERVING');
     expect(await c.health('inference.GRPCInferenceService')).toBe('SERVING');
     await expect(c.health('nope')).rejects.toMatchObject({ code: grpc.status.NOT_FOUND });
-    await expect(c.call('ModelReady', { name: 'nope' })).rejects.toMatchObject({
-      code: grpc.status.NOT_FOUND, details: "Request for unknown model: 'nope' is not found",
+    // Triton answers an unknown model or version with OK and ready=false (docs/example-clients.md).
+    expect(await c.call('ModelReady', { name: 'nope' })).toEqual({ ready: false });
+    expect(await c.call('ModelReady', { name: 'simple', version: '7' })).toEqual({ ready: false });
+    await expect(c.call('ModelReady', { name: 'simple', version: '-1' })).rejects.toMatchObject({
+      code: grpc.status.INVALID_ARGUMENT, details: "invalid model version specified '-1' , version should be an integral value > 0",
     });
   });
 

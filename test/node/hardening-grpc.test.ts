@@ -196,11 +196,16 @@ describe('tensor descriptions over gRPC', () => {
     }, `input 'INPUT0' for model 'simple_identity': BYTES element 0 claims 9 bytes but only 1 remain`);
   });
 
-  it('answers ModelReady for an unknown model as Triton does: NOT_FOUND with its text', async () => {
-    // Triton's ModelReady sets ready=false but returns the lookup's error status, and a gRPC error
-    // status carries no message (grpc_server.cc, tritonserver.cc ServerModelIsReady).
-    const err = await c.call('ModelReady', { name: 'nope', version: '' }).catch((e) => e);
-    expect([err.code, err.details]).toEqual([grpc.status.NOT_FOUND, "Request for unknown model: 'nope' is not found"]);
+  it('answers ModelReady for an unknown model as Triton does: OK with ready=false', async () => {
+    // Triton core's ModelIsReady (server.cc) turns a failed lookup into ready=false and success.
+    expect(await c.call('ModelReady', { name: 'nope', version: '' })).toEqual({ ready: false });
+  });
+
+  it('refuses a negative model_version with INVALID_ARGUMENT, as Triton\'s GetModelVersionFromString does', async () => {
+    const err = await c.call('ModelInfer', {
+      model_name: 'simple', model_version: '-1', inputs: [], outputs: [],
+    }).catch((e) => e);
+    expect([err.code, err.details]).toEqual([grpc.status.INVALID_ARGUMENT, "invalid model version specified '-1' , version should be an integral value > 0"]);
   });
 
   it('still serves', expectServing);

@@ -10,7 +10,7 @@
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listen, type Listener } from '../../runtime-node/http.js';
-import type { HttpReply, InferHttpRequest } from '../../core/index.js';
+import { readRequestBody, type HttpReply, type InferHttpRequest } from '../../core/index.js';
 
 const HEADERS_MS = 300;
 const REQUEST_MS = 600;
@@ -35,7 +35,7 @@ beforeAll(async () => {
       if (req.model === 'early') return { status: 404, headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ error: 'x'.repeat(BIG) }) };
       let body: Uint8Array;
       try {
-        body = await req.body(1 << 20);
+        body = await readRequestBody(req.header, req.body, 1 << 20);
       } catch (err) {
         bodyFailures.push((err as Error).message);
         return { status: 400, headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ error: (err as Error).message }) };

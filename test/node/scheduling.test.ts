@@ -53,6 +53,14 @@ afterAll(async () => {
 });
 
 const infer = (model: string, body: unknown) => postJson(`${s.url}/v2/models/${model}/infer`, body);
+/** Resolves once `check` holds, polling the server's state (never a fixed sleep). */
+async function until(check: () => boolean, what: string, ms = 20_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
 const stats = async (model: string) => (await getJson(`${s.url}/v2/models/${model}/stats`)).body.model_stats[0];
 
 describe('dynamic batching over HTTP', () => {
@@ -116,10 +124,14 @@ describe('dynamic batching over HTTP', () => {
 
   it('answers queue-full and expired requests with 503 and Triton\'s texts', async () => {
     const body = (id: string) => ({ id, inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 1], data: [1] }] });
+    // Each step waits for the server's own queue state, not for time: on a busy machine a request
+    // sent 30 ms after another may still reach the server first.
+    const st = s.server.model('limited').stats;
     const running = infer('limited', body('running'));
-    await new Promise((r) => setTimeout(r, 30));
+    await until(() => st.inflight === 1 && st.pending === 0, 'the first request executing');
+    // The one instance is busy for 150 ms from here; the queued requests time out after 50 ms.
     const queued = [infer('limited', body('q1')), infer('limited', body('q2'))];
-    await new Promise((r) => setTimeout(r, 5));
+    await until(() => st.pending === 2, 'two requests queued');
     const full = await infer('limited', body('full'));
     expect(full.status).toBe(503);
     expect(full.body.error).toBe('[request id: full] Exceeds maximum queue size');

@@ -10,6 +10,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { PY_FIXTURES } from '../helpers/python-server.js';
 import { ROOT, tempRepo } from '../helpers/server.js';
 
 // Answers X after sleeping X milliseconds: each request says how long it stays in flight.
@@ -41,12 +43,13 @@ afterEach(() => {
   repo?.cleanup();
 });
 
-async function serve(extra: string[]): Promise<Served> {
-  repo = tempRepo(files);
+async function serve(extra: string[], opts: { files?: Record<string, string>; detached?: boolean } = {}): Promise<Served> {
+  repo = tempRepo({ ...files, ...opts.files });
   const args = ['serve', '--model-repository', repo.path, '--http-port', '0', '--http-address', '127.0.0.1', '--grpc-port', '0',
     '--grpc-address', '127.0.0.1', '--allow-metrics', 'false', ...extra];
   const code = `import(${JSON.stringify(join(ROOT, 'runtime-node', 'cli.ts'))}).then((m) => m.main(['node', 'tsi-node', ...${JSON.stringify(args)}]))`;
-  const child = spawn(process.execPath, ['--import', 'tsx', '-e', code], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+  // detached: a process group of its own, as systemd or a shell job gives it.
+  const child = spawn(process.execPath, ['--import', 'tsx', '-e', code], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'], detached: opts.detached });
   children.push(child);
   let err = '';
   const waiters: (() => void)[] = [];
@@ -176,3 +179,44 @@ describe('tsi-node serve on SIGTERM', () => {
     expect(s.log()).toMatch(/SIGINT received again: exiting now; shutdown cut short during the drain delay \(a\), [\d.]+ s in: 1 in-flight request\(s\), 0 sequence\(s\) in progress and 1 open HTTP connection\(s\) dropped/);
   }, 60_000);
 });
+
+describe('tsi-node serve stopped by a signal to its whole process group (systemd, `kill -- -PID`, Ctrl-C)', () => {
+  // Two Python processes; each request sleeps MS ms and answers the pid that ran it.
+  const sleepPy = {
+    'sleep_py/config.pbtxt': readFileSync(join(PY_FIXTURES, 'sleep_py', 'config.pbtxt'), 'utf8'),
+    'sleep_py/1/model.py': readFileSync(join(PY_FIXTURES, 'sleep_py', '1', 'model.py'), 'utf8'),
+  };
+  const sleep = (ms: number) => ({ inputs: [{ name: 'MS', datatype: 'INT32', shape: [1], data: [ms] }] });
+  const pidOf = (r: Awaited<ReturnType<Conn['request']>>) => {
+    expect(r).toMatchObject({ status: 200 });
+    return Number(JSON.parse((r as { body: string }).body).outputs[0].data[0]);
+  };
+
+  it('keeps its Python models serving through the drain (the stubs ignore the signal, as Triton\'s do) and exits 0', async () => {
+    const s = await serve(['--drain-delay-secs', '1', '--exit-timeout-secs', '10'], { files: sleepPy, detached: true });
+    const c = Conn.open(s.port);
+    const before = new Set([pidOf(await c.request('POST', '/v2/models/sleep_py/infer', sleep(1)))]);
+    process.kill(-s.child.pid!, 'SIGTERM');
+    await s.until(/shutdown \(a\)/);
+    // The stubs got the SIGTERM too: still the processes that answered before it (two instances).
+    const during = await Promise.all([1, 2].map(() => Conn.open(s.port).request('POST', '/v2/models/sleep_py/infer', sleep(200))));
+    const pids = new Set(during.map(pidOf));
+    expect(pids.size).toBe(2);
+    expect([...before].every((p) => pids.has(p))).toBe(true);
+    expect(await s.exit).toBe(0);
+    expect(s.log()).not.toMatch(/starting a new one|killed by signal SIGTERM/);
+  }, 60_000);
+
+  it('does not restart a Python process that exits while the server is stopping, and logs that it stopped', async () => {
+    const s = await serve(['--drain-delay-secs', '2', '--exit-timeout-secs', '10'], { files: sleepPy, detached: true });
+    const c = Conn.open(s.port);
+    const pid = pidOf(await c.request('POST', '/v2/models/sleep_py/infer', sleep(1)));
+    process.kill(-s.child.pid!, 'SIGTERM');
+    await s.until(/shutdown \(a\)/);
+    process.kill(pid, 'SIGKILL');
+    await s.until(new RegExp(`the Python process \\(pid ${pid}\\) was killed by signal SIGKILL while the server is stopping; it is not restarted`));
+    expect(await s.exit).toBe(0);
+    expect(s.log()).not.toMatch(/starting a new one/);
+  }, 60_000);
+});
+

@@ -1,0 +1,60 @@
+/**
+ * The serve command's flags as users write them: every boolean flag takes `--flag`, `--flag true|false`
+ * and `--flag=true|false` (Triton's `--allow-*` take a value, and scripts written for it pass one), and
+ * values Triton refuses at start-up are refused here too.
+ */
+
+import { describe, expect, it } from 'vitest';
+import { parseServeArgs } from '../helpers/cli.js';
+
+const BOOLEAN_FLAGS: [flag: string, key: string, byDefault: boolean][] = [
+  ['--allow-http', 'allowHttp', true],
+  ['--allow-grpc', 'allowGrpc', true],
+  ['--allow-metrics', 'allowMetrics', true],
+  ['--allow-cpu-metrics', 'allowCpuMetrics', true],
+  ['--allow-gpu-metrics', 'allowGpuMetrics', true],
+  ['--allow-client-shm', 'allowClientShm', false],
+  ['--allow-model-code-upload', 'allowModelCodeUpload', false],
+  ['--allow-dashboard', 'allowDashboard', false],
+  ['--grpc-use-ssl', 'grpcUseSsl', false],
+  ['--grpc-use-ssl-mutual', 'grpcUseSslMutual', false],
+  ['--http-use-ssl', 'httpUseSsl', false],
+  ['--http-use-ssl-mutual', 'httpUseSslMutual', false],
+  ['--exit-on-error', 'exitOnError', true],
+  ['--strict-readiness', 'strictReadiness', true],
+  ['--disable-auto-complete-config', 'disableAutoCompleteConfig', false],
+  ['--browser-demo', 'browserDemo', false],
+];
+
+describe('tsi-node serve: boolean flags', () => {
+  for (const [flag, key, byDefault] of BOOLEAN_FLAGS) {
+    it(`${flag}: bare, with a value, with =value, and its default (${byDefault})`, async () => {
+      expect((await parseServeArgs(['serve']))[key]).toBe(byDefault);
+      expect((await parseServeArgs(['serve', flag]))[key]).toBe(true);
+      for (const v of [true, false]) {
+        expect((await parseServeArgs(['serve', flag, String(v)]))[key]).toBe(v);
+        expect((await parseServeArgs(['serve', `${flag}=${v}`]))[key]).toBe(v);
+      }
+      // A bare flag followed by another flag leaves that one alone.
+      const both = await parseServeArgs(['serve', flag, '--http-port', '9000']);
+      expect([both[key], both.httpPort]).toEqual([true, 9000]);
+      await expect(parseServeArgs(['serve', flag, 'maybe'])).rejects.toThrow(/expected true or false, got 'maybe'/);
+    });
+  }
+
+  it('lists every boolean flag of serve here', async () => {
+    const { buildCli } = await import('../../runtime-node/cli.js');
+    const serve = buildCli().commands.find((c) => c.name() === 'serve')!;
+    const booleans = serve.options.filter((o) => o.flags.endsWith(' [bool]') || (!o.required && !o.optional)).map((o) => o.long);
+    expect(booleans.sort()).toEqual(BOOLEAN_FLAGS.map(([f]) => f).sort());
+  });
+});
+
+describe('tsi-node serve: --http-max-input-size', () => {
+  it('refuses 0 and negative sizes, as Triton does', async () => {
+    for (const v of ['0', '-1']) {
+      await expect(parseServeArgs(['serve', `--http-max-input-size=${v}`])).rejects.toThrow(/--http-max-input-size must be greater than 0/);
+    }
+    expect((await parseServeArgs(['serve', '--http-max-input-size', '1024'])).httpMaxInputSize).toBe(1024);
+  });
+});
