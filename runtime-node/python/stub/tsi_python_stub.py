@@ -441,10 +441,6 @@ def main():
     # A crash in native code (SIGSEGV, SIGABRT) then leaves its Python stack on stderr, which tsi
     # quotes in the error the in-flight requests get.
     faulthandler.enable()
-    # As Triton's stub: SIGINT and SIGTERM are the server's to act on. A Ctrl-C or a `kill -- -PID`
-    # reaches the whole process group; the server then drains and stops its stubs itself, in order.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=CTRL_FD)
     send_plain(sock, {"k": "hello", "pid": os.getpid(), "python": sys.version.split()[0], "numpy": np.__version__})
     first = read_one(sock)
