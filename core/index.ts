@@ -25,7 +25,7 @@ export {
   type HttpOptions, type HttpReply, type InferHttpRequest,
 } from './http.js';
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './v2-codec.js';
-export { DefaultScheduler, InstancePool, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
+export { InstancePool, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
 export { createScheduler } from './schedulers.js';
 export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './batcher.js';
 export { RequestQueue, queuePolicy, type QueuePolicy } from './queue.js';
