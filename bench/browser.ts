@@ -22,6 +22,8 @@
  *        the page cross-origin isolated)  --json <file>
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { chromiumMissing, launchChromium, startStaticSite, within } from '../test/browser/static-server.js';

@@ -20,6 +20,8 @@
  * short run is part of the test suite (test/node/fuzz-server.test.ts).
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';

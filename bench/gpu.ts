@@ -23,6 +23,8 @@
  *        --threads <n> (intra-op threads, raw and served alike; default: all cores)  --json <file>
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, tmpdir } from 'node:os';

@@ -28,6 +28,8 @@
  * Targets: tsi ≥ 4× naive tokens/s at 32 streams; tsi's TTFT p50 at 8 streams ≤ 2× at 1.
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { availableParallelism, tmpdir } from 'node:os';

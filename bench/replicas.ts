@@ -22,6 +22,8 @@
  * test/node/deploy-replicas.test.ts runs a short rolling restart with these functions.
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, connect, type Socket } from 'node:net';

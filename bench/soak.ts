@@ -16,6 +16,8 @@
  * patch drawn in the image) or, for mlp_batch, against each row's answer computed alone at start-up.
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { fork, type ChildProcess } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';

@@ -9,6 +9,8 @@
  * Run:  npx tsx bench/warmup.ts [--size 64] [--rounds 3] [--requests 20] [--kind KIND_GPU|KIND_CPU] [--json file]
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -19,10 +19,11 @@ import { buildInferRequest, fromInferParameters, parseInferResponse } from './gr
 import { dropNulls, indexEntry, modelMetadata, modelStatistics, num, shmRegion } from './normalize.js';
 import { nowNs, type InferResult } from './tensor.js';
 import type {
-  CallOptions, InferenceClient, InferInputSpec, InferOptions, LoadModelOptions, LogSettings, ModelConfig, ModelMetadata,
+  CallOptions, InferInputSpec, InferOptions, LoadModelOptions, LogSettings, ModelConfig, ModelMetadata,
   ModelStatistics, RepositoryIndexEntry, ServerMetadata, SystemSharedMemoryRegion, TraceSettings, TraceSettingsUpdate,
   UnloadModelOptions,
 } from './types.js';
+import type { InferenceClient } from './inference-client.js';
 
 export { InferenceServerError } from './errors.js';
 

@@ -13,10 +13,11 @@ import { concatBytes, decodeString } from '../core/tensor.js';
 import { parseInferJson, parseJson, stringifyJson } from '../core/json-exact.js';
 import type { DataType, OutputTensor, Parameters, TensorData } from '../core/types.js';
 import type {
-  CallOptions, InferenceClient, InferInputSpec, InferOptions, LoadModelOptions, LogSettings, ModelConfig, ModelMetadata,
+  CallOptions, InferInputSpec, InferOptions, LoadModelOptions, LogSettings, ModelConfig, ModelMetadata,
   ModelStatistics, RepositoryIndexEntry, RequestedOutputSpec, ServerMetadata, SystemSharedMemoryRegion, TraceSettings,
   TraceSettingsUpdate, UnloadModelOptions,
 } from './types.js';
+import type { InferenceClient } from './inference-client.js';
 
 export const HEADER_LENGTH = 'Inference-Header-Content-Length';
 

@@ -8,3 +8,4 @@ export { HttpClient, type HttpClientOptions, type FetchLike, type ResponseLike }
 export { InferenceServerError, type ErrorSource } from './errors.js';
 export { InferResult } from './tensor.js';
 export type * from './types.js';
+export type { InferenceClient } from './inference-client.js';

@@ -8,7 +8,6 @@
 
 import type { DataType, Parameters, ParamValue, TensorData } from '../core/types.js';
 import type { ModelConfig } from '../core/model-config.js';
-import type { InferResult } from './tensor.js';
 
 export type { DataType, Parameters, ParamValue, TensorData, ModelConfig };
 
@@ -202,33 +201,3 @@ export type TraceSettings = Record<string, string | string[]>;
 /** `null` clears a model-level override (falls back to the global value). */
 export type TraceSettingsUpdate = Record<string, string | number | readonly string[] | null>;
 export type LogSettings = Record<string, string | number | boolean>;
-
-/**
- * The operations of tritonclient, implemented by HttpClient (fetch; Node and browsers) and GrpcClient
- * (Node). A client is safe to use from many concurrent async callers; `close()` releases connections.
- */
-export interface InferenceClient {
-  readonly protocol: 'http' | 'grpc';
-  isServerLive(opts?: CallOptions): Promise<boolean>;
-  isServerReady(opts?: CallOptions): Promise<boolean>;
-  /** False for a known-but-not-ready and for an unknown model; throws only when no server answers. */
-  isModelReady(model: string, version?: string | number, opts?: CallOptions): Promise<boolean>;
-  getServerMetadata(opts?: CallOptions): Promise<ServerMetadata>;
-  getModelMetadata(model: string, version?: string | number, opts?: CallOptions): Promise<ModelMetadata>;
-  getModelConfig(model: string, version?: string | number, opts?: CallOptions): Promise<ModelConfig>;
-  infer(model: string, inputs: readonly InferInputSpec[], opts?: InferOptions): Promise<InferResult>;
-  /** Every model's statistics when `model` is omitted. */
-  getInferenceStatistics(model?: string, version?: string | number, opts?: CallOptions): Promise<ModelStatistics[]>;
-  getModelRepositoryIndex(opts?: CallOptions & { ready?: boolean }): Promise<RepositoryIndexEntry[]>;
-  loadModel(model: string, opts?: LoadModelOptions): Promise<void>;
-  unloadModel(model: string, opts?: UnloadModelOptions): Promise<void>;
-  getSystemSharedMemoryStatus(region?: string, opts?: CallOptions): Promise<SystemSharedMemoryRegion[]>;
-  registerSystemSharedMemory(name: string, key: string, byteSize: number, offset?: number, opts?: CallOptions): Promise<void>;
-  /** Every region when `name` is omitted. */
-  unregisterSystemSharedMemory(name?: string, opts?: CallOptions): Promise<void>;
-  getTraceSettings(model?: string, opts?: CallOptions): Promise<TraceSettings>;
-  updateTraceSettings(settings: TraceSettingsUpdate, model?: string, opts?: CallOptions): Promise<TraceSettings>;
-  getLogSettings(opts?: CallOptions): Promise<LogSettings>;
-  updateLogSettings(settings: LogSettings, opts?: CallOptions): Promise<LogSettings>;
-  close(): Promise<void>;
-}

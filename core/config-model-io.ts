@@ -6,7 +6,7 @@
  * backend's, since users search for them.
  */
 
-import type { ModelIoInfo } from './backend.js';
+import type { ModelIoInfo } from './execution.js';
 import { errorAt, inheritSource } from './config-reflect.js';
 import { TsiError } from './errors.js';
 import type { ConfigDataType, ModelConfig, ModelInput, ModelOutput } from './model-config.js';

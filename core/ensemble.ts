@@ -21,7 +21,7 @@ import type { ModelConfig } from './model-config.js';
 import type { ModelVersion } from './model.js';
 import type { PendingRequest } from './request.js';
 import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from './scheduler.js';
-import type { InferenceServer } from './server.js';
+import type { ModelRepository } from './repository.js';
 import { retainBuffer } from './tensor.js';
 import type { InferInput, InferResponse, Parameters, Tensor } from './types.js';
 
@@ -182,8 +182,17 @@ function reshapeDims(config: readonly number[], readerBatches: boolean, batch: n
   return !dimsMatch(config, dims) && batch === 1 ? dims.slice(1) : dims;
 }
 
+/**
+ * What an ensemble needs of the server that runs it: the repository its composing models are loaded
+ * from and looked up in. The server passes itself; ensembles never import server.ts, which registers
+ * them.
+ */
+export interface EnsembleHost {
+  readonly repository: Pick<ModelRepository, 'ensureLoaded' | 'get' | 'index'>;
+}
+
 /** The `ensemble` backend; core registers it on every server. */
-export function createEnsembleBackend(server: InferenceServer): Backend {
+export function createEnsembleBackend(server: EnsembleHost): Backend {
   // Ensemble → composing models, for every ensemble loaded or loading, to refuse cycles before
   // waiting on a load that would wait on us.
   const graph = new Map<string, { deps: Set<string>; token: object }>();
@@ -234,7 +243,7 @@ export function createEnsembleBackend(server: InferenceServer): Backend {
 }
 
 /** The composing model version a step runs, or Triton's load-time error for the ensemble. */
-function composingVersion(server: InferenceServer, ensemble: string, model: string, version: number): ModelVersion {
+function composingVersion(server: EnsembleHost, ensemble: string, model: string, version: number): ModelVersion {
   try {
     return server.repository.get(model, version > 0 ? String(version) : undefined);
   } catch {
@@ -258,7 +267,7 @@ class EnsembleScheduler implements Scheduler {
   /** Reused for every statistics record (the stats read it and keep nothing). */
   private readonly times = { input: 0, infer: 0, output: 0 };
 
-  constructor(private readonly ctx: SchedulerContext, private readonly plan: Plan, private readonly server: InferenceServer) {}
+  constructor(private readonly ctx: SchedulerContext, private readonly plan: Plan, private readonly server: EnsembleHost) {}
 
   enqueue(request: PendingRequest): void {
     if (this.stopping) {
@@ -323,7 +332,7 @@ class EnsembleRun {
   private failed = false;
 
   constructor(
-    private readonly plan: Plan, private readonly server: InferenceServer, private readonly request: PendingRequest,
+    private readonly plan: Plan, private readonly server: EnsembleHost, private readonly request: PendingRequest,
     private readonly owner: EnsembleScheduler,
   ) {
     this.tensors = new Array(plan.tensorNames.length);

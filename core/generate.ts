@@ -13,7 +13,8 @@
  */
 
 import { isCompletionOnly } from './backend.js';
-import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
+import { TsiError, asTsiError, invalidArg } from './errors.js';
+import { errorResponse, isObj } from './http-common.js';
 import { configTypeToDatatype } from './config.js';
 import type { InferenceServer } from './server.js';
 import { fromJsonValues, toJsonValues } from './tensor.js';
@@ -25,13 +26,6 @@ import { readWebBody } from './http-body.js';
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
 const errorJson = (err: unknown) => JSON.stringify({ error: asTsiError(err).message });
-
-function errorResponse(err: unknown, status?: number): Response {
-  const e = asTsiError(err);
-  return new Response(errorJson(e), { status: status ?? HTTP_STATUS[e.code] ?? 400, headers: JSON_HEADERS });
-}
-
-const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Builds the InferRequest a generate body describes; errors are INVALID_ARG with Triton's texts. */
 export function generateRequest(server: InferenceServer, model: string, version: string | undefined, body: unknown): InferRequest {

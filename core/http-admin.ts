@@ -9,15 +9,16 @@
 import type { Context, Hono } from 'hono';
 import { TsiError, invalidArg } from './errors.js';
 import { httpCategory, type Restrictions, type ServerExtensions } from './extensions.js';
-import { errorResponse, json, readBody } from './http.js';
+import { errorResponse, isObj, json } from './http-common.js';
 import { decodeBase64, type LoadParamValue } from './model-control.js';
 import type { InferenceServer } from './server.js';
 import { parseTraceUpdate, traceSettingsJson } from './settings.js';
 
 type Handler = (c: Context) => Promise<Response> | Response;
+/** http.ts's body reader (size limit, decompression), handed in so this file does not import http.ts. */
+type BodyReader = (c: Context) => Promise<Uint8Array>;
 
 const ok = () => new Response(null, { status: 200 });
-const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Same contract as http.ts's routes: other methods get Triton's 405, errors the `{"error"}` body. */
 function route(app: Hono, path: string, methods: Partial<Record<'GET' | 'POST', Handler>>): void {
@@ -35,8 +36,8 @@ function route(app: Hono, path: string, methods: Partial<Record<'GET' | 'POST', 
   });
 }
 
-async function bodyObject(c: Context, maxInput: number, required: boolean): Promise<Record<string, unknown>> {
-  const body = await readBody(c, maxInput);
+async function bodyObject(c: Context, read: BodyReader, required: boolean): Promise<Record<string, unknown>> {
+  const body = await read(c);
   if (body.byteLength === 0) {
     if (required) throw invalidArg('the request body must be a JSON object');
     return {};
@@ -67,7 +68,7 @@ export function restrictedApiMiddleware(restrictions: Restrictions) {
   };
 }
 
-export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: ServerExtensions, maxInput: number): void {
+export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: ServerExtensions, read: BodyReader): void {
   const repoNameUnsupported = () => {
     throw new TsiError('UNSUPPORTED', `'repository_name' specification is not supported`);
   };
@@ -75,7 +76,7 @@ export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: Se
   // ---- model repository: load / unload
   route(app, '/v2/repository/models/:model{[^/]+}/load', {
     POST: async (c) => {
-      const body = await bodyObject(c, maxInput, false);
+      const body = await bodyObject(c, read, false);
       const params = new Map<string, LoadParamValue>();
       if (body.parameters !== undefined) {
         if (!isObj(body.parameters)) throw invalidArg(`'parameters' must be a JSON object`);
@@ -93,7 +94,7 @@ export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: Se
   });
   route(app, '/v2/repository/models/:model{[^/]+}/unload', {
     POST: async (c) => {
-      const body = await bodyObject(c, maxInput, false);
+      const body = await bodyObject(c, read, false);
       let dependents = false;
       if (body.parameters !== undefined) {
         if (!isObj(body.parameters)) throw invalidArg(`'parameters' must be a JSON object`);
@@ -116,7 +117,7 @@ export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: Se
   route(app, '/v2/systemsharedmemory/region/:region{[^/]+}/status', { GET: (c) => json(shm.systemStatus(c.req.param('region'))) });
   route(app, '/v2/systemsharedmemory/region/:region{[^/]+}/register', {
     POST: async (c) => {
-      const body = await bodyObject(c, maxInput, true);
+      const body = await bodyObject(c, read, true);
       const name = c.req.param('region')!;
       if (typeof body.key !== 'string') throw invalidArg(`Unable to find 'key' (a string) in the register request for region '${name}'`);
       const offset = body.offset ?? 0;
@@ -142,7 +143,7 @@ export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: Se
   // ---- logging
   route(app, '/v2/logging', {
     GET: () => json(ext.logging.json()),
-    POST: async (c) => json(ext.logging.update(await bodyObject(c, maxInput, true))),
+    POST: async (c) => json(ext.logging.update(await bodyObject(c, read, true))),
   });
 
   // ---- trace settings, global and per model (a version in the path is Triton's 404)
@@ -155,7 +156,7 @@ export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: Se
     POST: async (c) => {
       const m = modelOf(c);
       if (m) checkTraceModel(server, m);
-      const body = await bodyObject(c, maxInput, false);
+      const body = await bodyObject(c, read, false);
       for (const [k, v] of Object.entries(body)) {
         if (v !== null && typeof v !== 'string' && !(Array.isArray(v) && v.every((x) => typeof x === 'string'))) {
           throw invalidArg(`trace setting '${k}' must be a string (or, for 'trace_level', an array of strings)`);

@@ -9,15 +9,18 @@
 
 import { Hono, type Context } from 'hono';
 import { cors } from 'hono/cors';
-import { HTTP_STATUS, TsiError, asTsiError, invalidArg } from './errors.js';
+import { TsiError, invalidArg } from './errors.js';
 import { ServerExtensions, type Restrictions } from './extensions.js';
 import { mountExtensionRoutes, restrictedApiMiddleware, restrictedMessage } from './http-admin.js';
+import { errorReply, errorResponse, json, toResponse, type HttpReply } from './http-common.js';
 import { generate } from './generate.js';
 import { completions, getModel, listModels } from './llm/index.js';
 import type { InferenceServer } from './server.js';
 import { attachTrace } from './trace.js';
 import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
 import { HEADER_LENGTH, bodyBytes, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
+
+export { errorReply, errorResponse, json, type HttpReply } from './http-common.js';
 
 export interface HttpOptions {
   /** Largest accepted request body, before and after decompression (--http-max-input-size). */
@@ -61,33 +64,6 @@ type Handler = (c: Context) => Promise<Response> | Response;
 
 const MODEL = '/v2/models/:model{[^/]+}';
 const VERSIONED = `${MODEL}/versions/:version{[0-9]+}`;
-
-export function json(body: unknown, status = 200, headers?: Record<string, string>): Response {
-  return new Response(JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json', ...headers } });
-}
-
-export function errorResponse(err: unknown): Response {
-  return toResponse(errorReply(err));
-}
-
-/** A response as plain data, for transports that write it themselves (the Node server's infer path). */
-export interface HttpReply {
-  status: number;
-  headers: Record<string, string>;
-  /** Bytes, text, or pieces of either sent back to back (an encoded response's header and tensors). */
-  body: Uint8Array | string | (string | Uint8Array)[];
-}
-
-/** `{"error": ...}` with the status Triton gives the error's code. */
-export function errorReply(err: unknown): HttpReply {
-  const e = asTsiError(err);
-  const headers: Record<string, string> = { 'Content-Type': 'application/json' };
-  if (e.message === 'Unsupported compression type') headers['Accept-Encoding'] = 'gzip, deflate';
-  return { status: HTTP_STATUS[e.code] ?? 400, headers, body: errorBody(e) };
-}
-
-const toResponse = (r: HttpReply) =>
-  new Response((Array.isArray(r.body) ? bodyBytes(r.body) : r.body) as BodyInit, { status: r.status, headers: r.headers });
 
 const empty = (status: number) => new Response(null, { status });
 
@@ -170,7 +146,7 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   route('/v1/models/:model{.+}', { GET: (c) => getModel(server, c.req.param('model')!) });
   route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput) });
   route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput) });
-  mountExtensionRoutes(app, server, ext, maxInput);
+  mountExtensionRoutes(app, server, ext, (c) => readBody(c, maxInput));
 
   options.extend?.(app, server);
 

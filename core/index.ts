@@ -29,7 +29,7 @@ export {
 } from './http.js';
 export { readRequestBody, readWebBody, tooLarge, type BodySource, type BodyOptions } from './http-body.js';
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './v2-codec.js';
-export { DefaultScheduler, InstancePool, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
+export { InstancePool, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
 export { createScheduler } from './schedulers.js';
 export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './batcher.js';
 export { RequestQueue, queuePolicy, type QueuePolicy } from './queue.js';

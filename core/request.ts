@@ -5,7 +5,7 @@
  * infer_request.cc because clients and tests match on them.
  */
 
-import type { BackendRequest, ResponsePayload } from './backend.js';
+import type { BackendRequest, ResponsePayload } from './execution.js';
 import { TsiError, invalidArg } from './errors.js';
 import type { ModelConfig, ModelInput } from './model-config.js';
 import { UINT64, describeValue, jsonKinds } from './request-params.js';

@@ -3,11 +3,11 @@
  * goes to the first free one; one batch per instance at a time), and `runExecution`, which hands one
  * batch to one instance and does the bookkeeping Triton does around TRITONBACKEND_ModelInstanceExecute:
  * queue time, compute times, per-request success/failure statistics, and a final error for any request
- * a backend forgot to answer. The default scheduler (no `dynamic_batching` or `sequence_batching`) lives
- * here too: each request is its own execution, in arrival order.
+ * a backend forgot to answer. A model with neither `dynamic_batching` nor `sequence_batching` runs
+ * the dynamic batcher with batching off (schedulers.ts), as Triton builds its default scheduler.
  */
 
-import type { BackendInstance, ExecutionTimes, ResponsePayload } from './backend.js';
+import type { BackendInstance, ExecutionTimes, ResponsePayload } from './execution.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelConfig } from './model-config.js';
 import { requestPrefix, type ExecutionObserver, type PendingRequest } from './request.js';
@@ -319,57 +319,4 @@ function dropCancelled(ctx: SchedulerContext, batch: PendingRequest[], behindOf:
   if (behindOf) behindOf.whenQueuedBatchStarts(instance, () => (ctx.stats.pending -= dropped));
   else ctx.stats.pending -= dropped;
   return keep;
-}
-
-/**
- * Triton's default scheduler: no batching across requests, FIFO, each request to the next free
- * instance. Queue policies do not apply (they belong to dynamic_batching).
- */
-export class DefaultScheduler implements Scheduler {
-  private readonly queue: PendingRequest[] = [];
-  private head = 0;
-  private stopping = false;
-  private readonly pool: InstancePool;
-  private drained?: () => void;
-
-  constructor(private readonly ctx: SchedulerContext) {
-    this.pool = new InstancePool(ctx.instances, () => this.dispatch());
-  }
-
-  enqueue(request: PendingRequest, nowNs?: number): void {
-    if (this.stopping) {
-      request.send(new TsiError('UNAVAILABLE', STOPPING_MESSAGE), true);
-      return;
-    }
-    request.enqueuedNs = nowNs ?? this.ctx.clock.nowNs();
-    this.ctx.stats.pending++;
-    this.ctx.stats.inflight++;
-    this.queue.push(request);
-    this.dispatch();
-  }
-
-  queued(): number {
-    return this.queue.length - this.head;
-  }
-
-  private dispatch(): void {
-    while (this.head < this.queue.length) {
-      const inst = this.pool.acquire();
-      if (!inst) return;
-      const req = this.queue[this.head]!;
-      this.queue[this.head++] = undefined as unknown as PendingRequest;
-      if (this.head > 1024 && this.head * 2 > this.queue.length) {
-        this.queue.splice(0, this.head);
-        this.head = 0;
-      }
-      void runExecution(this.ctx, this.pool, inst, [req]);
-    }
-    if (this.stopping && this.drained && this.pool.busy === 0) this.drained();
-  }
-
-  async stop(): Promise<void> {
-    this.stopping = true;
-    if (this.queued() === 0 && this.pool.busy === 0) return;
-    await new Promise<void>((r) => (this.drained = r));
-  }
 }

@@ -37,7 +37,8 @@ export interface DecodedRequest {
 const utf8 = new TextDecoder();
 const utf8Encoder = new TextEncoder();
 
-const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+/** A JSON object (not null, not an array): what a request body or a nested parameter block must be. */
+export const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
  * A `parameters` object, each key checked by its rule (request-params.ts). On the request every

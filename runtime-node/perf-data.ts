@@ -7,7 +7,8 @@
 
 import { readFileSync } from 'node:fs';
 import type { DataType } from '../core/types.js';
-import type { InferenceClient, InferInputSpec } from '../client/types.js';
+import type { InferenceClient } from '../client/inference-client.js';
+import type { InferInputSpec } from '../client/types.js';
 import { InferenceServerError } from '../client/errors.js';
 
 export interface PerfInput {

@@ -6,7 +6,8 @@
  * ordering: one request of a sequence in flight at a time, flags start/end set as perf_analyzer does.
  */
 
-import type { InferenceClient, InferInputSpec, InferOptions } from '../client/types.js';
+import type { InferenceClient } from '../client/inference-client.js';
+import type { InferInputSpec, InferOptions } from '../client/types.js';
 import { InferenceServerError } from '../client/errors.js';
 import type { WireSender } from './perf-wire.js';
 

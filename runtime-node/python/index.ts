@@ -16,8 +16,9 @@
  * instance = one process, restarts), process.ts (spawning, stdio, exit), channel.ts (framing),
  * shm.ts (the shared-memory layouts), services.ts (BLS, metrics, logs for the model). The Python
  * half is in stub/: tsi_python_stub.py (the process: channel, threads, BLS plumbing), tsi_shm.py,
- * tsi_executor.py (initialize/execute/finalize), and triton_python_backend_utils.py with the
- * modules it re-exports (tsi_requests.py, tsi_observability.py, tsi_model_config.py, tsi_dlpack.py).
+ * tsi_executor.py (initialize/execute/finalize), and triton_python_backend_utils.py, which gathers
+ * tsi_pb_base.py (tensors, errors, constants) and the modules built on it (tsi_requests.py,
+ * tsi_observability.py, tsi_model_config.py; tsi_dlpack.py behind Tensor).
  */
 
 import { TsiError, type Backend, type Logger, type ModelLoadContext } from '../../core/index.js';

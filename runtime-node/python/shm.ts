@@ -2,9 +2,10 @@
  * The two shared-memory files between tsi and one Python stub process, through which every tensor
  * crosses (the control channel only names offsets). Both are created here under /dev/shm (the temp
  * folder where there is none), unlinked at once, and handed to the child as inherited fds 4 and 5,
- * so nothing is left behind however tsi ends. Node cannot mmap, so it reads and writes them with
- * positioned I/O (one memcpy into or out of the page cache); Python maps them, and views inputs in
- * place as numpy arrays.
+ * so nothing is left behind however tsi ends. tsi reads and writes them with positioned I/O (one
+ * memcpy into or out of the page cache) rather than mapping them as it maps clients' system
+ * shared-memory regions (runtime-node/shm-map.ts, through koffi); Python maps them, and views
+ * inputs in place as numpy arrays.
  *
  * - InputRegion (fd 4), written by tsi: execute inputs and BLS results. Blocks are taken first-fit,
  *   64-byte aligned, and given back when the request they belong to has its final response (or when

@@ -9,7 +9,7 @@
 import { describe, expect, it, type TestContext } from 'vitest';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { InferenceServerError, type InferResult } from '../../client/index.js';
-import type { InferenceClient } from '../../client/types.js';
+import type { InferenceClient } from '../../client/inference-client.js';
 import { classifierPattern, IMAGE_CLASSIFIER_LABELS } from '../../scripts/gen-models.js';
 
 export interface SuiteContext {

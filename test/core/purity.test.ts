@@ -12,7 +12,8 @@ import { ROOT } from '../helpers/server.js';
 import { importsOf as imports } from '../helpers/imports.js';
 
 const CORE = join(ROOT, 'core');
-const files = readdirSync(CORE).filter((f) => f.endsWith('.ts'));
+// Recursive: subsystem folders (core/llm/, and any room added later) are core too.
+const files = readdirSync(CORE, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts'));
 const builtins = new Set(builtinModules);
 
 
@@ -36,7 +37,7 @@ describe('core purity', () => {
 /** The browser runtime runs in pages and Service Workers: nothing of Node's, nothing of the Node runtime. */
 describe('runtime-browser purity', () => {
   const DIR = join(ROOT, 'runtime-browser');
-  const browserFiles = readdirSync(DIR).filter((f) => f.endsWith('.ts'));
+  const browserFiles = readdirSync(DIR, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts'));
   for (const f of browserFiles) {
     it(`${f} imports nothing of Node`, () => {
       const src = readFileSync(join(DIR, f), 'utf8');

@@ -49,9 +49,13 @@ _NAME = b"dltensor"
 _USED = b"used_dltensor"
 
 
+class DLPackError(Exception):
+    """What goes wrong here; Tensor (tsi_pb_base.py) raises it to the model as TritonModelException,
+    so this module needs nothing of pb_utils."""
+
+
 def _err(msg):
-    import triton_python_backend_utils as pb
-    return pb.TritonModelException(msg)
+    return DLPackError(msg)
 
 
 def export_capsule(array, bf16=False):

@@ -13,6 +13,7 @@ import time
 import traceback
 
 import triton_python_backend_utils as pb
+import tsi_pb_base
 
 
 def import_model(init):
@@ -181,7 +182,7 @@ class Executor:
 
 
 def serve(rt, init):
-    pb._runtime = rt
+    tsi_pb_base._runtime = rt
     rt.main_queue = queue.SimpleQueue()
     rt.start_helper()
     rt.ensure_reader()

@@ -5,8 +5,8 @@
 
 import sys
 
-import triton_python_backend_utils as pb
-from triton_python_backend_utils import TritonModelException, _require_runtime
+import tsi_pb_base as pb
+from tsi_pb_base import TritonModelException, _require_runtime
 
 
 _OWN_FILES = (__file__, pb.__file__)

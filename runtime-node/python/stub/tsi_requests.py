@@ -6,8 +6,8 @@
 import json
 import threading
 
-import triton_python_backend_utils as pb
-from triton_python_backend_utils import (
+import tsi_pb_base as pb
+from tsi_pb_base import (
     TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, TRITONSERVER_RESPONSE_COMPLETE_FINAL,
     InferenceTrace, Tensor, TritonError, TritonModelException,
 )
