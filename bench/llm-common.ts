@@ -75,9 +75,14 @@ export async function drive(streams: number, one: (prompt: string, firstToken: (
 // cost several times more per server-sent event than the server spends sending it.
 const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
 
-/** One generate_stream request of exactly `tokens` tokens (ignore_eos); resolves with the count the server reports. */
-export function tsiRequest(port: number, model: string, prompt: string, tokens: number, firstToken: () => void): Promise<number> {
-  const body = JSON.stringify({ text_input: prompt, max_tokens: tokens, ignore_eos: true, stream: true });
+/**
+ * One generate_stream request of exactly `tokens` tokens (ignore_eos), with `extra` fields beside the
+ * prompt; resolves with the count the server reports.
+ */
+export function tsiRequest(
+  port: number, model: string, prompt: string, tokens: number, firstToken: () => void, extra: Record<string, unknown> = {},
+): Promise<number> {
+  const body = JSON.stringify({ text_input: prompt, max_tokens: tokens, ignore_eos: true, stream: true, ...extra });
   return new Promise((resolve, reject) => {
     const req = request({ host: '127.0.0.1', port, path: `/v2/models/${model}/generate_stream`, method: 'POST', agent, headers: { 'Content-Length': Buffer.byteLength(body) } }, (res) => {
       res.setEncoding('utf8');

@@ -16,6 +16,8 @@
  *       --requests <per stream; default max(2, 16 / streams)>  --server tsx|dist)
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';

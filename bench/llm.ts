@@ -30,18 +30,18 @@
 
 // --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
 import './markdown.js';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { Agent, request } from 'node:http';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { computeCores } from '../runtime-node/onnx-backend.js';
-import { decoderModel, hfConfigJson, TINY_GPT, type DecoderSpec } from '../scripts/llm-model.js';
+import { TINY_GPT } from '../scripts/llm-model.js';
 import { Tokenizer } from '../core/llm/tokenizer.js';
 import { tinySpec, writeFamilyFolder } from '../scripts/llm-families.js';
 import { referenceDecoder } from '../test/node/llm-reference.js';
 import { Tokenizer as ByteBpeTokenizer } from './byte-bpe-tokenizer.js';
+import { drive as driveStreams, MID_GPT, pct, tsiRequest, writeGptFolder, type Result } from './llm-common.js';
 import { spawnServer, stopServer, tsiServer } from './servers.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -62,28 +62,10 @@ const STREAMS = args.streams.split(',').map(Number);
 // 4 a stream keeps that to a quarter of the samples (and 16 at least, for percentiles).
 const perStreamAt = (streams: number) => (args.requests ? Number(args.requests) : Math.max(4, Math.ceil(16 / streams)));
 const TOKENS = Number(args.tokens);
+const drive = (streams: number, one: (prompt: string, firstToken: () => void) => Promise<number>, perStream = perStreamAt(streams)) => driveStreams(streams, one, perStream);
 const MODELS = args.models.split(',');
 for (const m of MODELS) if (!['tiny_gpt', 'mid_gpt', 'tiny_llama'].includes(m)) throw new Error(`--models: '${m}' is not tiny_gpt, mid_gpt or tiny_llama`);
 
-/**
- * The second model, made here at every run: tiny_gpt's builder and tokenizer with a larger body, so
- * that its weights (36 MB) outgrow the caches and a decode step is bound by reading them, as a real
- * LLM's is; batching then shares that read between the rows, where tiny_gpt's steps are all
- * per-call overhead. Sized so the naive loop still makes a few hundred tokens/s on 2 cores.
- */
-const MID_GPT: DecoderSpec = { ...TINY_GPT, dModel: 384, heads: 6, layers: 4, ffn: 1536, seed: 22, name: 'mid_gpt' };
-
-function writeMidGpt(dir: string): void {
-  const tiny = join(ROOT, 'models', 'tiny_gpt');
-  mkdirSync(join(dir, '1'), { recursive: true });
-  // Its KV cache is 6× tiny_gpt's per token: 32 streams of up to 40 + 64 tokens take ~40 MB.
-  const config = readFileSync(join(tiny, 'config.pbtxt'), 'utf8').replace(/^#.*\n/gm, '').replace('name: "tiny_gpt"', 'name: "mid_gpt"')
-    .replace(/("kv_cache_bytes" value: \{ string_value: ")\d+/, `$1${128 * 2 ** 20}`);
-  writeFileSync(join(dir, 'config.pbtxt'), config);
-  for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) copyFileSync(join(tiny, '1', f), join(dir, '1', f));
-  writeFileSync(join(dir, '1', 'config.json'), hfConfigJson(MID_GPT));
-  writeFileSync(join(dir, '1', 'model.onnx'), decoderModel(MID_GPT));
-}
 /**
  * The third: a tiny Llama (RoPE, grouped-query attention with 2 KV heads for 4, RMSNorm, SwiGLU) in
  * the onnx-community layout (onnx/model.onnx with external data), with tiny_gpt's tokenizer.
@@ -127,69 +109,6 @@ function tokenizerThroughput(): void {
   console.log('(numbers from a loaded, shared machine: compare the ratio, not the rates)');
 }
 
-const WORDS = 'the quick brown fox jumps over a lazy dog while seven wizards quietly hex every jovial sphinx of black quartz'.split(' ');
-const promptOf = (i: number) => Array.from({ length: 5 + ((i * 13) % 36) }, (_, k) => WORDS[(k * 5 + i) % WORDS.length]).join(' ');
-
-interface Result {
-  tokens: number;
-  tokensPerS: number;
-  ttftMs: number[];
-}
-
-const pct = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
-};
-
-/** C closed-loop streams, each sending `perStream` requests through `one` (which reports its first token). */
-async function drive(streams: number, one: (prompt: string, firstToken: () => void) => Promise<number>, perStream = perStreamAt(streams)): Promise<Result> {
-  const ttftMs: number[] = [];
-  let tokens = 0;
-  const t0 = performance.now();
-  await Promise.all(Array.from({ length: streams }, async (_, s) => {
-    for (let r = 0; r < perStream; r++) {
-      const start = performance.now();
-      let first = false;
-      const n = await one(promptOf(s * perStream + r), () => {
-        if (!first) ttftMs.push(performance.now() - start);
-        first = true;
-      });
-      tokens += n;
-    }
-  }));
-  return { tokens, tokensPerS: tokens / ((performance.now() - t0) / 1000), ttftMs };
-}
-
-// node:http rather than fetch: the client shares the cores with the server, and fetch's streams
-// cost several times more per server-sent event than the server spends sending it.
-const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
-
-function tsiRequest(port: number, model: string, prompt: string, firstToken: () => void, extra: Record<string, unknown> = {}): Promise<number> {
-  const body = JSON.stringify({ text_input: prompt, max_tokens: TOKENS, ignore_eos: true, stream: true, ...extra });
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path: `/v2/models/${model}/generate_stream`, method: 'POST', agent, headers: { 'Content-Length': Buffer.byteLength(body) } }, (res) => {
-      res.setEncoding('utf8');
-      let text = '';
-      let first = false;
-      res.on('data', (chunk: string) => {
-        text += chunk;
-        if (!first && text.includes('data: ')) {
-          first = true;
-          firstToken();
-        }
-      });
-      res.on('end', () => {
-        if (res.statusCode !== 200) return reject(new Error(`tsi answered ${res.statusCode}: ${text}`));
-        const last = JSON.parse(text.trim().split('\n\n').at(-1)!.slice('data: '.length));
-        resolve(last.num_output_tokens as number);
-      });
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
-
 /** The server's own TTFT sum and count (statistics API): arrival to first token, without the client. */
 async function serverTtft(model: string): Promise<{ ns: number; count: number }> {
   const stats = (await (await fetch(`http://127.0.0.1:${server.port}/v2/models/${model}/stats`)).json()) as { model_stats: { llm_stats: { time_to_first_token: { count: number; ns: number } } }[] };
@@ -220,7 +139,8 @@ const work = mkdtempSync(join(tmpdir(), 'tsi-bench-llm-'));
 const repo = join(work, 'repo');
 mkdirSync(repo);
 symlinkSync(join(ROOT, 'models', 'tiny_gpt'), join(repo, 'tiny_gpt'));
-if (MODELS.includes('mid_gpt')) writeMidGpt(join(repo, 'mid_gpt'));
+// Its KV cache is 6× tiny_gpt's per token: 32 streams of up to 40 + 64 tokens take ~40 MB.
+if (MODELS.includes('mid_gpt')) writeGptFolder(join(repo, 'mid_gpt'), MID_GPT, 128 * 2 ** 20);
 if (MODELS.includes('tiny_llama')) await writeTinyLlama(join(repo, 'tiny_llama'));
 tokenizerThroughput();
 const { argv, build } = tsiServer(repo, work, { server: args.server });
@@ -246,7 +166,7 @@ async function benchModel(model: string): Promise<Row[]> {
     turn = mine.catch(() => undefined);
     return mine.then((ids) => ids.length);
   };
-  const tsi = (p: string, f: () => void) => tsiRequest(server.port, model, p, f);
+  const tsi = (p: string, f: () => void) => tsiRequest(server.port, model, p, TOKENS, f);
   try {
     // Warm both sides (first runs allocate), and open the clients' keep-alive connections to tsi: a
     // TCP handshake is the client's cost, not the server's time to first token.
@@ -291,7 +211,7 @@ async function benchGrammar(): Promise<void> {
   const sides = { free: {}, constrained: { guided_json: schema } } as const;
   const out: Record<string, { res: Result; mainMs: number }> = {};
   for (const [name, extra] of Object.entries(sides)) {
-    const one = (p: string, f: () => void) => tsiRequest(server.port, 'tiny_gpt', p, f, { ...extra, temperature: 1, seed: seed++ });
+    const one = (p: string, f: () => void) => tsiRequest(server.port, 'tiny_gpt', p, TOKENS, f, { ...extra, temperature: 1, seed: seed++ });
     await drive(streams, one, 1);
     const main0 = serverCpuMs('main');
     const res = await drive(streams, one);

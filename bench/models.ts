@@ -14,6 +14,8 @@
  * (add 1000 to --tiny for the full table; it is not run by CI). Needs the compiled build (npm run build).
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
