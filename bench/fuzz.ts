@@ -28,7 +28,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import fc from 'fast-check';
-import { loadProtos } from '../runtime-node/grpc.js';
+import { loadProtos } from '../runtime-node/grpc/server.js';
 
 type Obj = Record<string, any>;
 

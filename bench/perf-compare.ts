@@ -23,7 +23,7 @@ import { encodeInferRequest } from '../client/http.js';
 import { defaultProtoDir } from '../client/grpc.js';
 import { buildInferRequest } from '../client/grpc-codec.js';
 import { normalizeInput } from '../client/tensor.js';
-import { percentileOf } from '../runtime-node/perf.js';
+import { percentileOf } from '../runtime-node/perf/measure.js';
 import { wrkMs, wrkScript } from './load.js';
 
 const arg = (name: string, def: string) => {

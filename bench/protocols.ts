@@ -36,7 +36,7 @@ import { encodeInferRequest } from '../client/http.js';
 import { defaultProtoDir } from '../client/grpc.js';
 import { buildInferRequest } from '../client/grpc-codec.js';
 import { normalizeInput } from '../client/tensor.js';
-import { decodeInferRequest, encodeInferResponse } from '../core/v2-codec.js';
+import { decodeInferRequest, encodeInferResponse } from '../core/protocol/v2-codec.js';
 import type { InferInputSpec } from '../client/types.js';
 import { DEFAULT_MODELS, identityModel } from '../scripts/gen-models.js';
 import { wrkScript } from './load.js';
@@ -135,7 +135,7 @@ async function h2load(port: number, c: Case, streams: number): Promise<number> {
 }
 
 async function perf(protocol: 'http' | 'grpc', port: number, model: string, concurrency: number): Promise<number> {
-  const code = `const { perfCommand } = await import(${JSON.stringify(join(DIST, 'runtime-node', 'perf-cli.js'))});
+  const code = `const { perfCommand } = await import(${JSON.stringify(join(DIST, 'runtime-node', 'perf', 'cli.js'))});
 await perfCommand().parseAsync(process.argv.slice(2), { from: 'user' });`;
   const file = join(work, 'perf.mjs');
   writeFileSync(file, code);
@@ -159,7 +159,7 @@ function jsonRatio(): { codecMs: number; stringifyMs: number; decodeMs: number; 
   const resp = { model_name: 'm', model_version: '1', outputs: [{ name: 'OUT', datatype: 'FP32' as const, shape: [1, 265_000], data }] };
   const request = new TextEncoder().encode(JSON.stringify({ inputs: [{ name: 'IN', datatype: 'FP32', shape: [1, 265_000], data: numbers }] }));
   const config = () => ({ name: 'm' });
-  // INT64 values past 2^53: read a second time, exactly (core/json-exact.ts).
+  // INT64 values past 2^53: read a second time, exactly (core/protocol/json-exact.ts).
   const wideText = `{"inputs":[{"name":"IN","datatype":"INT64","shape":[265000],"data":[${Array.from({ length: 265_000 }, (_, i) => 2n ** 60n + BigInt(i)).join(',')}]}]}`;
   const wide = new TextEncoder().encode(wideText);
   let wideMs = Infinity;

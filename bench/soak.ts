@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
-import { loadProtos } from '../runtime-node/grpc.js';
+import { loadProtos } from '../runtime-node/grpc/server.js';
 
 type Obj = Record<string, any>;
 const HERE = dirname(fileURLToPath(import.meta.url));

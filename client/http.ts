@@ -10,7 +10,7 @@ import { clientError, InferenceServerError } from './errors.js';
 import { base64, dropNulls, indexEntry, modelMetadata, modelStatistics, shmRegion } from './normalize.js';
 import { InferResult, normalizeInput, nowNs, outputFromBytes, outputFromJson, requestParameters, tensorBytes, type WireInput } from './tensor.js';
 import { concatBytes, decodeString } from '../core/tensor.js';
-import { parseInferJson, parseJson, stringifyJson } from '../core/json-exact.js';
+import { parseInferJson, parseJson, stringifyJson } from '../core/protocol/json-exact.js';
 import type { DataType, OutputTensor, Parameters, TensorData } from '../core/types.js';
 import type {
   CallOptions, InferInputSpec, InferOptions, LoadModelOptions, LogSettings, ModelConfig, ModelMetadata,

@@ -7,7 +7,7 @@
  */
 
 import type { DataType, Parameters, ParamValue, TensorData } from '../core/types.js';
-import type { ModelConfig } from '../core/model-config.js';
+import type { ModelConfig } from '../core/config/model-config.js';
 
 export type { DataType, Parameters, ParamValue, TensorData, ModelConfig };
 

@@ -19,7 +19,7 @@
 
 import type { CustomMetrics } from './custom-metrics.js';
 import type { TsiError } from './errors.js';
-import type { ModelConfig } from './model-config.js';
+import type { ModelConfig } from './config/model-config.js';
 import type { BackendInstance, InstanceSpec, ModelIoInfo } from './execution.js';
 import type { Scheduler, SchedulerContext } from './scheduler.js';
 import type { InferRequest, InferResponse, Logger } from './types.js';

@@ -14,7 +14,7 @@
 
 import type { ResponsePayload } from './backend.js';
 import { TsiError } from './errors.js';
-import type { ModelConfig } from './model-config.js';
+import type { ModelConfig } from './config/model-config.js';
 import { RequestQueue, timeoutExpiredError } from './queue.js';
 import type { PendingRequest, ResponseSink } from './request.js';
 import { InstancePool, STOPPING_MESSAGE, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';

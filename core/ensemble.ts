@@ -15,9 +15,9 @@
  */
 
 import { isCompletionOnly, type Backend, type BackendModel } from './backend.js';
-import { ensembleComposingModels, validateEnsemble } from './ensemble-validate.js';
+import { ensembleComposingModels, validateEnsemble } from './config/ensemble-validate.js';
 import { TsiError, asTsiError } from './errors.js';
-import type { ModelConfig } from './model-config.js';
+import type { ModelConfig } from './config/model-config.js';
 import type { ModelVersion } from './model.js';
 import type { PendingRequest } from './request.js';
 import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from './scheduler.js';
@@ -25,7 +25,7 @@ import type { ModelRepository } from './repository.js';
 import { retainBuffer } from './tensor.js';
 import type { InferInput, InferResponse, Parameters, Tensor } from './types.js';
 
-export { ensembleComposingModels, validateEnsemble } from './ensemble-validate.js';
+export { ensembleComposingModels, validateEnsemble } from './config/ensemble-validate.js';
 
 /**
  * The dataflow of one ensemble, resolved once at load: ensemble tensors are numbered (ids index the

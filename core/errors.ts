@@ -1,6 +1,6 @@
 /**
  * The one error type of tsi. Codes are Triton's (TRITONSERVER_Error_Code); each transport maps them to
- * its own status at the edge (HTTP in http.ts, gRPC in runtime-node/grpc.ts), so core never speaks in
+ * its own status at the edge (HTTP in http.ts, gRPC in runtime-node/grpc/server.ts), so core never speaks in
  * status numbers. Messages are de-facto API: Triton clients and tests match on them, so the texts that
  * mirror Triton's are kept word for word.
  */

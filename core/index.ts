@@ -7,8 +7,8 @@
 export * from './types.js';
 export * from './errors.js';
 export * from './backend.js';
-export type * from './model-config.js';
-export * from './config.js';
+export type * from './config/model-config.js';
+export * from './config/pipeline.js';
 export * from './tensor.js';
 export { InferenceServer, TSI_VERSION, type ServerOptions, type ModelControlMode } from './server.js';
 export { ModelRepository, NOT_LOADED_BUDGET, type RepositorySource, type IndexEntry, type LoadOverrides } from './repository.js';
@@ -21,14 +21,14 @@ export { PendingRequest, validateRequest, requestPrefix, type SequenceFlags } fr
 export {
   describeValue, checkJsonParam, checkProtoParam, checkDatatype, checkShape, REQUEST_PARAMS, INPUT_PARAMS, OUTPUT_PARAMS,
   TRITON_GRPC_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, type ParamRules,
-} from './request-params.js';
+} from './protocol/request-params.js';
 export {
   createHttpApp, inferEndpoint, chooseEncoding, errorResponse, errorReply, json, readBody, DEFAULT_MAX_INPUT_SIZE, DEFAULT_COMPRESSION,
   type CompressionPolicy,
   type HttpOptions, type HttpReply, type InferHttpRequest,
-} from './http.js';
-export { readRequestBody, readWebBody, tooLarge, type BodySource, type BodyOptions } from './http-body.js';
-export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './v2-codec.js';
+} from './protocol/http.js';
+export { readRequestBody, readWebBody, tooLarge, type BodySource, type BodyOptions } from './protocol/http-body.js';
+export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './protocol/v2-codec.js';
 export { InstancePool, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
 export { createScheduler } from './schedulers.js';
 export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './batcher.js';
@@ -49,12 +49,12 @@ export {
   ModelControl, RepositoryPoller, checkOverridePath, checkModelName, memoryStager, CODE_UPLOAD_FLAG,
   type ModelFileStager, type StagedFiles, type LoadParamValue, type ModelCodePolicy,
 } from './model-control.js';
-export { checkTraceModel } from './http-admin.js';
+export { checkTraceModel } from './protocol/http-admin.js';
 export { createEnsembleBackend, ensembleComposingModels, validateEnsemble } from './ensemble.js';
 export { CustomMetrics, CustomMetricFamily, CustomMetric, type MetricKind } from './custom-metrics.js';
 export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
 export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './rate-limiter.js';
-export { generate, generateRequest, generateResponseJson } from './generate.js';
+export { generate, generateRequest, generateResponseJson } from './protocol/generate.js';
 export {
   createLlmBackend, llmModelOf, KvBatch, Tokenizer, TextStream, ChatTemplate, LlmStats, layoutOf, kvBytesPerToken, VARIANTS,
   type DecoderRuntime, type DecoderSession, type DecoderLayout, type StepRequest, type StepResult, type LlmModelInfo, type TensorKit, type KvArray, type KvGroup, type MemoryFacts,

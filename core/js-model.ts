@@ -14,7 +14,7 @@
 // Imports stay minimal (no config pipeline, no HTTP): this module is what a model worker loads.
 import { isCompletionOnly, type ModelLoadContext } from './backend.js';
 import { TsiError, type ErrorCode } from './errors.js';
-import type { ConfigDataType, ModelConfig, ModelOutput } from './model-config.js';
+import type { ConfigDataType, ModelConfig, ModelOutput } from './config/model-config.js';
 import { allocate, decodeString, elementCount, encodeString } from './tensor.js';
 import type { DataType, InferRequest, InferResponse, NumericArray, Parameters, Tensor, TensorData } from './types.js';
 

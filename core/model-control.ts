@@ -19,9 +19,9 @@
  */
 
 import type { ModelFiles } from './backend.js';
-import { parseModelConfig } from './config.js';
+import { parseModelConfig } from './config/pipeline.js';
 import { TsiError, asTsiError } from './errors.js';
-import type { ModelConfig } from './model-config.js';
+import type { ModelConfig } from './config/model-config.js';
 import type { LoadOverrides } from './repository.js';
 import type { InferenceServer } from './server.js';
 

@@ -7,7 +7,7 @@
 
 import type { Backend, BackendInstance, BackendModel, InProcessServer, InstanceSpec, ModelFiles, ResponsePayload } from './backend.js';
 import { TsiError } from './errors.js';
-import type { ModelConfig } from './model-config.js';
+import type { ModelConfig } from './config/model-config.js';
 import { PendingRequest, validateRequest } from './request.js';
 import { sequenceInternalInputs } from './sequence.js';
 import type { Scheduler } from './scheduler.js';
@@ -15,7 +15,7 @@ import { createScheduler } from './schedulers.js';
 import { ModelStats } from './stats.js';
 import { decodeString, encodeString } from './tensor.js';
 import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTensor, Tensor } from './types.js';
-import { configTypeToDatatype } from './config.js';
+import { configTypeToDatatype } from './config/pipeline.js';
 import { linkTrace, tracedInstance } from './trace.js';
 import { warmUpInstance, warmupSamples } from './warmup.js';
 import type { ResponseCache } from './cache.js';

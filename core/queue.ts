@@ -10,7 +10,7 @@
  */
 
 import { TsiError } from './errors.js';
-import type { ModelDynamicBatching, ModelQueuePolicy } from './model-config.js';
+import type { ModelDynamicBatching, ModelQueuePolicy } from './config/model-config.js';
 import { requestPrefix, type PendingRequest } from './request.js';
 
 export interface QueuePolicy {

@@ -18,7 +18,7 @@
  */
 
 import { TsiError } from './errors.js';
-import type { ModelInstanceGroup } from './model-config.js';
+import type { ModelInstanceGroup } from './config/model-config.js';
 import type { Duration } from './stats.js';
 import type { Clock } from './types.js';
 

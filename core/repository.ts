@@ -10,10 +10,10 @@
 import type { BackendRegistry, InProcessServer, ModelFiles } from './backend.js';
 import {
   autoCompleteConfig, checkConfigAgainstModel, normalizeModelConfig, parseModelConfig, validateModelConfig,
-} from './config.js';
+} from './config/pipeline.js';
 import { TsiError, asTsiError } from './errors.js';
-import { checkEnsembleSteps, type StepConfigs } from './ensemble-check.js';
-import type { ModelConfig } from './model-config.js';
+import { checkEnsembleSteps, type StepConfigs } from './config/ensemble-check.js';
+import type { ModelConfig } from './config/model-config.js';
 import { ModelVersion, type ModelState } from './model.js';
 import type { Clock, Logger } from './types.js';
 import type { ResponseCache } from './cache.js';

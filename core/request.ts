@@ -7,11 +7,11 @@
 
 import type { BackendRequest, ResponsePayload } from './execution.js';
 import { TsiError, invalidArg } from './errors.js';
-import type { ModelConfig, ModelInput } from './model-config.js';
-import { UINT64, describeValue, jsonKinds } from './request-params.js';
+import type { ModelConfig, ModelInput } from './config/model-config.js';
+import { UINT64, describeValue, jsonKinds } from './protocol/request-params.js';
 import { dataLength, shapeToString } from './tensor.js';
 import { putEntry, type DataType, type InferRequest, type Parameters, type ParamValue, type Tensor } from './types.js';
-import { configTypeToDatatype } from './config.js';
+import { configTypeToDatatype } from './config/pipeline.js';
 
 export type SequenceId = bigint | string;
 

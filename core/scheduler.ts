@@ -9,7 +9,7 @@
 
 import type { BackendInstance, ExecutionTimes, ResponsePayload } from './execution.js';
 import { TsiError, asTsiError } from './errors.js';
-import type { ModelConfig } from './model-config.js';
+import type { ModelConfig } from './config/model-config.js';
 import { requestPrefix, type ExecutionObserver, type PendingRequest } from './request.js';
 import type { ModelRateLimit } from './rate-limiter.js';
 import type { ModelStats } from './stats.js';

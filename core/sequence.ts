@@ -16,7 +16,7 @@
 import type { BackendInstance, ResponsePayload } from './backend.js';
 import { decideBatch, batchPolicy, compatible, WakeTimer, type BatchPolicy } from './batcher.js';
 import { TsiError, invalidArg, unsupported } from './errors.js';
-import type { ConfigDataType, ModelConfig, SequenceControl } from './model-config.js';
+import type { ConfigDataType, ModelConfig, SequenceControl } from './config/model-config.js';
 import { requestPrefix, type PendingRequest, type SequenceId } from './request.js';
 import { InstancePool, STOPPING_MESSAGE, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
 import { allocate, elementCount, encodeString } from './tensor.js';

@@ -11,7 +11,7 @@
 import { BackendRegistry, type InferOptions, type InProcessServer } from './backend.js';
 import type { ResponseCache } from './cache.js';
 import { RateLimiter, type RateLimitMode, type ResourceLimit } from './rate-limiter.js';
-import { modelConfigToJson } from './config.js';
+import { modelConfigToJson } from './config/pipeline.js';
 import { createEnsembleBackend } from './ensemble.js';
 import { registerTestBackends } from './test-backends.js';
 import { TsiError, asTsiError } from './errors.js';

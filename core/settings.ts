@@ -10,7 +10,7 @@ import { TsiError } from './errors.js';
 import type { Logger } from './types.js';
 import type { TraceLevel, TraceManager, TraceSetting, TraceSettingUpdate } from './trace.js';
 // Client values in messages go through describeValue: JSON.stringify of a deeply nested one overflows the stack.
-import { describeValue } from './request-params.js';
+import { describeValue } from './protocol/request-params.js';
 
 export interface LogSwitches {
   info: boolean;

@@ -5,7 +5,7 @@
  */
 
 import { invalidArg } from './errors.js';
-import { JSON_DEPTH_MESSAGE, MAX_JSON_DEPTH, describeValue } from './request-params.js';
+import { JSON_DEPTH_MESSAGE, MAX_JSON_DEPTH, describeValue } from './protocol/request-params.js';
 import type { DataType, NumericArray, Tensor, TensorData } from './types.js';
 
 const ELEMENT_SIZE: Record<DataType, number> = {

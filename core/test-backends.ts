@@ -17,11 +17,11 @@
 
 import type { Backend, BackendInstance, BackendRequest, InstanceSpec } from './backend.js';
 import { TsiError } from './errors.js';
-import type { ModelConfig, ModelInput } from './model-config.js';
+import type { ModelConfig, ModelInput } from './config/model-config.js';
 import { allocate, elementCount } from './tensor.js';
 import type { Parameters, Tensor } from './types.js';
-import { configTypeToDatatype } from './config-model-io.js';
-import type { ConfigDataType } from './model-config.js';
+import { configTypeToDatatype } from './config/model-io.js';
+import type { ConfigDataType } from './config/model-config.js';
 
 const sleep = (ms: number) => (ms > 0 ? new Promise<void>((r) => setTimeout(r, ms)) : Promise.resolve());
 const invalid = (msg: string) => new TsiError('INVALID_ARG', msg);

@@ -8,9 +8,9 @@
  */
 
 import type { BackendInstance, BackendRequest, ModelFiles, ResponsePayload } from './backend.js';
-import { configTypeToDatatype } from './config.js';
+import { configTypeToDatatype } from './config/pipeline.js';
 import { TsiError, asTsiError } from './errors.js';
-import type { ModelConfig, ModelWarmup } from './model-config.js';
+import type { ModelConfig, ModelWarmup } from './config/model-config.js';
 import { allocate, decodeBytesElements, elementCount, elementSize, fromBytes } from './tensor.js';
 import type { DataType, Logger, NumericArray, Tensor, TensorData } from './types.js';
 

@@ -43,7 +43,7 @@ export interface ServiceWorkerOptions extends BrowserServerOptions {
   openai?: boolean;
 }
 
-/** The OpenAI-compatible paths core's handler answers (core/llm/openai.ts); nothing else under /v1. */
+/** The OpenAI-compatible paths core's handler answers (core/protocol/openai.ts); nothing else under /v1. */
 const OPENAI_PATH = /^\/v1\/(?:models(?:\/.+)?|completions|chat\/completions)$/;
 
 export function isServiceWorker(): boolean {

@@ -11,10 +11,10 @@ import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
 import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
 import { startServer, stderrLogger } from './index.js';
-import type { TlsFiles } from './tls.js';
+import type { TlsFiles } from './http/tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
 import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
-import { perfCommand } from './perf-cli.js';
+import { perfCommand } from './perf/cli.js';
 import { tuneCommand } from './tune/index.js';
 import { describeCutShort } from './shutdown.js';
 

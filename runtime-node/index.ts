@@ -12,15 +12,15 @@ import {
   createLogger, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
-import { listenGrpc, type GrpcListener } from './grpc.js';
+import { listenGrpc, type GrpcListener } from './grpc/server.js';
 import { createMetricsRegistry, listenMetrics, metricsPage, type MetricsListener } from './metrics.js';
 import { nodeShmProvider } from './shm.js';
 import { FolderSource } from './fs-source.js';
-import { listen, type Listener } from './http.js';
+import { listen, type Listener } from './http/server.js';
 import { Shutdown, type ShutdownProgress, type ShutdownReport, type StopOptions } from './shutdown.js';
-import { ReloadableTls, type TlsFiles } from './tls.js';
-import { ApiKeyring, grpcAuthorizer, httpAuthorizer } from './api-keys.js';
-import { createOnnxBackend } from './onnx-backend.js';
+import { ReloadableTls, type TlsFiles } from './http/tls.js';
+import { ApiKeyring, grpcAuthorizer, httpAuthorizer } from './http/api-keys.js';
+import { createOnnxBackend } from './onnx/backend.js';
 import { createJsBackend } from './js-backend.js';
 import { browserRoutes } from './browser-assets.js';
 import { dashboardRoutes } from './dashboard/index.js';
@@ -339,6 +339,6 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
 
 export { FolderSource, folderFiles } from './fs-source.js';
 export type { ShutdownPhase, ShutdownProgress, ShutdownReport, StopOptions } from './shutdown.js';
-export { createOnnxBackend } from './onnx-backend.js';
+export { createOnnxBackend } from './onnx/backend.js';
 export { createJsBackend } from './js-backend.js';
 export { providerStatus, gpuCount, probeWebGpu, queryNvidiaGpus } from './gpu/index.js';

@@ -10,7 +10,7 @@
 
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { listenOn } from './http.js';
+import { listenOn } from './http/server.js';
 import { cpus, freemem, totalmem } from 'node:os';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { versionMemory, type FailureReason, type InferenceServer, type ModelStats, type ModelVersion, type ResidencyCounts } from '../core/index.js';

@@ -20,8 +20,8 @@
  */
 
 import type { InferenceServer, Logger } from '../core/index.js';
-import type { GrpcListener } from './grpc.js';
-import type { Listener } from './http.js';
+import type { GrpcListener } from './grpc/server.js';
+import type { Listener } from './http/server.js';
 
 export interface StopOptions {
   /**

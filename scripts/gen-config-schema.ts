@@ -1,5 +1,5 @@
 /**
- * Turns proto/model_config.proto into core/model-config-schema.ts: the protobufjs JSON descriptor of
+ * Turns proto/model_config.proto into core/config/model-config-schema.ts: the protobufjs JSON descriptor of
  * package `inference`, as a TypeScript constant. Core parses config.pbtxt and config.json by
  * reflecting over this descriptor, and core must not read files at run time (it also runs in
  * browsers), hence a generated module rather than loading the .proto.
@@ -15,9 +15,9 @@ import protobuf from 'protobufjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const protoPath = join(root, 'proto', 'model_config.proto');
-export const schemaModulePath = join(root, 'core', 'model-config-schema.ts');
+export const schemaModulePath = join(root, 'core', 'config', 'model-config-schema.ts');
 
-/** The text of core/model-config-schema.ts for the given .proto source. */
+/** The text of core/config/model-config-schema.ts for the given .proto source. */
 export function generateSchemaModule(protoSource: string): string {
   // keepCase: field names stay snake_case, as in config.pbtxt and Triton's JSON.
   const parsed = protobuf.parse(protoSource, { keepCase: true });

@@ -26,7 +26,7 @@ import type {
   AutoCompleteContext, Backend, BackendInstance, BackendModel, InstancePlacement, InstanceSpec, ModelFiles, ModelIoInfo, ModelLoadContext,
 } from '../backend.js';
 import { TsiError } from '../errors.js';
-import type { ModelConfig, ModelInput, ModelOutput } from '../model-config.js';
+import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
 import type { Scheduler, SchedulerContext } from '../scheduler.js';
 import type { ModelStats } from '../stats.js';
 import { decodeString } from '../tensor.js';

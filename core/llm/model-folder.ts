@@ -14,7 +14,7 @@
 
 import type { ModelFiles, ModelLoadContext } from '../backend.js';
 import { TsiError } from '../errors.js';
-import type { ModelConfig } from '../model-config.js';
+import type { ModelConfig } from '../config/model-config.js';
 
 /** The variants exporters write, most precise first (a CPU's order of preference). */
 export const VARIANTS = ['model', 'model_q4', 'model_quantized', 'model_int8', 'model_uint8', 'model_fp16', 'model_q4f16', 'model_bnb4'];

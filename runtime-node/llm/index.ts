@@ -25,8 +25,8 @@ import {
 } from '../../core/index.js';
 import { candidateProviders, vulkanHint } from '../gpu/index.js';
 import { WEBGPU_LOCK } from '../gpu/lock.js';
-import { computeCores, placementOf, sessionOptions } from '../onnx-backend.js';
-import { readOnnxIo } from '../onnx-info.js';
+import { computeCores, placementOf, sessionOptions } from '../onnx/backend.js';
+import { readOnnxIo } from '../onnx/info.js';
 import { startWorkerInstance, stopWorker } from '../worker-instance.js';
 import type { PrefillPart } from '../../core/llm/decoder.js';
 import type { DecoderInit, DecoderWorkerReply, DecoderWorkerRequest } from './decoder-worker.js';

@@ -18,7 +18,7 @@ import { join, resolve } from 'node:path';
 import { HttpClient } from '../../client/http.js';
 import { nodeHttpFetch } from '../../client/node-fetch.js';
 import { createLogger, parsePbtxt, type ModelConfig } from '../../core/index.js';
-import { runPerf, type PerfOptions } from '../perf.js';
+import { runPerf, type PerfOptions } from '../perf/measure.js';
 import { startServer, usableCores, type RunningServer } from '../index.js';
 import { bestPbtxt, objectiveText, reportHtml, trialsTable, verdict, type TuneSummary } from './report.js';
 import { buildSpace, search, type LoadPoint, type Objective, type SearchResult, type TuneKnobs } from './search.js';

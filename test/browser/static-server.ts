@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { Hono } from 'hono';
 import { chromium, type Browser } from 'playwright-core';
 import { ISOLATION_HEADERS, INDEX_FILE, repositoryIndex, staticFile } from '../../runtime-node/browser-assets.js';
-import { listen, type Listener } from '../../runtime-node/http.js';
+import { listen, type Listener } from '../../runtime-node/http/server.js';
 import { MODELS, ROOT } from '../helpers/server.js';
 import { CHROMIUM, CHROMIUM_ARGS } from './chromium.js';
 

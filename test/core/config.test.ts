@@ -5,9 +5,9 @@ import {
   autoCompleteConfig, checkConfigAgainstModel, ConfigError, configDiff, configTypeToDatatype,
   datatypeToConfigType, fullDims, modelConfigToJson, normalizeModelConfig, ortTypeToConfigType,
   parseModelConfig, parsePbtxt, validateModelConfig,
-} from '../../core/config.js';
-import type { ConfigDataType, ModelConfig } from '../../core/model-config.js';
-import { modelConfigSchema } from '../../core/model-config-schema.js';
+} from '../../core/config/pipeline.js';
+import type { ConfigDataType, ModelConfig } from '../../core/config/model-config.js';
+import { modelConfigSchema } from '../../core/config/model-config-schema.js';
 import { generateSchemaModule, protoPath, schemaModulePath } from '../../scripts/gen-config-schema.js';
 
 function thrown(fn: () => unknown): ConfigError {
@@ -30,7 +30,7 @@ function load(text: string, modelName: string, gpuCount = 0): ModelConfig {
 }
 
 describe('proto/model_config.proto and its generated schema', () => {
-  it('matches the committed core/model-config-schema.ts', () => {
+  it('matches the committed core/config/model-config-schema.ts', () => {
     const regenerated = generateSchemaModule(readFileSync(protoPath, 'utf8'));
     expect(regenerated).toBe(readFileSync(schemaModulePath, 'utf8'));
   });

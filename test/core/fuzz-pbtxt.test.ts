@@ -7,7 +7,7 @@
 
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, normalizeModelConfig, parsePbtxt, validateModelConfig } from '../../core/config.js';
+import { ConfigError, normalizeModelConfig, parsePbtxt, validateModelConfig } from '../../core/config/pipeline.js';
 
 const NUM_RUNS = Number(process.env.FUZZ_RUNS ?? 300);
 

@@ -10,10 +10,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { TsiError } from '../../core/errors.js';
-import type { ModelConfig } from '../../core/model-config.js';
+import type { ModelConfig } from '../../core/config/model-config.js';
 import { validateRequest } from '../../core/request.js';
 import { encodeBytesElements } from '../../core/tensor.js';
-import { bodyBytes, decodeInferRequest, encodeInferResponse } from '../../core/v2-codec.js';
+import { bodyBytes, decodeInferRequest, encodeInferResponse } from '../../core/protocol/v2-codec.js';
 import type { InferRequest } from '../../core/types.js';
 
 const config: ModelConfig = {

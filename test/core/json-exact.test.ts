@@ -7,7 +7,7 @@
 
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { parseInferJson, parseJson, parseJsonExact, stringifyJson } from '../../core/json-exact.js';
+import { parseInferJson, parseJson, parseJsonExact, stringifyJson } from '../../core/protocol/json-exact.js';
 
 const NUM_RUNS = Number(process.env.FUZZ_RUNS ?? 200);
 const bigints = fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n });

@@ -9,10 +9,10 @@
 
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { stringifyJson } from '../../core/json-exact.js';
+import { stringifyJson } from '../../core/protocol/json-exact.js';
 import { fromJsonValues, jsonDataText, toJsonValues } from '../../core/tensor.js';
 import type { DataType, InferResponse, NumericArray, Parameters, TensorData } from '../../core/types.js';
-import { bodyBytes, encodeInferResponse, type OutputEncoding } from '../../core/v2-codec.js';
+import { bodyBytes, encodeInferResponse, type OutputEncoding } from '../../core/protocol/v2-codec.js';
 
 const NUM_RUNS = Number(process.env.FUZZ_RUNS ?? 100);
 

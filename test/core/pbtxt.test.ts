@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError } from '../../core/config.js';
-import { parsePbtxt } from '../../core/pbtxt.js';
+import { ConfigError } from '../../core/config/pipeline.js';
+import { parsePbtxt } from '../../core/config/pbtxt.js';
 
 /** Parses and returns the ConfigError it must throw. */
 function failure(text: string): ConfigError {

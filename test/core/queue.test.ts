@@ -6,7 +6,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { TsiError } from '../../core/errors.js';
-import type { ModelConfig, ModelDynamicBatching } from '../../core/model-config.js';
+import type { ModelConfig, ModelDynamicBatching } from '../../core/config/model-config.js';
 import { RequestQueue } from '../../core/queue.js';
 import { flush, harness, request } from '../helpers/fake-backend.js';
 

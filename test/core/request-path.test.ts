@@ -6,7 +6,7 @@
  */
 
 import { describe, expect, it } from 'vitest';
-import type { ModelConfig } from '../../core/model-config.js';
+import type { ModelConfig } from '../../core/config/model-config.js';
 import { validateRequest } from '../../core/request.js';
 import type { InferRequest } from '../../core/types.js';
 import { toy, toyServer } from '../helpers/toy.js';

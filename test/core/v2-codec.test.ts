@@ -5,10 +5,10 @@
  */
 
 import { describe, expect, it } from 'vitest';
-import { parseModelConfig } from '../../core/config.js';
-import type { ModelConfig } from '../../core/model-config.js';
+import { parseModelConfig } from '../../core/config/pipeline.js';
+import type { ModelConfig } from '../../core/config/model-config.js';
 import { validateRequest } from '../../core/request.js';
-import { bodyBytes, decodeInferRequest, encodeInferResponse, utf8Length } from '../../core/v2-codec.js';
+import { bodyBytes, decodeInferRequest, encodeInferResponse, utf8Length } from '../../core/protocol/v2-codec.js';
 import { concatBytes, fromBytes } from '../../core/tensor.js';
 
 describe('v2 response encoding', () => {

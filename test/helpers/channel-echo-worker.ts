@@ -5,7 +5,7 @@
  */
 
 import { workerData } from 'node:worker_threads';
-import { ChannelWorker } from '../../runtime-node/worker-channel.js';
+import { ChannelWorker } from '../../runtime-node/onnx/channel.js';
 
 const { sab } = (workerData as { data: { sab: SharedArrayBuffer } }).data;
 const worker = new ChannelWorker(sab);

@@ -9,7 +9,7 @@ import type {
   Backend, BackendInstance, BackendModel, BackendRequest, InstanceSpec, ResponsePayload,
 } from '../../core/backend.js';
 import { TsiError } from '../../core/errors.js';
-import type { ModelConfig } from '../../core/model-config.js';
+import type { ModelConfig } from '../../core/config/model-config.js';
 import { PendingRequest, type ResponseSink, type SequenceFlags } from '../../core/request.js';
 import type { SchedulerContext } from '../../core/scheduler.js';
 import { createScheduler } from '../../core/schedulers.js';

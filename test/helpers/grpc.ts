@@ -9,7 +9,7 @@
 import { connect, constants, type IncomingHttpHeaders } from 'node:http2';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { PROTO_LOADER_OPTIONS, protoDir } from '../../runtime-node/grpc.js';
+import { PROTO_LOADER_OPTIONS, protoDir } from '../../runtime-node/grpc/server.js';
 
 export type Obj = Record<string, any>;
 

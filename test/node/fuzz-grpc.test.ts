@@ -1,6 +1,6 @@
 /**
  * Property tests of the gRPC request decoding (fast-check): the handlers' decoder (protobuf bytes →
- * message, runtime-node/grpc.ts) and the ModelInferRequest → InferRequest codec (grpc-codec.ts), then
+ * message, runtime-node/grpc/server.ts) and the ModelInferRequest → InferRequest codec (grpc-codec.ts), then
  * core's validation. For any bytes, any real message cut short or with bits flipped, and any message
  * whose fields hold what they should not (parameter kinds, shapes of any int64, datatypes, raw and typed
  * contents of any size), the result is a request or a TsiError INVALID_ARG with a message — nothing
@@ -11,8 +11,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { buildInferRequest } from '../../client/grpc-codec.js';
 import { TsiError, validateRequest, type ModelConfig } from '../../core/index.js';
-import { loadProtos, rawRequestService } from '../../runtime-node/grpc.js';
-import { decodeInferRequest } from '../../runtime-node/grpc-codec.js';
+import { loadProtos, rawRequestService } from '../../runtime-node/grpc/server.js';
+import { decodeInferRequest } from '../../runtime-node/grpc/codec.js';
 
 const NUM_RUNS = Number(process.env.FUZZ_RUNS ?? 300);
 const protos = loadProtos().inference;

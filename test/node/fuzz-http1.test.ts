@@ -1,5 +1,5 @@
 /**
- * Property tests of the Node runtime's HTTP/1.1 parser (runtime-node/http.ts) over real sockets
+ * Property tests of the Node runtime's HTTP/1.1 parser (runtime-node/http/server.ts) over real sockets
  * (fast-check): request heads assembled from well- and ill-formed parts always get a parseable answer —
  * a success, or an error with a `{"error": ...}` body and a closed connection — never a 5xx, a hang on
  * a complete request, or garbage; and pipelined requests (Content-Length, chunked with extensions and
@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readRequestBody, type HttpReply, type InferHttpRequest } from '../../core/index.js';
-import { listen, type Listener } from '../../runtime-node/http.js';
+import { listen, type Listener } from '../../runtime-node/http/server.js';
 
 const NUM_RUNS = Number(process.env.FUZZ_RUNS ?? 60);
 let server: Listener;

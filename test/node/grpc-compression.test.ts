@@ -12,7 +12,7 @@ import type { IncomingHttpHeaders } from 'node:http2';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GrpcClient } from '../../client/grpc.js';
-import { loadProtos } from '../../runtime-node/grpc.js';
+import { loadProtos } from '../../runtime-node/grpc/server.js';
 import { identityModel } from '../../scripts/gen-models.js';
 import { grpcFrame, rawGrpcCall } from '../helpers/grpc.js';
 import { startTestServer, tempRepo, type TestServer } from '../helpers/server.js';

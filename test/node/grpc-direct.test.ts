@@ -1,5 +1,5 @@
 /**
- * Unary ModelInfer answered on node:http2 ahead of grpc-js (runtime-node/grpc-direct.ts), seen on the
+ * Unary ModelInfer answered on node:http2 ahead of grpc-js (runtime-node/grpc/direct.ts), seen on the
  * wire with a bare HTTP/2 client. A plain call takes the direct path and a call with
  * `grpc-encoding: gzip` (its message uncompressed, flag 0, which gRPC allows) takes grpc-js's: both
  * must answer the same headers, frame and trailers, and so must a failure and a 1 MiB tensor (joined
@@ -10,7 +10,7 @@
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadProtos } from '../../runtime-node/grpc.js';
+import { loadProtos } from '../../runtime-node/grpc/server.js';
 import { identityModel } from '../../scripts/gen-models.js';
 import { grpcFrame, rawGrpcCall, type RawGrpcAnswer } from '../helpers/grpc.js';
 import { blockingJsModel, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';

@@ -10,7 +10,7 @@
 import * as grpc from '@grpc/grpc-js';
 import * as http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { STREAM_LIMITS, loadProtos } from '../../runtime-node/grpc.js';
+import { STREAM_LIMITS, loadProtos } from '../../runtime-node/grpc/server.js';
 import { fromRaw, grpcClient, int32Raw, type GrpcTestClient, type Obj } from '../helpers/grpc.js';
 import { MODELS, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 

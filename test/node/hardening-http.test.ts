@@ -3,13 +3,13 @@
  * 408, 417, 431) answer `{"error": ...}` like the rest of the API; a head or body sent halfway and then
  * abandoned, or dribbled out byte by byte, times out instead of holding the connection forever; a
  * client that pipelines requests and never reads the answers is not read any further, so its answers
- * cannot pile up in memory. The layer is driven directly (runtime-node/http.ts `listen`) with a stand-in
+ * cannot pile up in memory. The layer is driven directly (runtime-node/http/server.ts `listen`) with a stand-in
  * app and infer endpoint, so the timeouts can be short.
  */
 
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listen, type Listener } from '../../runtime-node/http.js';
+import { listen, type Listener } from '../../runtime-node/http/server.js';
 import { readRequestBody, type HttpReply, type InferHttpRequest } from '../../core/index.js';
 
 const HEADERS_MS = 300;

@@ -8,7 +8,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GrpcClient, HttpClient } from '../../client/node.js';
-import { parseJsonExact } from '../../core/json-exact.js';
+import { parseJsonExact } from '../../core/protocol/json-exact.js';
 import { identityModel } from '../../scripts/gen-models.js';
 import { grpcClient, type GrpcTestClient } from '../helpers/grpc.js';
 import { startTestServer, tempRepo, type TestServer } from '../helpers/server.js';

@@ -1,6 +1,6 @@
 /**
  * The shared-memory hand-off between the main thread and the onnxruntime workers
- * (runtime-node/worker-channel.ts). Through the real server: many concurrent requests with distinct
+ * (runtime-node/onnx/channel.ts). Through the real server: many concurrent requests with distinct
  * inputs, small ones through channel slots and ones larger than a slot by postMessage, mixed on the
  * same instances, each get back exactly their own tensor (a mix-up of slots, of the two ways or of
  * their order would show as another request's values). The channel alone: a request that finds every
@@ -12,7 +12,7 @@
 import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { addSubModel, identityModel } from '../../scripts/gen-models.js';
-import { ChannelMain, ChannelWorker, SLOT_DATA_BYTES, channelBuffer, type ChannelOutput, type SlotRequest } from '../../runtime-node/worker-channel.js';
+import { ChannelMain, ChannelWorker, SLOT_DATA_BYTES, channelBuffer, type ChannelOutput, type SlotRequest } from '../../runtime-node/onnx/channel.js';
 import { binaryOutputs, bytesOf, postBinary, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
 let s: TestServer;

@@ -12,8 +12,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MODELS, ROOT, startTestServer, type TestServer } from '../helpers/server.js';
-import { isStable, percentileOf } from '../../runtime-node/perf.js';
-import { buildInputSets, type ModelInfo } from '../../runtime-node/perf-data.js';
+import { isStable, percentileOf } from '../../runtime-node/perf/measure.js';
+import { buildInputSets, type ModelInfo } from '../../runtime-node/perf/data.js';
 
 const BIN = join(ROOT, 'bin', 'tsi-node.js');
 const CSV_HEADER = 'Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,response wait';

@@ -1,5 +1,5 @@
 /**
- * `tsi-node perf`'s lean load path (runtime-node/perf-wire.ts) against a real server: pre-encoded
+ * `tsi-node perf`'s lean load path (runtime-node/perf/wire.ts) against a real server: pre-encoded
  * requests over raw HTTP/1.1 keep-alive sockets and over node:http2 gRPC streams are answered and
  * counted by the server, a server-side failure comes back as the server's own error text on both
  * protocols, and the load loop drives several requests in flight through it.
@@ -8,9 +8,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InferenceServerError } from '../../client/errors.js';
 import type { InferInputSpec } from '../../client/types.js';
-import { LoadRunner } from '../../runtime-node/perf-load.js';
-import { createClient } from '../../runtime-node/perf.js';
-import { wireSender } from '../../runtime-node/perf-wire.js';
+import { LoadRunner } from '../../runtime-node/perf/load.js';
+import { createClient } from '../../runtime-node/perf/measure.js';
+import { wireSender } from '../../runtime-node/perf/wire.js';
 import { MODELS, getJson, startTestServer, type TestServer } from '../helpers/server.js';
 
 let s: TestServer;

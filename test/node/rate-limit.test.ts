@@ -6,7 +6,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { TsiError } from '../../core/errors.js';
-import type { ModelConfig, ModelInstanceGroup } from '../../core/model-config.js';
+import type { ModelConfig, ModelInstanceGroup } from '../../core/config/model-config.js';
 import { RateLimiter, fits, nextStaged, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from '../../core/rate-limiter.js';
 import type { SchedulerContext } from '../../core/scheduler.js';
 import { createScheduler } from '../../core/schedulers.js';

@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { addSubModel } from '../../scripts/gen-models.js';
 import { HttpClient, GrpcClient } from '../../client/node.js';
-import { ApiKeyring } from '../../runtime-node/api-keys.js';
+import { ApiKeyring } from '../../runtime-node/http/api-keys.js';
 import { getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 import { grpcClient } from '../helpers/grpc.js';
 

@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import * as http2 from 'node:http2';
 import { createLogger } from '../../core/index.js';
 import { startServer, type RunningServer } from '../../runtime-node/index.js';
-import { loadProtos } from '../../runtime-node/grpc.js';
+import { loadProtos } from '../../runtime-node/grpc/server.js';
 import { grpcClient, type Obj } from '../helpers/grpc.js';
 import { getJson, postJson, tempRepo } from '../helpers/server.js';
 

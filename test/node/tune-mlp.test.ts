@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parsePbtxt } from '../../core/config.js';
+import { parsePbtxt } from '../../core/config/pipeline.js';
 import { knobsOf, runTune, type TuneResult } from '../../runtime-node/tune/index.js';
 import { MODELS, getJson, startTestServer, type TestServer } from '../helpers/server.js';
 

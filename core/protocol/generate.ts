@@ -1,0 +1,207 @@
+/**
+ * Triton's generate extension (`POST .../generate` and `.../generate_stream`), written as
+ * `(Request) => Promise<Response>` like the rest of the v2 protocol. A flat JSON object goes in: each
+ * key naming a model input becomes that tensor (a value or a 1-D array, shaped from the model's
+ * metadata the way Triton does it), every other key, and the keys of `parameters`, become request
+ * parameters. Each response comes out as one flat JSON object: `model_name`, `model_version`, `id`,
+ * response parameters and one key per output (a scalar when it has one element).
+ *
+ * `generate` wants exactly one response; `generate_stream` sends each as a server-sent event
+ * (`data: {...}\n\n`) as soon as the model sends it, which is what decoupled models are for. As in
+ * Triton, the status code goes out with the first response, so an error after it arrives as a
+ * `{"error": ...}` event under a 200, and errors found before inference are plain JSON errors.
+ */
+
+import { isCompletionOnly } from '../backend.js';
+import { TsiError, asTsiError, invalidArg } from '../errors.js';
+import { errorResponse, isObj } from './http-common.js';
+import { configTypeToDatatype } from '../config/pipeline.js';
+import type { InferenceServer } from '../server.js';
+import { fromJsonValues, toJsonValues } from '../tensor.js';
+import { parseJson, stringifyJson } from './json-exact.js';
+import { putEntry, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue } from '../types.js';
+import { SSE_HEADERS, SseStream } from './sse.js';
+import { readWebBody } from './http-body.js';
+
+const JSON_HEADERS = { 'Content-Type': 'application/json' };
+
+const errorJson = (err: unknown) => JSON.stringify({ error: asTsiError(err).message });
+
+/** Builds the InferRequest a generate body describes; errors are INVALID_ARG with Triton's texts. */
+export function generateRequest(server: InferenceServer, model: string, version: string | undefined, body: unknown): InferRequest {
+  const mv = server.model(model, version);
+  if (!isObj(body)) throw invalidArg('the generate request body must be a JSON object');
+  const batching = (mv.config.max_batch_size ?? 0) > 0;
+  const meta = new Map((mv.config.input ?? []).map((i) => [i.name!, i]));
+  const inputs: InferInput[] = [];
+  const parameters: Parameters = {};
+  const take = (key: string, value: unknown) => {
+    const cfg = meta.get(key);
+    if (!cfg) {
+      if (typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number' || typeof value === 'bigint') putEntry<ParamValue>(parameters, key, value);
+      else throw invalidArg(`parameter '${key}' of the generate request must be a string, number or boolean`);
+      return;
+    }
+    const datatype = configTypeToDatatype(cfg.data_type!);
+    const shape = fitShape(batching ? [-1, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])], Array.isArray(value) ? value.length : 1, key);
+    inputs.push({ name: key, datatype, shape, data: fromJsonValues(datatype, value, `input '${key}'`) });
+  };
+  for (const [key, value] of Object.entries(body)) {
+    if (key !== 'parameters') take(key, value);
+    else {
+      if (meta.has(key)) throw invalidArg(`Keyword '${key}' for nested schema also given as input tensor name`);
+      if (!isObj(value)) throw invalidArg(`Expected JSON object for keyword: '${key}'`);
+      for (const [k, v] of Object.entries(value)) take(k, v);
+    }
+  }
+  return { model_name: model, model_version: version, inputs, parameters };
+}
+
+/**
+ * Triton's shape filling for generate inputs: fixed dims divide the element count from the innermost
+ * out, the innermost variable dim takes what remains, other variable dims are 1.
+ */
+function fitShape(dims: number[], count: number, name: string): number[] {
+  const shape = [...dims];
+  let left = count;
+  const fail = () => invalidArg(`The schema can not convert input '${name}' to tensor with proper shape`);
+  for (let i = shape.length - 1; i >= 0; i--) {
+    if (shape[i] === -1) continue;
+    if (shape[i] === 0 || left % shape[i]! !== 0) throw fail();
+    left /= shape[i]!;
+  }
+  for (let i = shape.length - 1; i >= 0; i--) {
+    if (shape[i] !== -1) continue;
+    shape[i] = left;
+    left = 1;
+  }
+  if (left !== 1) throw fail();
+  return shape;
+}
+
+/** One response as the flat generate JSON object (keys sorted, as Triton's std::map orders them). */
+export function generateResponseJson(r: InferResponse): Record<string, unknown> {
+  const out: Record<string, unknown> = { model_name: r.model_name, model_version: r.model_version };
+  if (r.id) out.id = r.id;
+  for (const [k, v] of Object.entries(r.parameters ?? {})) out[k] = v;
+  for (const t of r.outputs) {
+    const values = toJsonValues(t.datatype, t.data);
+    out[t.name] = values.length === 1 ? values[0] : values;
+  }
+  return Object.fromEntries(Object.entries(out).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+/** Keys that JavaScript objects put first, in numeric order, whatever the insertion order. */
+const INDEX_KEY = /^(?:0|[1-9]\d*)$/;
+
+/**
+ * JSON.stringify(generateResponseJson(r)) written directly (it runs once per streamed token): the
+ * same keys, order and values, without building and re-sorting objects.
+ */
+function generateResponseText(r: InferResponse): string {
+  const fields = new Map<string, unknown>([['model_name', r.model_name], ['model_version', r.model_version]]);
+  if (r.id) fields.set('id', r.id);
+  for (const [k, v] of Object.entries(r.parameters ?? {})) fields.set(k, v);
+  for (const t of r.outputs) {
+    const values = toJsonValues(t.datatype, t.data);
+    fields.set(t.name, values.length === 1 ? values[0] : values);
+  }
+  const keys = [...fields.keys()];
+  if (keys.some((k) => INDEX_KEY.test(k))) return stringifyJson(generateResponseJson(r));
+  let text = '';
+  for (const k of keys.sort()) {
+    // JSON.stringify leaves out what it cannot write (undefined), key and all.
+    const v = stringifyJson(fields.get(k));
+    if (v !== undefined) text += `${text ? ',' : '{'}${JSON.stringify(k)}:${v}`;
+  }
+  return text ? `${text}}` : '{}';
+}
+
+/** Renders one response (or error) as JSON text, turning an encoding failure into an error object. */
+function render(r: InferResponse | TsiError): { text: string; ok: boolean } {
+  if (r instanceof TsiError) return { text: errorJson(r), ok: false };
+  try {
+    return { text: generateResponseText(r), ok: true };
+  } catch (err) {
+    return { text: errorJson(err), ok: false };
+  }
+}
+
+async function readRequest(server: InferenceServer, req: Request, model: string, version: string | undefined, maxInput: number): Promise<InferRequest> {
+  server.model(model, version); // unknown model or version: its own status, before reading the body
+  const raw = await readWebBody(req, maxInput, { identityOnly: `Unsupported content-encoding, only 'identity' is supported.` });
+  let body: unknown;
+  try {
+    // A value past 2^53 (a 64-bit input, a parameter) is read exactly.
+    body = parseJson(new TextDecoder().decode(raw));
+  } catch (err) {
+    throw invalidArg(`failed to parse the request JSON buffer: ${(err as Error).message}`);
+  }
+  return generateRequest(server, model, version, body);
+}
+
+/** `POST /v2/models/{m}[/versions/{v}]/generate` and `/generate_stream`. */
+export async function generate(
+  server: InferenceServer, req: Request, model: string, version: string | undefined, streaming: boolean, maxInput: number,
+): Promise<Response> {
+  let request: InferRequest;
+  try {
+    request = await readRequest(server, req, model, version, maxInput);
+  } catch (err) {
+    const e = asTsiError(err);
+    return errorResponse(e, e.code === 'INVALID_ARG' ? 400 : undefined);
+  }
+  return streaming ? stream(server, request, req.signal) : single(server, request, req.signal);
+}
+
+/** Cancels the request when the client's connection goes (the Request's signal aborts). */
+const cancelOn = (signal: AbortSignal) => (cancel: () => void) => signal.addEventListener('abort', cancel, { once: true });
+
+async function single(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
+  const rendered: { text: string; ok: boolean }[] = [];
+  try {
+    await server.inferStream(request, (r, final) => {
+      if (final && !(r instanceof TsiError) && isCompletionOnly(r)) return;
+      rendered.push(render(r));
+    }, { onCancel: cancelOn(signal) });
+  } catch (err) {
+    return errorResponse(err, 400);
+  }
+  // The status follows the first response (none: a bare completion flag, which Triton answers as 200).
+  const status = rendered.length === 0 || rendered[0]!.ok ? 200 : 400;
+  if (rendered.length !== 1) {
+    const e = new TsiError('INTERNAL', 'generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses');
+    return new Response(errorJson(e), { status, headers: JSON_HEADERS });
+  }
+  return new Response(rendered[0]!.text, { status, headers: JSON_HEADERS });
+}
+
+function stream(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
+  const sse = new SseStream('generate_stream');
+  return new Promise<Response>((resolve) => {
+    let started = false;
+    const begin = (ok: boolean) => {
+      if (started) return;
+      started = true;
+      resolve(new Response(sse.body, { status: ok ? 200 : 400, headers: SSE_HEADERS }));
+    };
+    server.inferStream(request, (r, final) => {
+      const flagOnly = final && !(r instanceof TsiError) && isCompletionOnly(r);
+      if (!flagOnly) {
+        const { text, ok } = render(r);
+        begin(ok);
+        sse.send(`data: ${text}\n\n`);
+      }
+      if (final) {
+        begin(true);
+        sse.close();
+      }
+    }, sse.inferOptions(signal)).catch((err) => {
+      // Refused before anything ran (validation, unknown model): a plain JSON error.
+      if (!started) {
+        started = true;
+        resolve(errorResponse(err, 400));
+      }
+    });
+  });
+}

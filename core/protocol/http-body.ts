@@ -1,0 +1,113 @@
+/**
+ * The one reader of HTTP request bodies, for every route (infer, generate, the OpenAI API, repository
+ * and model control, shared memory, logging, trace), in Node and in the page alike. A body is bounded
+ * by --http-max-input-size three ways, each before the bytes are kept: a declared Content-Length over
+ * the limit is refused unread; a body without one (chunked) is counted as it arrives and cut off at the
+ * limit; a gzip/deflate body is decoded as a stream and cut off when the decoded size passes the limit,
+ * so a small "gzip bomb" never expands in memory. One error text, Triton's (http_server.cc
+ * EVBufferToJson), whatever the route and whichever bound was crossed.
+ *
+ * Decoding uses the Web-standard DecompressionStream, so this file stays platform-neutral.
+ */
+
+import { TsiError, invalidArg } from '../errors.js';
+import { concatBytes } from '../tensor.js';
+
+/**
+ * Where the raw body comes from: a Web stream (a Request's body), or a transport's own reader that
+ * returns the whole body and rejects with `tooLarge` as soon as more than `limit` bytes have arrived
+ * (the Node server's infer shortcut, which places binary tensor data on an 8-byte boundary as it joins).
+ */
+export type BodySource = ReadableStream<Uint8Array> | null | ((limit: number) => Promise<Uint8Array>);
+
+export interface BodyOptions {
+  /**
+   * Content codings the route decodes. Triton's generate endpoints take only `identity` and say so
+   * with their own text; every other route takes gzip and deflate too.
+   */
+  identityOnly?: string;
+}
+
+/** Triton's text for a body over the limit (http_server.cc EVBufferToJson). */
+export function tooLarge(size: number, max: number): TsiError {
+  return invalidArg(`request JSON size of ${size} bytes exceeds the maximum allowed input size of ${max} bytes. Use --http-max-input-size to increase the limit.`);
+}
+
+/** Reads, checks and (if Content-Encoding says so) decodes a request body within `maxInput` bytes. */
+export async function readRequestBody(
+  header: (name: string) => string | null | undefined, source: BodySource, maxInput: number, opts: BodyOptions = {},
+): Promise<Uint8Array> {
+  const enc = (header('Content-Encoding') ?? 'identity').trim().toLowerCase();
+  if (enc !== 'identity' && enc !== '') {
+    if (opts.identityOnly !== undefined) throw invalidArg(opts.identityOnly);
+    if (enc !== 'gzip' && enc !== 'deflate') throw new TsiError('UNSUPPORTED', 'Unsupported compression type');
+  }
+  const declared = Number(header('Content-Length') ?? NaN);
+  if (declared > maxInput) {
+    await cancel(source);
+    throw tooLarge(declared, maxInput);
+  }
+  if (enc === 'gzip' || enc === 'deflate') {
+    const raw = typeof source === 'function' ? blobStream(await source(maxInput)) : source ?? blobStream(new Uint8Array(0));
+    return decode(raw, enc, maxInput);
+  }
+  if (typeof source === 'function') return source(maxInput);
+  return source ? collect(source, maxInput) : new Uint8Array(0);
+}
+
+/** Reads a Web Request's body with readRequestBody. */
+export function readWebBody(req: Request, maxInput: number, opts?: BodyOptions): Promise<Uint8Array> {
+  return readRequestBody((n) => req.headers.get(n), req.body, maxInput, opts);
+}
+
+/** A body refused by its headers is not read: its stream is cancelled so a transport can drop the rest. */
+async function cancel(source: BodySource): Promise<void> {
+  if (source && typeof source !== 'function') await source.cancel().catch(() => {});
+}
+
+const blobStream = (data: Uint8Array) => new Blob([data as BlobPart]).stream() as ReadableStream<Uint8Array>;
+
+/** The stream's bytes, joined; past `max` bytes the stream is cancelled and the body refused. */
+async function collect(stream: ReadableStream<Uint8Array>, max: number, onChunkError?: (err: unknown) => never): Promise<Uint8Array> {
+  const reader = stream.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      total += value.byteLength;
+      if (total > max) {
+        chunks.length = 0;
+        await reader.cancel().catch(() => {});
+        throw tooLarge(total, max);
+      }
+      chunks.push(value);
+    }
+  } catch (err) {
+    if (err instanceof TsiError || !onChunkError) throw err;
+    onChunkError(err);
+  } finally {
+    reader.releaseLock();
+  }
+  return chunks.length === 0 ? new Uint8Array(0) : concatBytes(chunks);
+}
+
+/** Decodes while reading, so the limit applies to the decoded bytes before they are kept. */
+async function decode(raw: ReadableStream<Uint8Array>, format: 'gzip' | 'deflate', max: number): Promise<Uint8Array> {
+  // The compressed bytes count too: a body over the limit before decoding is refused as one that is
+  // over it after (Triton reads the whole compressed body into a buffer bounded the same way).
+  let rawTotal = 0;
+  const counted = raw.pipeThrough(new TransformStream<Uint8Array, Uint8Array>({
+    transform(chunk, controller) {
+      rawTotal += chunk.byteLength;
+      if (rawTotal > max) throw tooLarge(rawTotal, max);
+      controller.enqueue(chunk);
+    },
+  }));
+  const decoded = counted.pipeThrough(new DecompressionStream(format) as unknown as ReadableWritablePair<Uint8Array, Uint8Array>);
+  return collect(decoded, max, (err) => {
+    if (err instanceof TsiError) throw err;
+    throw invalidArg(`failed to decompress the ${format} request body: ${(err as Error).message}`);
+  });
+}

@@ -1,0 +1,300 @@
+/**
+ * The answers of the OpenAI API (openai.ts builds the request): what the scheduler sends back —
+ * each choice's text pieces, log-probabilities and finish — shaped as OpenAI's completions and chat
+ * completions, whole (n choices, best_of's pick, tool calls parsed) or as server-sent events (each
+ * choice's chunks by its index, tool calls as `tool_calls` deltas, the usage chunk, `[DONE]`), and
+ * OpenAI's error body.
+ */
+
+import { HTTP_STATUS, TsiError, asTsiError } from '../errors.js';
+import type { InferenceServer } from '../server.js';
+import { SSE_HEADERS, SseStream } from './sse.js';
+import { decodeString } from '../tensor.js';
+import type { InferRequest, InferResponse } from '../types.js';
+import { callStart, parseToolCalls, type ToolCall, type ToolParser } from '../llm/tools.js';
+
+type Json = Record<string, any>;
+
+const JSON_HEADERS = { 'Content-Type': 'application/json' };
+
+export function openAiError(err: unknown): Response {
+  const e = asTsiError(err);
+  const status = HTTP_STATUS[e.code] ?? 400;
+  const type = status === 404 ? 'NotFoundError' : status >= 500 ? 'InternalServerError' : 'BadRequestError';
+  const param = (err as { param?: string } | undefined)?.param ?? null;
+  return new Response(JSON.stringify({ error: { message: plain(e.message), type, param, code: status } }), { status, headers: JSON_HEADERS });
+}
+
+/** The scheduler's message without Triton's `[request id: ...]` prefix, which means nothing here. */
+const plain = (message: string) => message.replace(/^\[request id: [^\]]*\] /, '');
+
+/** What one request asks for beyond the generate parameters: its choices and log-probabilities. */
+export interface Wants {
+  n: number;
+  /** Completions' best_of: candidates generated, the n likeliest returned. */
+  bestOf: number;
+  /** Top log-probabilities per token to return; undefined: none. */
+  logprobs?: number;
+}
+
+interface Finish {
+  reason: string;
+  promptTokens: number;
+  completionTokens: number;
+  cumulativeLogprob: number;
+}
+
+/** One token's log-probabilities as the scheduler sends them (scheduler.ts, logprobJson). */
+interface TokenLp {
+  token_id: number;
+  token: string;
+  bytes: number[];
+  logprob: number;
+  top_logprobs: Omit<TokenLp, 'top_logprobs'>[];
+}
+
+/** What the scheduler sends back: a choice's text piece, its log-probabilities, and the finish. */
+interface Piece {
+  index: number;
+  text: string;
+  logprobs?: TokenLp[];
+  finish?: Finish;
+}
+
+function pieceOf(r: InferResponse): Piece {
+  const t = r.outputs.find((o) => o.name === 'text_output');
+  const text = t ? (t.data as Uint8Array[]).map(decodeString).join('') : '';
+  const q = r.parameters ?? {};
+  const piece: Piece = { index: Number(q.index ?? 0), text };
+  if (typeof q.logprobs === 'string') piece.logprobs = JSON.parse(q.logprobs) as TokenLp[];
+  if (q.finish_reason !== undefined) {
+    piece.finish = { reason: String(q.finish_reason), promptTokens: Number(q.num_input_tokens ?? 0), completionTokens: Number(q.num_output_tokens ?? 0), cumulativeLogprob: Number(q.cumulative_logprob ?? 0) };
+  }
+  return piece;
+}
+
+function usageOf(finishes: Finish[]): Json {
+  const prompt = finishes[0]?.promptTokens ?? 0;
+  const completion = finishes.reduce((n, f) => n + f.completionTokens, 0);
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}
+
+/** How one endpoint shapes its answers. */
+export interface Shape {
+  idPrefix: string;
+  object: string;
+  chunkObject: string;
+  /** `logprobs` of a choice (or chunk) for these tokens; `offset`: where their text starts (completions). */
+  logprobs(tokens: TokenLp[], offset: number): Json;
+  choice(index: number, text: string, finish: string | null, logprobs: Json | null): Json;
+  /** Streamed chunks' choices for one piece (chat adds a role chunk first and a separate finish). */
+  chunkChoices(index: number, text: string, finish: string | null, first: boolean, logprobs: Json | null): Json[];
+}
+
+export const COMPLETION: Shape = {
+  idPrefix: 'cmpl-',
+  object: 'text_completion',
+  chunkObject: 'text_completion',
+  logprobs: (tokens, offset) => {
+    const text_offset: number[] = [];
+    for (const t of tokens) {
+      text_offset.push(offset);
+      offset += t.token.length;
+    }
+    return {
+      tokens: tokens.map((t) => t.token),
+      token_logprobs: tokens.map((t) => t.logprob),
+      top_logprobs: tokens.map((t) => Object.fromEntries(t.top_logprobs.map((x) => [x.token, x.logprob]))),
+      text_offset,
+    };
+  },
+  choice: (index, text, finish, logprobs) => ({ index, text, logprobs, finish_reason: finish }),
+  chunkChoices: (index, text, finish, _first, logprobs) => [{ index, text, logprobs, finish_reason: finish }],
+};
+
+export const CHAT: Shape = {
+  idPrefix: 'chatcmpl-',
+  object: 'chat.completion',
+  chunkObject: 'chat.completion.chunk',
+  logprobs: (tokens) => ({
+    content: tokens.map((t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes, top_logprobs: t.top_logprobs.map((x) => ({ token: x.token, logprob: x.logprob, bytes: x.bytes })) })),
+    refusal: null,
+  }),
+  choice: (index, text, finish, logprobs) => ({ index, message: { role: 'assistant', content: text, refusal: null }, logprobs, finish_reason: finish }),
+  chunkChoices: (index, text, finish, first, logprobs) => {
+    const out: Json[] = [];
+    if (first) out.push({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null });
+    if (text.length > 0 || logprobs) out.push({ index, delta: { content: text }, logprobs, finish_reason: null });
+    if (finish !== null) out.push({ index, delta: {}, logprobs: null, finish_reason: finish });
+    return out;
+  },
+};
+
+/** What shapes one request's answer. */
+export interface Answer {
+  shape: Shape;
+  wants: Wants;
+  /** Completions' `echo`: the prompt, put before each choice's text. */
+  echo: string;
+  /** Chat with tools: the output is parsed for calls. */
+  tools?: { parser: ToolParser; parallel: boolean };
+}
+
+/** A choice's text as content and tool calls (only the first unless parallel calls are allowed). */
+function toolSplit(text: string, t: NonNullable<Answer['tools']>): { content: string | null; calls: ToolCall[] } {
+  const r = parseToolCalls(text, t.parser);
+  return { content: r.content, calls: t.parallel ? r.calls : r.calls.slice(0, 1) };
+}
+
+const cancelOn = (signal: AbortSignal) => (cancel: () => void) => signal.addEventListener('abort', cancel, { once: true });
+
+/** One choice as it accumulates in a non-streamed answer. */
+interface Gathered {
+  text: string;
+  tokens: TokenLp[];
+  finish?: Finish;
+}
+
+export async function whole(server: InferenceServer, request: InferRequest, signal: AbortSignal, a: Answer, head: Json): Promise<Response> {
+  const choices: Gathered[] = [];
+  let error: TsiError | undefined;
+  try {
+    await server.inferStream(request, (r) => {
+      if (r instanceof TsiError) {
+        error ??= r;
+        return;
+      }
+      const piece = pieceOf(r);
+      const c = (choices[piece.index] ??= { text: a.echo, tokens: [] });
+      c.text += piece.text;
+      if (piece.logprobs) c.tokens.push(...piece.logprobs);
+      c.finish ??= piece.finish;
+    }, { onCancel: cancelOn(signal) });
+  } catch (err) {
+    return openAiError(err);
+  }
+  if (error) return openAiError(error);
+  if (choices.length !== a.wants.bestOf || choices.some((c) => !c?.finish)) {
+    return openAiError(new TsiError('INTERNAL', 'the model ended the request without a finish reason'));
+  }
+  const finishes = choices.map((c) => c.finish!);
+  // best_of: the n candidates most likely under the model, likeliest first.
+  const kept = a.wants.bestOf > a.wants.n
+    ? [...choices].sort((x, y) => y.finish!.cumulativeLogprob - x.finish!.cumulativeLogprob).slice(0, a.wants.n)
+    : choices;
+  const out = kept.map((c, i) => {
+    const choice = a.shape.choice(i, c.text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null);
+    if (a.tools) {
+      const { content, calls } = toolSplit(c.text, a.tools);
+      if (calls.length > 0) {
+        choice.message = { ...choice.message, content, tool_calls: calls };
+        choice.finish_reason = 'tool_calls';
+      }
+    }
+    return choice;
+  });
+  return new Response(JSON.stringify({ ...head, choices: out, usage: usageOf(finishes) }), { headers: JSON_HEADERS });
+}
+
+/**
+ * The SSE answer. The status goes out with the first piece: an error before it (a prompt longer than
+ * the context, an unknown parameter value) is a plain JSON error with its status; one after it is an
+ * `{"error": ...}` event, then the stream ends.
+ */
+export function streamed(server: InferenceServer, request: InferRequest, signal: AbortSignal, a: Answer, head: Json, includeUsage: boolean): Promise<Response> {
+  // A client that goes away cancels the request: the sequence leaves the batch at the next step.
+  const sse = new SseStream(a.shape.object);
+  // The events of one response go out as one chunk (one socket write), and a chunk event is the
+  // request's fixed head around its choice: JSON.stringify({ ...head, choices: [c], usage }) in the
+  // same key order, without rebuilding and re-serialising the head for every token.
+  let events = '';
+  const event = (data: unknown) => {
+    events += `data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
+  };
+  const chunkOpen = `data: ${JSON.stringify(head).slice(0, -1)},"choices":[`;
+  const chunkClose = includeUsage ? '],"usage":null}\n\n' : ']}\n\n';
+  const flush = () => {
+    sse.send(events);
+    events = '';
+  };
+  const { n } = a.wants;
+  // Per choice: whether its first chunk went out, and where its text has got to (completions' text_offset).
+  const started = new Array<boolean>(n).fill(false);
+  const offsets = new Array<number>(n).fill(a.echo.length);
+  const finishes: Finish[] = [];
+  const toolText: { full: string; sent: number }[] = [];
+  return new Promise<Response>((resolve) => {
+    let begun = false;
+    const begin = () => {
+      if (begun) return;
+      begun = true;
+      resolve(new Response(sse.body, { headers: SSE_HEADERS }));
+    };
+    server.inferStream(request, (r, final) => {
+      if (r instanceof TsiError) {
+        if (!begun) {
+          begun = true;
+          resolve(openAiError(r));
+          return;
+        }
+        event({ error: { message: plain(r.message), type: 'BadRequestError', param: null, code: HTTP_STATUS[r.code] ?? 400 } });
+      } else {
+        begin();
+        const piece = pieceOf(r);
+        const i = piece.index;
+        const first = !started[i];
+        let text = piece.text;
+        if (first && a.echo) text = a.echo + text;
+        const finishReason = piece.finish?.reason ?? null;
+        if (a.tools) {
+          // Content streams up to where a call may begin; the rest is parsed at the finish.
+          const t = (toolText[i] ??= { full: '', sent: 0 });
+          t.full += text;
+          if (piece.finish) {
+            const { calls } = toolSplit(t.full, a.tools);
+            if (calls.length > 0) {
+              const at = callStart(t.full, a.tools.parser);
+              text = at > t.sent ? t.full.slice(t.sent, at) : '';
+              if (first) events += chunkOpen + JSON.stringify(a.shape.chunkChoices(i, '', null, true, null)[0]) + chunkClose;
+              if (text) events += chunkOpen + JSON.stringify({ index: i, delta: { content: text }, logprobs: null, finish_reason: null }) + chunkClose;
+              calls.forEach((c, k) => {
+                events += chunkOpen + JSON.stringify({ index: i, delta: { tool_calls: [{ index: k, ...c }] }, logprobs: null, finish_reason: null }) + chunkClose;
+              });
+              events += chunkOpen + JSON.stringify({ index: i, delta: {}, logprobs: null, finish_reason: 'tool_calls' }) + chunkClose;
+              started[i] = true;
+              finishes.push(piece.finish);
+              if (includeUsage && finishes.length === n) event({ ...head, choices: [], usage: usageOf(finishes) });
+              if (final) event('[DONE]');
+              flush();
+              if (final) sse.close();
+              return;
+            }
+            text = t.full.slice(t.sent);
+            t.sent = t.full.length;
+          } else {
+            const at = callStart(t.full, a.tools.parser);
+            const end = at < 0 ? t.full.length : Math.max(at, t.sent);
+            text = t.full.slice(t.sent, end);
+            t.sent = end;
+          }
+        }
+        const lp = a.wants.logprobs !== undefined && piece.logprobs?.length ? a.shape.logprobs(piece.logprobs, offsets[i]!) : null;
+        offsets[i]! += piece.text.length;
+        if (text.length > 0 || piece.finish || first || lp) {
+          started[i] = true;
+          for (const c of a.shape.chunkChoices(i, text, finishReason, first, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
+        }
+        if (piece.finish) finishes.push(piece.finish);
+        if (piece.finish && includeUsage && finishes.length === n) event({ ...head, choices: [], usage: usageOf(finishes) });
+      }
+      if (final && begun) event('[DONE]');
+      flush();
+      if (final && begun) sse.close();
+    }, sse.inferOptions(signal)).catch((err) => {
+      if (!begun) {
+        begun = true;
+        resolve(openAiError(err));
+      }
+    });
+  });
+}

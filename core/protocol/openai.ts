@@ -1,0 +1,230 @@
+/**
+ * The OpenAI-compatible API over `llm` models, as `(Request) => Promise<Response>` like the rest of
+ * core's HTTP: `GET /v1/models`, `POST /v1/completions` and `POST /v1/chat/completions`, with
+ * server-sent-event streaming (`data: {chunk}\n\n` ... `data: [DONE]\n\n`) and `usage` counts, the
+ * field names and shapes OpenAI's clients parse (as Triton's OpenAI frontend and vLLM serve them).
+ * A request becomes one generate request to the model's scheduler (the prompt in `text_input`, the
+ * sampling fields as request parameters, always streamed inside so each token goes out as it
+ * comes); chat messages go through the model's chat template first. Sampling fields a client leaves
+ * out take the model's `generation_config.json` defaults (vLLM's behaviour), not OpenAI's temperature 1.
+ * Here: the request (fields checked, unknown ones ignored, known unsupported ones refused by name,
+ * tools planned); openai-answer.ts shapes the answer.
+ */
+
+import { TsiError } from '../errors.js';
+import type { InferenceServer } from '../server.js';
+import { readWebBody } from './http-body.js';
+import { decodeString, encodeString } from '../tensor.js';
+import type { InferRequest, Parameters } from '../types.js';
+import { llmModelOf, type LlmModelInfo } from '../llm/backend.js';
+import type { ChatMessage } from '../llm/chat.js';
+import { CHAT, COMPLETION, openAiError, streamed, whole, type Answer, type Wants } from './openai-answer.js';
+import { MAX_N, MAX_TOP_LOGPROBS } from '../llm/params.js';
+import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
+
+export { openAiError };
+
+type Json = Record<string, any>;
+
+const JSON_HEADERS = { 'Content-Type': 'application/json' };
+
+/** OpenAI's completions default when max_tokens is absent. */
+const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
+
+/** A refusal; `param` names the field it is about (OpenAI's error `param`). */
+const bad = (message: string, param?: string) => Object.assign(new TsiError('INVALID_ARG', message), { param });
+
+/** Ready `llm` models, one entry each (their newest ready version). */
+function llmModels(server: InferenceServer): { name: string; info: LlmModelInfo }[] {
+  const out = new Map<string, LlmModelInfo>();
+  for (const e of server.repositoryIndex(true)) {
+    if (out.has(e.name)) continue;
+    try {
+      const info = llmModelOf(server.model(e.name).stats);
+      if (info) out.set(e.name, info);
+    } catch {
+      // Unloaded between the index and the lookup.
+    }
+  }
+  return [...out].map(([name, info]) => ({ name, info }));
+}
+
+/** `GET /v1/models`. */
+export function listModels(server: InferenceServer, nowS = Math.floor(Date.now() / 1000)): Response {
+  const data = llmModels(server).map(({ name }) => ({ id: name, object: 'model', created: nowS, owned_by: 'tsi' }));
+  return new Response(JSON.stringify({ object: 'list', data }), { headers: JSON_HEADERS });
+}
+
+/** `GET /v1/models/{model}`. */
+export function getModel(server: InferenceServer, name: string): Response {
+  const hit = llmModels(server).find((m) => m.name === name);
+  if (!hit) return openAiError(new TsiError('NOT_FOUND', `The model '${name}' does not exist`));
+  return new Response(JSON.stringify({ id: name, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'tsi' }), { headers: JSON_HEADERS });
+}
+
+async function readBody(req: Request, maxInput: number): Promise<Json> {
+  const raw = await readWebBody(req, maxInput);
+  let body: unknown;
+  try {
+    body = JSON.parse(decodeString(raw));
+  } catch (err) {
+    throw bad(`the request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw bad('the request body must be a JSON object');
+  return body as Json;
+}
+
+/** The model a request names, which must be a ready `llm` model. */
+function modelOf(server: InferenceServer, body: Json): { name: string; info: LlmModelInfo } {
+  if (typeof body.model !== 'string' || body.model === '') throw bad(`'model' is required: the name of a model (GET /v1/models lists them)`);
+  let info: LlmModelInfo | undefined;
+  try {
+    info = llmModelOf(server.model(body.model).stats);
+  } catch {
+    info = undefined;
+  }
+  if (!info) throw new TsiError('NOT_FOUND', `The model '${body.model}' does not exist or is not a language model (GET /v1/models lists those served)`);
+  return { name: body.model, info };
+}
+
+/** A field that must be an integer in a range, or absent. */
+function intField(body: Json, name: string, min: number, max: number): number | undefined {
+  const v = body[name];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) throw bad(`'${name}' must be an integer in [${min}, ${max}], got ${JSON.stringify(v)}`, name);
+  return v;
+}
+
+
+/** Sampling fields → request parameters the llm scheduler reads (params.ts); absent ones stay absent. */
+function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number | undefined): { p: Parameters; wants: Wants } {
+  // Features a client relies on for the answer's content: refused rather than ignored. Their empty
+  // forms (what some clients send by default) change nothing and pass.
+  if (body.suffix !== undefined && body.suffix !== null && body.suffix !== '') throw bad(`'suffix' is not supported`, 'suffix');
+  const bias = body.logit_bias;
+  if (typeof bias === 'object' && bias !== null && Object.keys(bias).length > 0) throw bad(`'logit_bias' is not supported`, 'logit_bias');
+  if (body.audio !== undefined && body.audio !== null) throw bad(`'audio' output is not supported`, 'audio');
+  if (Array.isArray(body.modalities) && body.modalities.some((m: unknown) => m !== 'text')) throw bad(`'modalities' other than "text" are not supported`, 'modalities');
+  if (body.prediction !== undefined && body.prediction !== null) throw bad(`'prediction' (predicted outputs) is not supported`, 'prediction');
+  const n = intField(body, 'n', 1, MAX_N) ?? 1;
+  let logprobs: number | undefined;
+  if (chat) {
+    if (body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== 'boolean') throw bad(`'logprobs' must be a boolean`, 'logprobs');
+    const top = intField(body, 'top_logprobs', 0, MAX_TOP_LOGPROBS);
+    if (top !== undefined && body.logprobs !== true) throw bad(`'top_logprobs' needs 'logprobs': true`, 'top_logprobs');
+    if (body.logprobs === true) logprobs = top ?? 0;
+  } else logprobs = intField(body, 'logprobs', 0, MAX_TOP_LOGPROBS);
+  const bestOf = chat ? n : intField(body, 'best_of', 1, MAX_N) ?? n;
+  if (bestOf < n) throw bad(`'best_of' must be at least 'n' (${n})`, 'best_of');
+  if (bestOf > n && body.stream === true) throw bad(`'best_of' greater than 'n' cannot be streamed`, 'best_of');
+  const p: Parameters = {};
+  const copy = (from: string, to = from) => {
+    const v = body[from];
+    if (v === undefined || v === null) return;
+    if (typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean') p[to] = v;
+    else if (Array.isArray(v)) p[to] = JSON.stringify(v);
+    else throw bad(`'${from}' must be a number, string, boolean or list, got ${JSON.stringify(v)}`, from);
+  };
+  for (const k of ['temperature', 'top_p', 'top_k', 'seed', 'stop', 'stop_token_ids', 'presence_penalty', 'frequency_penalty',
+    'repetition_penalty', 'min_tokens', 'ignore_eos', 'skip_special_tokens']) copy(k);
+  copy(body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens', 'max_tokens');
+  if (p.max_tokens === undefined && maxTokensDefault !== undefined) p.max_tokens = maxTokensDefault;
+  if (bestOf > 1) p.n = bestOf;
+  // best_of ranks candidates by their cumulative log-probability, which the logprobs carry.
+  if (logprobs !== undefined || bestOf > n) p.logprobs = logprobs ?? 0;
+  const format = body.response_format;
+  if (format !== undefined && format !== null) {
+    if (typeof format !== 'object' || Array.isArray(format)) throw bad(`'response_format' must be an object such as {"type": "json_object"}`, 'response_format');
+    if (format.type !== 'text') p.response_format = JSON.stringify(format);
+  }
+  return { p, wants: { n, bestOf, logprobs } };
+}
+
+function messageText(m: Json, i: number): string {
+  const c = m.content;
+  if (typeof c === 'string') return c;
+  if (c === null || c === undefined) return '';
+  if (Array.isArray(c)) {
+    return c.map((part: Json, j: number) => {
+      if (part?.type === 'text' && typeof part.text === 'string') return part.text;
+      throw bad(`messages[${i}].content[${j}]: only text parts are supported (type 'text')`);
+    }).join('');
+  }
+  throw bad(`messages[${i}].content must be a string or a list of text parts`);
+}
+
+function chatPrompt(body: Json, info: LlmModelInfo, tools: ToolPlan): string {
+  const msgs = body.messages;
+  if (!Array.isArray(msgs) || msgs.length === 0) throw bad(`'messages' must be a non-empty list of {role, content}`, 'messages');
+  const messages: ChatMessage[] = msgs.map((m: Json, i: number) => {
+    if (typeof m !== 'object' || m === null || typeof m.role !== 'string') throw bad(`messages[${i}] must be an object with a string 'role'`, 'messages');
+    // An assistant's tool calls and a tool's result reach the template as transformers passes them.
+    return { role: m.role, content: messageText(m, i), ...templateMessage(m) };
+  });
+  return info.chat.render(messages, tools.templateTools ? { tools: tools.templateTools } : {});
+}
+
+/** The model's tool-call format (config parameter `tool_call_parser`). */
+function toolParserOf(server: InferenceServer, name: string): ToolParser {
+  const v = server.model(name).config.parameters?.tool_call_parser?.string_value ?? 'hermes';
+  if (!(TOOL_PARSERS as readonly string[]).includes(v)) {
+    throw new TsiError('INVALID_ARG', `model '${name}': the config parameter tool_call_parser is '${v}'; one of ${TOOL_PARSERS.join(', ')}`);
+  }
+  return v as ToolParser;
+}
+
+function completionPrompt(body: Json): string {
+  const p = body.prompt;
+  if (typeof p === 'string') return p;
+  if (Array.isArray(p) && p.length === 1 && typeof p[0] === 'string') return p[0];
+  throw bad(`'prompt' must be a string (or a list of one string)`);
+}
+
+/** `POST /v1/completions` and `POST /v1/chat/completions`. */
+export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number): Promise<Response> {
+  let request: InferRequest;
+  let body: Json;
+  let wants: Wants;
+  let echo = '';
+  let tools: ToolPlan = { parse: false, parallel: false };
+  let toolParser: ToolParser = 'hermes';
+  try {
+    body = await readBody(req, maxInput);
+    const { name, info } = modelOf(server, body);
+    const parser = toolParserOf(server, name);
+    tools = chat ? planTools(body, parser) : { parse: false, parallel: false };
+    const prompt = chat ? chatPrompt(body, info, tools) : completionPrompt(body);
+    const sp = samplingParameters(body, chat, chat ? undefined : COMPLETIONS_DEFAULT_MAX_TOKENS);
+    const parameters = sp.p;
+    wants = sp.wants;
+    if (tools.guided) {
+      if (parameters.response_format !== undefined) throw bad(`'response_format' cannot be combined with a forced tool call ('tool_choice')`, 'response_format');
+      parameters.guided_tool_call = tools.guided;
+    }
+    // Mistral's [TOOL_CALLS] is a special token: the parser must see it.
+    if (tools.parse && parser === 'mistral') parameters.skip_special_tokens = false;
+    toolParser = parser;
+    parameters.stream = true;
+    // The prompt is echoed here, once per choice, not by the scheduler.
+    parameters.exclude_input_in_output = true;
+    if (body.echo === true && !chat) echo = prompt;
+    // A chat template writes its own special tokens.
+    if (chat) parameters.add_special_tokens = false;
+    request = {
+      model_name: name,
+      inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1], data: [encodeString(prompt)] }],
+      parameters,
+    };
+  } catch (err) {
+    return openAiError(err);
+  }
+  const shape = chat ? CHAT : COMPLETION;
+  const id = shape.idPrefix + crypto.randomUUID().replace(/-/g, '');
+  const created = Math.floor(Date.now() / 1000);
+  const head = { id, object: shape.object, created, model: body.model as string };
+  const answer: Answer = { shape, wants, echo, tools: tools.parse ? { parser: toolParser, parallel: tools.parallel } : undefined };
+  return body.stream === true
+    ? streamed(server, request, req.signal, answer, { ...head, object: shape.chunkObject }, body.stream_options?.include_usage === true)
+    : whole(server, request, req.signal, answer, head);
+}
+

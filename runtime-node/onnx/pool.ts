@@ -1,0 +1,197 @@
+/**
+ * The onnxruntime backend's pool of worker threads (worker.ts). Every model instance is a session
+ * hosted by one of them, not a thread of its own: measured before the pool, each instance cost a
+ * worker thread (its own V8 isolate and onnxruntime binding, about 10 MB) and an intra-op thread, so
+ * 200 copies of a 250-byte model took 2 GB and 424 threads.
+ *
+ * A thread runs one session's batch at a time, so placement keeps Triton's meaning of
+ * `instance_group.count` (that many executions of the model at once): a model's instances go to
+ * threads that host none of its other instances, the least busy first; the pool starts threads up
+ * to its size (a core each by default), and beyond it only when a model asks for more instances than
+ * the pool has threads. A thread with no session left ends, so an idle server holds none.
+ *
+ * onnxruntime's environment is already one per process (the binding's `OrtEnv` is a singleton);
+ * its thread pools are per session, and the Node binding cannot reach the global ones
+ * (`CreateEnvWithGlobalThreadPools` is not exposed). So intra-op threads beyond a session's calling
+ * thread are granted from a budget the size of the cores given to inference: the first sessions get
+ * what they ask for, later ones run on their calling thread alone, and a closed session gives its
+ * threads back. A config's `intra_op_thread_count` is always honoured as written.
+ *
+ * Concurrency: main thread only. Each session's messages are routed by its id; a thread that dies
+ * fails every session it hosted.
+ */
+
+import type { Worker } from 'node:worker_threads';
+import type { InitMessage, SessionReply, SessionRequest, WorkerReply, WorkerRequest } from './worker.js';
+import { startWorker } from '../worker-url.js';
+
+class PoolThread {
+  readonly sessions = new Map<number, PooledSession>();
+  /** Sessions per model key: a model's instances avoid sharing a thread. */
+  readonly models = new Map<string, number>();
+  dead?: Error;
+  retiring = false;
+
+  constructor(readonly worker: Worker, readonly index: number) {}
+
+  hosts(model: string): boolean {
+    return (this.models.get(model) ?? 0) > 0;
+  }
+}
+
+/** One session in a pool thread, as its instance sees it. */
+export class PooledSession {
+  /** Replies for this session (results, errors); set by the instance. */
+  onReply: (m: SessionReply) => void = () => {};
+  /** Called once if the thread dies under the session. */
+  onFail: (e: Error) => void = () => {};
+  private closing?: () => void;
+
+  constructor(
+    private readonly pool: OrtPool, private readonly thread: PoolThread, readonly sid: number,
+    readonly model: string, readonly spareThreads: number,
+  ) {}
+
+  /** The pool thread's number, for logs and tests. */
+  get threadIndex(): number {
+    return this.thread.index;
+  }
+
+  /** Whether other sessions share the thread (a batch may then wait behind theirs). */
+  get shared(): boolean {
+    return this.thread.sessions.size > 1;
+  }
+
+  post(msg: SessionRequest, transfer: ArrayBuffer[] = []): void {
+    this.thread.worker.postMessage({ ...msg, sid: this.sid } satisfies WorkerRequest, transfer);
+  }
+
+  /** @internal the thread's router */
+  deliver(m: SessionReply): void {
+    if (m.kind === 'closed') this.closing?.();
+    else this.onReply(m);
+  }
+
+  /**
+   * Closes the session after the batches posted before (`seq` continues the instance's order); the
+   * thread ends with its last session. Past `timeoutMs` the session is dropped unanswered.
+   */
+  async close(seq: number, timeoutMs = 5000): Promise<void> {
+    if (!this.thread.dead) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, timeoutMs);
+        this.closing = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        this.post({ kind: 'close', seq });
+      });
+    }
+    await this.pool.release(this.thread, this);
+  }
+}
+
+export interface PoolOptions {
+  /** Threads started before a model's instances share one (default: one per core). */
+  size: number;
+  /** Intra-op threads sessions may have beyond their calling thread, all together. */
+  spareThreads: number;
+}
+
+export class OrtPool {
+  private readonly threads: PoolThread[] = [];
+  private nextSid = 1;
+  private nextIndex = 0;
+  private spareUsed = 0;
+
+  constructor(readonly opts: PoolOptions) {}
+
+  /** Live threads and the sessions they host. */
+  stats(): { threads: number; sessions: number; spareThreadsUsed: number } {
+    return { threads: this.threads.length, sessions: this.threads.reduce((n, t) => n + t.sessions.size, 0), spareThreadsUsed: this.spareUsed };
+  }
+
+  /**
+   * Intra-op threads for a session that wants `want` (its calling thread included): what the budget
+   * still holds, at least 1. `give` returns them.
+   */
+  grantThreads(want: number): number {
+    const extra = Math.max(0, Math.min(want - 1, this.opts.spareThreads - this.spareUsed));
+    this.spareUsed += extra;
+    return 1 + extra;
+  }
+
+  /**
+   * Opens a session for an instance of `model` (name and version) on the thread that suits it;
+   * resolves with the session and its ready message, rejects with the thread's reason it could not.
+   * `spareThreads`: intra-op threads granted to it, given back when it closes.
+   */
+  async open(model: string, init: InitMessage, spareThreads: number): Promise<{ session: PooledSession; ready: Extract<SessionReply, { kind: 'ready' }> }> {
+    const thread = this.place(model);
+    const session = new PooledSession(this, thread, this.nextSid++, model, spareThreads);
+    thread.sessions.set(session.sid, session);
+    thread.models.set(model, (thread.models.get(model) ?? 0) + 1);
+    const ready = await new Promise<Extract<SessionReply, { kind: 'ready' }>>((resolve, reject) => {
+      session.onReply = (m) => {
+        if (m.kind === 'ready') resolve(m);
+        else reject(new Error(m.kind === 'init-error' ? m.message : `unexpected reply '${m.kind}'`));
+      };
+      session.onFail = reject;
+      thread.worker.postMessage({ kind: 'open', sid: session.sid, init } satisfies WorkerRequest);
+    }).catch(async (err: Error) => {
+      await this.release(thread, session);
+      throw err;
+    });
+    session.onReply = () => {};
+    session.onFail = () => {};
+    return { session, ready };
+  }
+
+  private place(model: string): PoolThread {
+    let best: PoolThread | undefined;
+    for (const t of this.threads) {
+      if (t.retiring || t.hosts(model)) continue;
+      if (!best || t.sessions.size < best.sessions.size) best = t;
+    }
+    if (best && (best.sessions.size === 0 || this.threads.length >= this.opts.size)) return best;
+    return this.spawn();
+  }
+
+  private spawn(): PoolThread {
+    const worker = startWorker('onnx/worker', undefined);
+    const thread = new PoolThread(worker, this.nextIndex++);
+    this.threads.push(thread);
+    worker.on('message', (m: WorkerReply) => thread.sessions.get(m.sid)?.deliver(m));
+    const die = (e: Error) => {
+      if (thread.dead) return;
+      thread.dead = e;
+      this.drop(thread);
+      for (const s of thread.sessions.values()) s.onFail(e);
+    };
+    worker.on('error', die);
+    worker.on('exit', (code) => die(new Error(`worker exited with code ${code}`)));
+    return thread;
+  }
+
+  private drop(thread: PoolThread): void {
+    const i = this.threads.indexOf(thread);
+    if (i >= 0) this.threads.splice(i, 1);
+  }
+
+  /** @internal a session is gone: its threads return to the budget, and an empty thread ends. */
+  async release(thread: PoolThread, session: PooledSession): Promise<void> {
+    if (!thread.sessions.delete(session.sid)) return;
+    this.spareUsed -= session.spareThreads;
+    const left = (thread.models.get(session.model) ?? 1) - 1;
+    if (left > 0) thread.models.set(session.model, left);
+    else thread.models.delete(session.model);
+    if (thread.sessions.size > 0 || thread.dead || thread.retiring) return;
+    thread.retiring = true;
+    this.drop(thread);
+    const exited = new Promise<void>((r) => thread.worker.once('exit', () => r()));
+    thread.worker.postMessage({ kind: 'exit' } satisfies WorkerRequest);
+    const timer = setTimeout(() => void thread.worker.terminate(), 5000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
