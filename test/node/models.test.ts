@@ -44,11 +44,11 @@ const i32 = (v: number[], dims: number[]) => new ort.Tensor('int32', Int32Array.
 const str = (v: string[], dims: number[]) => new ort.Tensor('string', v, dims);
 
 describe('generateModels', () => {
-  it('writes every default model, one log line each, quickly', async () => {
+  it('writes every default model, one log line each', async () => {
     expect(genLog).toHaveLength(Object.keys(DEFAULT_MODELS).length);
     for (const name of Object.keys(DEFAULT_MODELS)) expect(existsSync(join(repo, name, '1', 'model.onnx'))).toBe(true);
+    // How long it took is printed, not asserted: a timing says nothing on a loaded machine.
     console.log(`generated ${genLog.length} models in ${genMs.toFixed(0)} ms`);
-    expect(genMs).toBeLessThan(3000); // < 1 s normally; slack for loaded CI hosts
   });
 
   it('is deterministic: a second run writes the same bytes', async () => {
