@@ -168,7 +168,7 @@ export function buildCli(): Command {
     .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
     .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
     .addOption(boolOption('--disable-auto-complete-config', 'do not fill model configs from the model files', false))
-    .addOption(new Option('--strict-model-config [bool]', "Triton's older spelling: true is --disable-auto-complete-config").argParser(parseBool).preset('true'))
+    .addOption(boolOption('--strict-model-config', "Triton's older spelling: true is --disable-auto-complete-config", false))
     .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
     .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)

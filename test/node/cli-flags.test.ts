@@ -23,6 +23,7 @@ const BOOLEAN_FLAGS: [flag: string, key: string, byDefault: boolean][] = [
   ['--exit-on-error', 'exitOnError', true],
   ['--strict-readiness', 'strictReadiness', true],
   ['--disable-auto-complete-config', 'disableAutoCompleteConfig', false],
+  ['--strict-model-config', 'strictModelConfig', false],
   ['--browser-demo', 'browserDemo', false],
 ];
 
