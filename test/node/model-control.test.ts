@@ -253,8 +253,10 @@ describe('poll mode', () => {
     // A broken new model: strict readiness says not ready until it is fixed or removed.
     place(join(repo.path, 'bad'), { 'config.pbtxt': 'name: "bad"\nmax_batch_size: [\n', '1/model.onnx': addSub });
     await waitFor(async () => (await ready(s!.url)) === 400);
-    const idx = (await postJson(`${s.url}/v2/repository/index`, {})).body;
-    expect(idx.find((e: any) => e.name === 'bad')).toMatchObject({ state: 'UNAVAILABLE' });
+    // Readiness turns 400 as soon as 'bad' is LOADING; its failed load shows in the index a moment later.
+    const badEntry = async () => (await postJson(`${s!.url}/v2/repository/index`, {})).body.find((e: any) => e.name === 'bad');
+    await waitFor(async () => (await badEntry())?.state !== 'LOADING');
+    expect(await badEntry()).toMatchObject({ state: 'UNAVAILABLE' });
 
     // A broken change to a serving model keeps the old version serving.
     writeFileSync(join(repo.path, 'm', 'config.pbtxt'), 'name: "m"\nmax_batch_size: nonsense\n');
