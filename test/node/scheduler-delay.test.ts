@@ -131,7 +131,10 @@ describe('TRITONSERVER_DELAY_SCHEDULER=4', () => {
 
   it('does not hold the default scheduler (a model without dynamic_batching)', async () => {
     const s = server();
-    expect((await postJson(`${s.url}/v2/models/unbatched/infer`, addSub(1))).status).toBe(200);
+    let answered = false;
+    const reply = postJson(`${s.url}/v2/models/unbatched/infer`, addSub(1)).finally(() => (answered = true));
+    await until(() => answered, 'a lone request to the default scheduler to be answered (it must not be held)');
+    expect((await reply).status).toBe(200);
     expect((await statsOf(s, 'unbatched')).executions).toBe(1);
   });
 
