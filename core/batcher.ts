@@ -241,6 +241,8 @@ export class DynamicBatchScheduler implements Scheduler {
    * only where that cannot change what Triton would do: one priority level, no timeouts, no size cap.
    */
   private readonly mayQueueBehind: boolean;
+  /** Queued requests to wait for before the first batch (SchedulerDelay); 0 once reached. */
+  private holdFor: number;
 
   constructor(private readonly ctx: SchedulerContext, opts: { batching?: boolean } = {}) {
     const enabled = opts.batching ?? ctx.config.dynamic_batching !== undefined;
@@ -249,6 +251,8 @@ export class DynamicBatchScheduler implements Scheduler {
     if (enabled && ctx.config.dynamic_batching?.preserve_ordering) this.orderer = new ResponseOrderer();
     this.pool = new InstancePool(ctx.instances, () => this.dispatch());
     this.timer = new WakeTimer(ctx.clock, () => this.dispatch());
+    // Triton's default scheduler has no batcher thread, so the hook holds batching models only.
+    this.holdFor = enabled ? Math.max(0, ctx.delay?.requests ?? 0) : 0;
     const db = ctx.config.dynamic_batching;
     const p = db?.default_queue_policy;
     // Never with the rate limiter: each batch must win its instance's resources on its own.
@@ -311,6 +315,11 @@ export class DynamicBatchScheduler implements Scheduler {
     for (;;) {
       // Nothing queued: nothing can expire or run, and no clock reading is needed.
       if (this.queue.size === 0) return;
+      // Triton's held batcher neither batches nor expires; every enqueue re-checks the count.
+      if (this.holdFor > 0) {
+        if (this.queue.size < this.holdFor && !this.stopping) return;
+        this.holdFor = 0;
+      }
       const now = clock.nowNs();
       for (const r of this.queue.expire(now)) {
         stats.pending--;

@@ -29,7 +29,7 @@ export {
 } from './protocol/http.js';
 export { readRequestBody, readWebBody, tooLarge, type BodySource, type BodyOptions } from './protocol/http-body.js';
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './protocol/v2-codec.js';
-export { InstancePool, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
+export { InstancePool, runExecution, type Scheduler, type SchedulerContext, type SchedulerDelay } from './scheduler.js';
 export { createScheduler } from './schedulers.js';
 export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './batcher.js';
 export { RequestQueue, queuePolicy, type QueuePolicy } from './queue.js';

@@ -10,7 +10,7 @@ import { TsiError } from './errors.js';
 import type { ModelConfig } from './config/model-config.js';
 import { PendingRequest, validateRequest } from './request.js';
 import { sequenceInternalInputs } from './sequence.js';
-import type { Scheduler } from './scheduler.js';
+import type { Scheduler, SchedulerDelay } from './scheduler.js';
 import { createScheduler } from './schedulers.js';
 import { ModelStats } from './stats.js';
 import { decodeString, encodeString } from './tensor.js';
@@ -38,6 +38,7 @@ export interface LoadOptions {
   metrics?: CustomMetrics;
   /** The server's rate limiter; the version's instances register with it while it is loaded. */
   rateLimiter?: RateLimiter;
+  schedulerDelay?: SchedulerDelay;
 }
 
 export class ModelVersion {
@@ -125,7 +126,7 @@ export class ModelVersion {
       if (gate) mv.stats.sections.set('rate_limiter', () => gate.toJson());
       const sctx = {
         modelName: mv.name, version: mv.version, config: opts.config, instances: mv.instances, stats: mv.stats,
-        clock: opts.clock, log: opts.log, decoupled: mv.decoupled, rateLimit: mv.rateLimit,
+        clock: opts.clock, log: opts.log, decoupled: mv.decoupled, rateLimit: mv.rateLimit, delay: opts.schedulerDelay,
       };
       mv.scheduler = mv.backendModel.createScheduler?.(sctx) ?? createScheduler(sctx);
       mv.loadedConfig = mv.configAsLoaded();

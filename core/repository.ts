@@ -19,6 +19,7 @@ import type { Clock, Logger } from './types.js';
 import type { ResponseCache } from './cache.js';
 import type { CustomMetrics } from './custom-metrics.js';
 import type { RateLimiter } from './rate-limiter.js';
+import type { SchedulerDelay } from './scheduler.js';
 
 export interface RepositorySource {
   /** Where it is, for logs (a path or URL). */
@@ -47,6 +48,8 @@ export interface RepositoryOptions {
   rateLimiter?: RateLimiter;
   /** Models loaded at once by `loadAll` (tritonserver's --model-load-thread-count; default 4). */
   loadThreadCount?: number;
+  /** Handed to every scheduler (Triton's scheduler test hook). */
+  schedulerDelay?: SchedulerDelay;
 }
 
 export interface IndexEntry {
@@ -255,7 +258,7 @@ export class ModelRepository {
         log.info(`loading: ${name}:${v}`);
         const mv = await ModelVersion.load({
           name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server, cache: this.opts.cache,
-          metrics: this.opts.metrics, rateLimiter: this.opts.rateLimiter,
+          metrics: this.opts.metrics, rateLimiter: this.opts.rateLimiter, schedulerDelay: this.opts.schedulerDelay,
         });
         if (config.platform === 'ensemble') this.completeEnsembleLabels(mv);
         loaded.set(v, mv);

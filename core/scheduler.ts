@@ -46,6 +46,22 @@ export interface SchedulerContext {
   decoupled: boolean;
   /** The model's gate on the server's rate limiter (`--rate-limit execution_count`); absent: off. */
   rateLimit?: ModelRateLimit;
+  /** Triton's scheduler test hook (see SchedulerDelay); absent: schedule as usual. */
+  delay?: SchedulerDelay;
+}
+
+/**
+ * Triton's test hook for deterministic batch statistics (TRITONSERVER_DELAY_SCHEDULER and
+ * TRITONSERVER_BACKLOG_DELAY_SCHEDULER, read once at start-up by the runtime): a batching scheduler
+ * executes nothing until `requests` requests are queued, then schedules as usual for good (the hold
+ * is one-shot, as Triton clears its count). The direct sequence batcher counts its slots' queues
+ * across instances and, when `backlog` is set, also waits for that many backlogged requests; the
+ * oldest strategy holds each instance until that many sequence heads wait there. 0 = no hold. Not
+ * for production: a model whose traffic never reaches the count never runs.
+ */
+export interface SchedulerDelay {
+  requests: number;
+  backlog?: number;
 }
 
 export const STOPPING_MESSAGE = 'Server is stopping, scheduler for model has stopped accepting new inference requests';

@@ -71,6 +71,8 @@ interface Lane {
   instance: BackendInstance;
   slots: Slot[];
   timer: WakeTimer;
+  /** Oldest strategy: sequence heads to wait for before this instance's first batch (SchedulerDelay). */
+  holdFor: number;
 }
 
 const datatypeOf = (t: ConfigDataType | undefined): DataType =>
@@ -129,6 +131,9 @@ export class SequenceBatcher implements Scheduler {
   private drained?: () => void;
   private dispatching = false;
   private again = false;
+  /** Direct strategy: slot-queued and backlogged requests to wait for (SchedulerDelay); 0 once reached. */
+  private holdFor: number;
+  private readonly backlogHoldFor: number;
 
   constructor(private readonly ctx: SchedulerContext) {
     const { config } = ctx;
@@ -159,9 +164,15 @@ export class SequenceBatcher implements Scheduler {
     const perInstance = this.oldest
       ? Number(sb.oldest?.max_candidate_sequences ?? 0) || Math.max(1, maxBatch)
       : Math.max(1, maxBatch);
+    // Triton's oldest strategy hands sequences to a dynamic batcher per instance, and the hook holds
+    // each of those; the direct strategy holds all instances on one shared count (and the backlog).
+    const hold = Math.max(0, ctx.delay?.requests ?? 0);
+    this.holdFor = this.oldest ? 0 : hold;
+    this.backlogHoldFor = this.oldest ? 0 : Math.max(0, ctx.delay?.backlog ?? 0);
     this.pool = new InstancePool(ctx.instances, () => this.dispatch());
     for (const instance of ctx.instances) {
-      const lane: Lane = { instance, slots: [], timer: new WakeTimer(ctx.clock, () => this.dispatch()) };
+      const timer = new WakeTimer(ctx.clock, () => this.dispatch());
+      const lane: Lane = { instance, slots: [], timer, holdFor: this.oldest ? hold : 0 };
       for (let i = 0; i < perInstance; i++) lane.slots.push({ lane, index: i, queue: [] });
       this.lanes.push(lane);
     }
@@ -261,6 +272,7 @@ export class SequenceBatcher implements Scheduler {
     try {
       do {
         this.again = false;
+        if (this.held()) break;
         for (const lane of this.lanes) this.dispatchLane(lane);
       } while (this.again);
     } finally {
@@ -268,6 +280,20 @@ export class SequenceBatcher implements Scheduler {
     }
     this.armReaper();
     if (this.stopping && this.drained && this.queued() === 0 && this.pool.busy === 0) this.drained();
+  }
+
+  /** The direct strategy's hold: slot queues (all instances) and the backlog under their counts. */
+  private held(): boolean {
+    if (this.holdFor === 0) return false;
+    if (!this.stopping) {
+      let slotted = 0;
+      for (const lane of this.lanes) for (const s of lane.slots) slotted += s.queue.length;
+      let backlogged = 0;
+      for (const b of this.backlog) backlogged += b.items.length;
+      if (slotted < this.holdFor || backlogged < this.backlogHoldFor) return true;
+    }
+    this.holdFor = 0;
+    return false;
   }
 
   private dispatchLane(lane: Lane): void {
@@ -332,6 +358,10 @@ export class SequenceBatcher implements Scheduler {
   private takeOldest(lane: Lane, now: number): Item[] | undefined {
     const heads = lane.slots.filter((s) => s.queue.length > 0);
     if (heads.length === 0) return undefined;
+    if (lane.holdFor > 0) {
+      if (heads.length < lane.holdFor && !this.stopping) return undefined;
+      lane.holdFor = 0;
+    }
     heads.sort((a, b) => a.queue[0]!.req.enqueuedNs - b.queue[0]!.req.enqueuedNs);
     const d = decideBatch(heads.map((s) => s.queue[0]!.req), now, this.policy, this.stopping);
     if (d.kind === 'wait') lane.timer.at(d.untilNs);

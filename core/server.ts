@@ -19,6 +19,7 @@ import type { ModelVersion } from './model.js';
 import { CustomMetrics } from './custom-metrics.js';
 import { ModelRepository, type IndexEntry, type LoadOverrides, type RepositorySource } from './repository.js';
 import { Residency, type ResidencyOptions } from './residency.js';
+import type { SchedulerDelay } from './scheduler.js';
 import { systemClock, type Clock, type InferRequest, type InferResponse, type Logger, silentLogger } from './types.js';
 
 export type ModelControlMode = 'none' | 'poll' | 'explicit';
@@ -50,6 +51,8 @@ export interface ServerOptions {
   modelLoadThreadCount?: number;
   /** On-demand loading within a budget (residency.ts); absent: every model loads at start, as in Triton. */
   residency?: ResidencyOptions;
+  /** Triton's scheduler test hook (TRITONSERVER_DELAY_SCHEDULER); absent: no hold. See SchedulerDelay. */
+  schedulerDelay?: SchedulerDelay;
 }
 
 export const TSI_VERSION = '0.1.0';
@@ -112,6 +115,7 @@ export class InferenceServer implements InProcessServer {
       metrics: this.metrics,
       rateLimiter: this.rateLimiter,
       loadThreadCount: opts.modelLoadThreadCount,
+      schedulerDelay: opts.schedulerDelay,
     });
     this.residency = new Residency(this.repository, opts.residency ?? {}, this.clock, this.log);
   }

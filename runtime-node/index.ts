@@ -9,7 +9,7 @@ import { deflate, gzip } from 'node:zlib';
 import { availableParallelism, totalmem } from 'node:os';
 import {
   BackendRegistry, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
-  createLogger, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type TraceSetting,
+  createLogger, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc/server.js';
@@ -110,6 +110,8 @@ export interface NodeServerOptions {
   allowDashboard?: boolean;
   /** A folder of `tsi-node tune` reports the dashboard lists (--dashboard-tune-reports). */
   dashboardTuneReports?: string;
+  /** Triton's scheduler test hook; default: read from the environment by `schedulerDelayFromEnv`. */
+  schedulerDelay?: SchedulerDelay;
 }
 
 export interface RunningServer {
@@ -169,6 +171,18 @@ export function usableCores(): number {
   return limit !== undefined ? Math.max(1, Math.min(cores, Math.ceil(limit))) : cores;
 }
 
+/**
+ * Triton's scheduler test hook from the environment, as its tests set it: TRITONSERVER_DELAY_SCHEDULER
+ * (and TRITONSERVER_BACKLOG_DELAY_SCHEDULER for the direct sequence batcher's backlog). Read like
+ * atoi (a leading integer; anything else is 0); a negative count is 0 here rather than Triton's
+ * hold-forever. Unset or 0: undefined, no hold.
+ */
+export function schedulerDelayFromEnv(env: Record<string, string | undefined>): SchedulerDelay | undefined {
+  const count = (name: string) => Math.max(0, Number.parseInt(env[name] ?? '', 10) || 0);
+  const requests = count('TRITONSERVER_DELAY_SCHEDULER');
+  return requests > 0 ? { requests, backlog: count('TRITONSERVER_BACKLOG_DELAY_SCHEDULER') } : undefined;
+}
+
 /** zlib at its fastest level, off the event loop (libuv's pool): several times CompressionStream's speed. */
 function fastCompress(data: Uint8Array, format: 'gzip' | 'deflate'): Promise<Uint8Array> {
   return new Promise((resolve, reject) => {
@@ -205,6 +219,11 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
   const log = controllableLogger(opts.log ?? stderrLogger(opts.logVerbose ?? 0));
   const httpRestrictions = parseRestrictions(opts.httpRestrictedApi ?? [], '--http-restricted-api');
   const grpcRestrictions = parseRestrictions(opts.grpcRestrictedProtocol ?? [], '--grpc-restricted-protocol', 'triton-grpc-protocol-');
+  const schedulerDelay = opts.schedulerDelay ?? schedulerDelayFromEnv(process.env);
+  if (schedulerDelay) {
+    log.info(`scheduler test hook: batching schedulers hold until ${schedulerDelay.requests} queued request(s)`
+      + (schedulerDelay.backlog ? ` and ${schedulerDelay.backlog} backlogged sequence request(s)` : '') + ' (TRITONSERVER_DELAY_SCHEDULER)');
+  }
   const server = new InferenceServer({
     sources: opts.modelRepositories.map((p) => new FolderSource(p)),
     backends: withExtraBackends(createNodeBackends(log, opts.backendConfig), opts.extraBackends),
@@ -220,6 +239,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     rateLimit: opts.rateLimit,
     rateLimitResources: (opts.rateLimitResources ?? []).map(parseRateLimitResource),
     modelLoadThreadCount: opts.modelLoadThreadCount,
+    schedulerDelay,
     residency: {
       maxLoadedModels: opts.maxLoadedModels,
       memoryBudgetBytes: opts.modelMemoryBudget !== undefined ? parseMemoryBudget(opts.modelMemoryBudget, totalmem()) : undefined,

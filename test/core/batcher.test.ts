@@ -269,7 +269,29 @@ describe('DynamicBatchScheduler', () => {
     expect(h.stats.failures.BACKEND).toBe(2);
   });
 
-  it('drains on stop without waiting for the delay, then refuses new work', async () => {
+  it('holds the first batch until n requests are queued (scheduler test hook), once; stop lifts the hold', async () => {
+    const h = harness(mlp(), 1, { delay: { requests: 3 } });
+    const first = [0, 1].map((i) => h.submit(request({ id: `a${i}`, inputs: { INPUT0: [i, i] }, batch: 1 })));
+    await flush();
+    await h.clock.advanceUs(10_000);
+    expect(h.backend.batches).toHaveLength(0);
+    first.push(h.submit(request({ id: 'a2', inputs: { INPUT0: [2, 2] }, batch: 1 })));
+    await flush();
+    expect(h.backend.batches.map((b) => b.ids)).toEqual([['a0', 'a1', 'a2']]);
+    await Promise.all(first.map((r) => r.done));
+    const lone = h.submit(request({ id: 'b', inputs: { INPUT0: [5, 5] }, batch: 1 }));
+    await lone.done;
+    expect(h.backend.batches.map((b) => b.ids)).toEqual([['a0', 'a1', 'a2'], ['b']]);
+
+    const held = harness(mlp(), 1, { delay: { requests: 3 } });
+    const r = held.submit(request({ inputs: { INPUT0: [1, 1] }, batch: 1 }));
+    await flush();
+    expect(held.backend.batches).toHaveLength(0);
+    await held.scheduler.stop();
+    expect(values(r.result)).toEqual([1, 1]);
+  });
+
+    it('drains on stop without waiting for the delay, then refuses new work', async () => {
     const h = harness(mlp({ max_queue_delay_microseconds: 1_000_000, preferred_batch_size: [8] }));
     const r = h.submit(request({ inputs: { INPUT0: [1, 1] }, batch: 1 }));
     await flush();

@@ -11,7 +11,7 @@ import type {
 import { TsiError } from '../../core/errors.js';
 import type { ModelConfig } from '../../core/config/model-config.js';
 import { PendingRequest, type ResponseSink, type SequenceFlags } from '../../core/request.js';
-import type { SchedulerContext } from '../../core/scheduler.js';
+import type { SchedulerContext, SchedulerDelay } from '../../core/scheduler.js';
 import { createScheduler } from '../../core/schedulers.js';
 import { ModelStats } from '../../core/stats.js';
 import { concatBatch, splitBatch } from '../../core/tensor.js';
@@ -206,14 +206,14 @@ export const collectingLogger = (): Logger & { warnings: string[] } => {
 };
 
 /** A scheduler from `config` over `n` fake instances on a fake clock. */
-export function harness(config: ModelConfig, n = 1, opts: { pipelined?: boolean } = {}) {
+export function harness(config: ModelConfig, n = 1, opts: { pipelined?: boolean; delay?: SchedulerDelay } = {}) {
   const clock = new FakeClock();
   const backend = new FakeBackend(clock);
   backend.pipelined = opts.pipelined ?? false;
   const log = collectingLogger();
   const ctx: SchedulerContext = {
     modelName: config.name ?? 'm', version: 1, config, instances: backend.instances(n), stats: new ModelStats(),
-    clock, log, decoupled: false,
+    clock, log, decoupled: false, delay: opts.delay,
   };
   const scheduler = createScheduler(ctx);
   const submit = (t: TestRequest) => {
