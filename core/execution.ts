@@ -93,6 +93,12 @@ export interface BackendRequest {
   readonly batchSize: number;
   /** Output names the backend must return even if not requested (implicit state outputs). */
   readonly stateOutputs?: readonly string[];
+  /**
+   * TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: called during `execute` instead of a final response, it
+   * releases the request for another execution once this one ends (models with `iterative_sequence`);
+   * other models answer it with Triton's refusal.
+   */
+  reschedule?(): void;
   /** True once the client gave up on the request (closed its connection, cancelled its call). */
   readonly cancelled?: boolean;
   /**

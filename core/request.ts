@@ -52,7 +52,8 @@ export class PendingRequest implements BackendRequest {
   readonly priority: number;
   /** Requested timeout in microseconds, 0 when none. */
   readonly timeoutUs: number;
-  readonly sequence: SequenceFlags | undefined;
+  /** Replaced by the sequence batcher for iterative sequences (an id it assigns, START only on the first run). */
+  sequence: SequenceFlags | undefined;
   stateOutputs?: string[];
   /** Nanosecond timestamps (Clock.nowNs) for statistics. */
   receivedNs = 0;
@@ -60,6 +61,13 @@ export class PendingRequest implements BackendRequest {
   /** Set by a scheduler's queue policy: absolute deadline in ns, 0 for none. */
   deadlineNs = 0;
   private done = false;
+  /** Set by the backend (`reschedule`) during an execution; runExecution reads and clears it. */
+  rescheduled = false;
+  /**
+   * Installed by a scheduler that takes requests back (iterative sequences): called when an execution
+   * releases the request, with whether the model asked to run it again.
+   */
+  onRelease?: (reschedule: boolean) => void;
   /** Cancellation: whether the client gave up, and who wants to know (made on first use). */
   private cancelState?: { cancelled: boolean; callbacks: (() => void)[] };
   private sink: ResponseSink;
@@ -105,6 +113,10 @@ export class PendingRequest implements BackendRequest {
     const cbs = st.callbacks;
     st.callbacks = [];
     for (const cb of cbs) cb();
+  }
+
+  reschedule(): void {
+    if (!this.done) this.rescheduled = true;
   }
 
   send(response: ResponsePayload | TsiError, final: boolean): void {

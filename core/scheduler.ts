@@ -298,6 +298,17 @@ export async function runExecution(
     for (let i = 0; i < batch.length; i++) {
       const r = batch[i]!;
       if (uncounted?.has(r)) continue;
+      // Released for another run: back to the scheduler (before the instance is freed, so the pool's
+      // next dispatch sees it), or Triton's refusal where the model cannot take requests back.
+      if (r.rescheduled) {
+        r.rescheduled = false;
+        if (!r.completed) {
+          if (r.onRelease) r.onRelease(true);
+          else refuseReschedule(ctx, r);
+          continue;
+        }
+      }
+      r.onRelease?.(false);
       if (r.completed) ex.settle(r, ex.failed(i), end, epochMs);
       else if (!ctx.decoupled) {
         r.send(new TsiError('INTERNAL', `model '${ctx.modelName}' returned no response for request '${r.id}'`), true);
@@ -309,6 +320,14 @@ export async function runExecution(
     gate?.release(instance);
     if (ex.held !== undefined) ex.deliverHeld();
   }
+}
+
+const RESCHEDULE_REFUSED = 'Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag.';
+
+/** Triton logs the failed release and releases the request; tsi also answers it, so no client waits forever. */
+function refuseReschedule(ctx: SchedulerContext, r: PendingRequest): void {
+  ctx.log.error(`Failed to release request: ${RESCHEDULE_REFUSED}`);
+  r.send(new TsiError('INVALID_ARG', RESCHEDULE_REFUSED), true);
 }
 
 function hasCancelled(batch: PendingRequest[]): boolean {

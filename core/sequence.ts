@@ -57,6 +57,8 @@ interface Item {
   seq: Sequence;
   /** Set once the item waits in a slot's queue. */
   slot?: Slot;
+  /** Whether the request's sink already carries the sequence's wrapper (a rescheduled request runs again). */
+  prepared?: boolean;
 }
 
 interface Slot {
@@ -116,6 +118,9 @@ export class SequenceBatcher implements Scheduler {
   private readonly directDelayNs: number;
   private readonly minUtilization: number;
   private readonly idleNs: number;
+  /** iterative_sequence: requests without a correlation ID get one, and a model may run a request again. */
+  private readonly iterative: boolean;
+  private nextIterativeId = 1n;
   private readonly controls: ControlSpec[] = [];
   private readonly states: StateSpec[] = [];
   private readonly stateOutputNames: string[];
@@ -146,6 +151,7 @@ export class SequenceBatcher implements Scheduler {
     this.directDelayNs = Number(sb.direct?.max_queue_delay_microseconds ?? 0) * 1000;
     this.minUtilization = Number(sb.direct?.minimum_slot_utilization ?? 0);
     this.idleNs = (Number(sb.max_sequence_idle_microseconds ?? 0) || 1_000_000) * 1000;
+    this.iterative = sb.iterative_sequence === true;
     for (const ci of sb.control_input ?? []) {
       for (const c of ci.control ?? []) this.controls.push(controlSpec(this.model, ci.name ?? '', c));
     }
@@ -187,6 +193,10 @@ export class SequenceBatcher implements Scheduler {
     const prefix = requestPrefix(r.id);
     const fail = (e: TsiError) => r.send(e, true);
     if (this.stopping) return fail(new TsiError('UNAVAILABLE', STOPPING_MESSAGE));
+    if (this.iterative && (!r.sequence || r.sequence.id === 0n || r.sequence.id === '')) {
+      // Triton's IterativeSequencer: a sequence of its own, started by this request.
+      r.sequence = { id: this.nextIterativeId++, start: true, end: false };
+    }
     const flags = r.sequence;
     if (!flags || flags.id === 0n || flags.id === '') {
       return fail(invalidArg(`inference request to model '${this.model}' must specify a non-zero or non-empty correlation ID`));
@@ -220,6 +230,14 @@ export class SequenceBatcher implements Scheduler {
     stats.pending++;
     stats.inflight++;
     const item: Item = { req: r, seq };
+    if (this.iterative) r.onRelease = (again) => (again ? this.requeue(item) : this.release(item));
+    this.place(item);
+    this.dispatch();
+  }
+
+  private place(item: Item): void {
+    const { seq } = item;
+    const key = seq.key;
     if (seq.slot) {
       item.slot = seq.slot;
       seq.slot.queue.push(item);
@@ -229,7 +247,32 @@ export class SequenceBatcher implements Scheduler {
       else if (this.freeSlots.length > 0) this.bind(this.freeSlots.shift()!, key, [item]);
       else this.backlog.push({ key, items: [item] });
     }
-    this.dispatch();
+  }
+
+  /**
+   * A request the model released with RESCHEDULE: it runs again in its sequence's slot, neither START
+   * nor END (Triton clears both), still open, so the sequence is not reaped meanwhile.
+   */
+  private requeue(item: Item): void {
+    const { req, seq } = item;
+    req.sequence = { id: seq.id, start: false, end: false };
+    req.enqueuedNs = this.ctx.clock.nowNs();
+    this.ctx.stats.pending++;
+    if (!this.seqs.has(seq.key)) {
+      seq.ended = false;
+      this.seqs.set(seq.key, seq);
+    }
+    this.place(item);
+  }
+
+  /** An iterative request released for good ends its sequence (Triton enqueues a cancelled END for it). */
+  private release(item: Item): void {
+    const { seq } = item;
+    if (this.seqs.get(seq.key) === seq) this.seqs.delete(seq.key);
+    seq.ended = true;
+    const slot = seq.slot;
+    seq.slot = undefined;
+    if (slot) this.maybeRelease(slot);
   }
 
   queued(): number {
@@ -393,6 +436,8 @@ export class SequenceBatcher implements Scheduler {
   private prepare(item: Item): void {
     const { req, seq } = item;
     const flags = req.sequence!;
+    const first = item.prepared !== true;
+    item.prepared = true;
     for (const c of this.controls) {
       const v = c.kind === 'START' ? flags.start : c.kind === 'END' ? flags.end : c.kind === 'READY' ? true : flags.id;
       req.inputs.set(c.name, this.control(c, v));
@@ -404,6 +449,7 @@ export class SequenceBatcher implements Scheduler {
     }
     const strip = this.stateOutputNames.filter((n) => !req.requestedOutputs.includes(n));
     if (this.states.length > 0) req.stateOutputs = this.stateOutputNames;
+    if (!first) return;
     req.wrapSink((inner) => (resp, final) => {
       if (!(resp instanceof TsiError)) {
         if (!seq.ended && this.states.length > 0) this.capture(seq, resp);

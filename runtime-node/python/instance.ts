@@ -287,6 +287,17 @@ export class PythonInstance implements BackendInstance {
         k += n;
       });
     }
+    // Requests the model released with RESCHEDULE end in this execution without a response; the
+    // scheduler runs them again (or refuses, for a model without iterative sequences).
+    if (Array.isArray(m.rs)) {
+      for (const i of m.rs as number[]) {
+        if (ex.finals[i] || i >= ex.requests.length) continue;
+        ex.finals[i] = true;
+        ex.open--;
+        ex.input.freeBlock(ex.blocks[i]!);
+        ex.requests[i]!.reschedule?.();
+      }
+    }
     ex.done = true;
     this.settle(x, ex);
   }

@@ -91,6 +91,8 @@ export class FakeBackend {
   private gates: { instance: number; open: () => void }[] = [];
   running = 0;
   maxRunning = 0;
+  /** Requests for which this returns true are released with RESCHEDULE instead of answered. */
+  rescheduleIf?: (r: BackendRequest) => boolean;
   /** Instances declare `pipelined` (a batch may be queued behind the running one). */
   pipelined = false;
 
@@ -145,6 +147,7 @@ export class FakeBackend {
       const rows = requests.map((r) => r.batchSize);
       const split = new Map([...outs].map(([n, t]) => [n, splitBatch(t, rows)] as const));
       requests.forEach((r, i) => {
+        if (this.rescheduleIf?.(r)) return r.reschedule!();
         const payload: ResponsePayload = { outputs: [...split.values()].map((parts) => parts[i]!) };
         r.send(payload, true);
       });

@@ -95,7 +95,11 @@ class Executor:
     def finish(self, x, reqs, ret, ns):
         rt = self.rt
         if ret is None:
-            rt.emit({"k": "d", "x": x, "ns": ns})
+            done = {"k": "d", "x": x, "ns": ns}
+            rs = self.released_for_reschedule(reqs)
+            if rs:
+                done["rs"] = rs
+            rt.emit(done)
             return
         if rt.decoupled:
             raise pb.TritonModelException(
@@ -107,7 +111,11 @@ class Executor:
             raise pb.TritonModelException(
                 "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
                 "InferenceRequest(s) size is:%d, and InferenceResponse(s) size is:%d\n" % (len(reqs), len(ret)))
-        for resp in ret:
+        for req, resp in zip(reqs, ret):
+            if resp is not None and req._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                raise pb.TritonModelException(
+                    "Expected a None object in the execute function return list for reschduled request, "
+                    "found type '%s'." % type(resp))
             if resp is not None and not isinstance(resp, pb.InferenceResponse):
                 raise pb.TritonModelException(
                     "Expected an 'InferenceResponse' object in the execute function return list, found type '%s'."
@@ -115,8 +123,12 @@ class Executor:
         fields = []
         tensors = []
         answered = []
-        for req, resp in zip(reqs, ret):
+        rs = self.released_for_reschedule(reqs)
+        for i, (req, resp) in enumerate(zip(reqs, ret)):
             sender = req._sender
+            if i in rs:
+                fields.append(None)
+                continue
             if resp is None:
                 # The model answers this one through its response sender (now or later).
                 if sender is None:
@@ -136,9 +148,23 @@ class Executor:
             fields.append(f)
             answered.append(req._slot)
         # Outputs may view the inputs in place: the requests stay live until the message is out.
-        rt.emit({"k": "d", "x": x, "ns": ns, "r": fields}, tensors)
+        done = {"k": "d", "x": x, "ns": ns, "r": fields}
+        if rs:
+            done["rs"] = rs
+        rt.emit(done, tensors)
         for slot in answered:
             rt.live.pop(slot, None)
+
+    def released_for_reschedule(self, reqs):
+        """Indices of the requests the model released with RESCHEDULE: tsi runs them again as new
+        requests, so these objects and their senders end here."""
+        rs = [i for i, r in enumerate(reqs) if r._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE]
+        for i in rs:
+            r = reqs[i]
+            if r._sender is not None:
+                r._sender._close()
+            self.rt.live.pop(r._slot, None)
+        return rs
 
     def background_done(self, fut, reqs):
         exc = fut.exception()

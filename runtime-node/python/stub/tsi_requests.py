@@ -206,10 +206,8 @@ class InferenceRequest:
         return self._cancelled
 
     def set_release_flags(self, flags):
-        if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException(
-                "Request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not supported by tsi: "
-                "it needs iterative sequence batching, which tsi's scheduler does not have.")
+        # RESCHEDULE takes effect when execute returns: tsi's sequence batcher runs the request again
+        # (models with `iterative_sequence`), or refuses it with Triton's text.
         self._release_flags = int(flags)
 
     def exec(self, decoupled=False):
