@@ -140,12 +140,20 @@ async function fetchFile(
   return got - have;
 }
 
+/** undici says only 'fetch failed' and keeps the reason (ECONNREFUSED, ENOTFOUND...) in `cause`. */
+function why(err: unknown): string {
+  const e = err as Error & { cause?: { code?: string; message?: string } };
+  return e.cause ? `${e.message} (${e.cause.code ?? e.cause.message})` : e.message;
+}
+
 export async function pullModel(o: PullOptions): Promise<PullResult> {
   const hubUrl = (o.hubUrl ?? process.env.HF_ENDPOINT ?? 'https://huggingface.co').replace(/\/+$/, '');
   const accessToken = o.accessToken ?? (process.env.HF_TOKEN || undefined);
   const progress = o.progress ?? (() => {});
   const name = o.name ?? o.repo.split('/').pop()!.toLowerCase().replace(/[^a-z0-9_-]/g, '_');
-  const info = await modelInfo({ name: o.repo, hubUrl, accessToken, revision: o.revision, additionalFields: ['sha'] });
+  const info = await modelInfo({ name: o.repo, hubUrl, accessToken, revision: o.revision, additionalFields: ['sha'] }).catch((err: unknown) => {
+    throw new Error(`${o.repo} at ${hubUrl}: ${why(err)}`);
+  });
   const commit = (info as { sha?: string }).sha ?? o.revision ?? 'main';
   const entries: ListFileEntry[] = [];
   for await (const e of listFiles({ repo: o.repo, recursive: true, revision: commit, hubUrl, accessToken })) entries.push(e);
@@ -176,6 +184,8 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
       // Bytes fetched by this run only: a resumed part is not download speed.
       const rate = (fetchedNow + got - from) / Math.max((now - started) / 1000, 1e-3);
       progress(`${f.path}  ${size(got)} / ${size(f.size)}  total ${size(before + got)} / ${size(total)} (${Math.floor(((before + got) / Math.max(total, 1)) * 100)}%)  ${size(rate)}/s`, got >= f.size);
+    }).catch((err: unknown) => {
+      throw new Error(`${f.path}: ${why(err)}; run the pull again to continue where it stopped`);
     });
     fetchedNow += fetched;
     before += f.size;
