@@ -17,6 +17,7 @@ import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
 import { perfCommand } from './perf/cli.js';
 import { tuneCommand } from './tune/index.js';
 import { describeCutShort } from './shutdown.js';
+import { pullModel } from './llm/pull.js';
 
 /**
  * Kubernetes takes a terminating pod out of its Services' endpoints at once, but every node's
@@ -343,6 +344,30 @@ export function buildCli(): Command {
     .action(async (o: { json?: boolean }) => {
       const report = await doctorReport();
       process.stdout.write(o.json ? JSON.stringify(report, null, 2) + '\n' : formatDoctor(report) + '\n');
+    });
+
+  program
+    .command('pull')
+    .description('fetch an onnx-community model folder from the Hugging Face Hub (HF_ENDPOINT, HF_TOKEN) with only the files one variant needs, resumably, and write the config.pbtxt that serves it')
+    .argument('<repo>', 'the Hub repo id, e.g. onnx-community/Qwen2.5-0.5B-Instruct')
+    .option('--variant <variant>', 'the weights to fetch: q4, fp16, fp32, quantized, q4f16... or a file name under onnx/ (default: the first present of model, model_q4, model_quantized...)')
+    .option('--repository <dir>', 'the model repository to write into', 'models')
+    .option('--name <name>', 'the model name in the repository (default: the repo\'s name, lowercased)')
+    .option('--revision <rev>', 'branch, tag or commit on the Hub', 'main')
+    .action(async (repo: string, o: { variant?: string; repository: string; name?: string; revision: string }) => {
+      const tty = process.stderr.isTTY;
+      const r = await pullModel({
+        repo, variant: o.variant, repository: o.repository, name: o.name, revision: o.revision,
+        progress: (line, done) => {
+          if (tty) process.stderr.write(`\r\x1b[K${line}${done ? '\n' : ''}`);
+          else if (done) process.stderr.write(`${line}\n`);
+        },
+      }).catch((err: Error) => {
+        // A refusal or a cut connection is an answer, not a crash: no stack.
+        process.stderr.write(`${tty ? '\n' : ''}tsi-node pull: ${err.message}\n`);
+        process.exitCode = 1;
+      });
+      if (r) process.stdout.write(`pulled ${repo} (${r.variant}, ${r.commit.slice(0, 12)}) into ${r.dir}\n`);
     });
 
   program.addCommand(perfCommand());

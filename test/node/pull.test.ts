@@ -1,0 +1,134 @@
+/**
+ * `tsi-node pull` against a local stand-in for the Hugging Face Hub (test/helpers/fake-hub.ts, the
+ * routes and headers `@huggingface/hub` reads): a tiny generated Llama in the onnx-community layout is
+ * pulled with one variant's files only, through HF_ENDPOINT and HF_TOKEN; a download cut half-way
+ * continues with a Range request from where it stopped; the pulled folder serves and gives the same
+ * greedy answer as the original; folders tsi cannot serve are refused before any weights are asked for.
+ */
+
+import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync, existsSync, readdirSync, cpSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { buildCli } from '../../runtime-node/cli.js';
+import { pullModel } from '../../runtime-node/llm/pull.js';
+import { Tokenizer } from '../../core/llm/tokenizer.js';
+import { tinySpec, writeFamilyFolder } from '../../scripts/llm-families.js';
+import { startFakeHub, type FakeHub } from '../helpers/fake-hub.js';
+import { MODELS, postJson, startTestServer } from '../helpers/server.js';
+
+const root = join(tmpdir(), `tsi-pull-${process.pid}`);
+const source = join(root, 'hub', 'llama');
+const TOKEN = 'hf_pulltesttoken';
+let hub: FakeHub;
+
+beforeAll(async () => {
+  const tokDir = join(MODELS, 'tiny_gpt', '1');
+  const tok = { json: readFileSync(join(tokDir, 'tokenizer.json'), 'utf8'), config: readFileSync(join(tokDir, 'tokenizer_config.json'), 'utf8') };
+  const t = Tokenizer.fromJson(tok.json, tok.config);
+  await writeFamilyFolder(source, tinySpec('llama', t.vocabSize, t.bosId ?? t.eosId!, t.eosId!), tok, ['model', 'model_q4']);
+  writeFileSync(join(source, 'README.md'), '# a model card the pull leaves on the Hub\n');
+  hub = await startFakeHub();
+  hub.add('onnx-community/Tiny-Llama-Test', source, TOKEN);
+
+  // Folders tsi cannot serve, each with weights that must never be asked for.
+  const variantOf = (id: string, edit: (dir: string) => void) => {
+    const dir = join(root, 'hub', id.replace('/', '_'));
+    cpSync(source, dir, { recursive: true });
+    edit(dir);
+    hub.add(id, dir);
+  };
+  variantOf('acme/t5-small', (d) => writeFileSync(join(d, 'config.json'), JSON.stringify({ architectures: ['T5ForConditionalGeneration'], model_type: 't5', is_encoder_decoder: true })));
+  variantOf('acme/no-onnx', (d) => { rmSync(join(d, 'onnx'), { recursive: true }); writeFileSync(join(d, 'model.safetensors'), 'weights'); });
+  variantOf('acme/odd-tokenizer', (d) => writeFileSync(join(d, 'tokenizer.json'), JSON.stringify({ model: { type: 'CharacterLevel', vocab: {} } })));
+}, 120_000);
+
+afterAll(async () => {
+  await hub?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+const weightRequests = () => hub.log.filter((r) => r.path.startsWith('/cdn/') || r.path.includes('.onnx'));
+
+describe('tsi-node pull', () => {
+  it('pulls one variant\'s files, resumes a cut download with a Range request, and the folder serves', async () => {
+    const repository = join(root, 'repo');
+    const data = 'onnx/model.onnx_data';
+    const whole = readFileSync(join(source, data));
+    hub.cutOnce = data;
+    hub.log.length = 0;
+    await expect(pullModel({ repo: 'onnx-community/Tiny-Llama-Test', variant: 'fp32', repository, hubUrl: hub.url, accessToken: TOKEN }))
+      .rejects.toThrow(/terminated|stopped at|aborted|socket/i);
+    const dir = join(repository, 'tiny-llama-test', '1');
+    const part = readdirSync(join(dir, 'onnx')).find((f) => f.endsWith('.part'));
+    expect(part).toBeDefined();
+    const partial = readFileSync(join(dir, 'onnx', part!)).length;
+    expect(partial).toBeGreaterThan(0);
+    expect(partial).toBeLessThan(whole.length);
+    expect(existsSync(join(repository, 'tiny-llama-test', 'config.pbtxt'))).toBe(false);
+
+    // Again through the CLI, the Hub's address and token from the environment, as a user runs it.
+    hub.log.length = 0;
+    const lines: string[] = [];
+    const spy = vi.spyOn(process.stderr, 'write').mockImplementation((s) => (lines.push(String(s)), true));
+    process.env.HF_ENDPOINT = hub.url;
+    process.env.HF_TOKEN = TOKEN;
+    try {
+      await buildCli().parseAsync(['node', 'tsi-node', 'pull', 'onnx-community/Tiny-Llama-Test', '--variant', 'fp32', '--repository', repository]);
+    } finally {
+      spy.mockRestore();
+      delete process.env.HF_ENDPOINT;
+      delete process.env.HF_TOKEN;
+    }
+    expect(process.exitCode ?? 0).toBe(0);
+    const resumed = hub.log.filter((r) => r.path.startsWith('/cdn/') && r.range && r.range !== 'bytes=0-0');
+    expect(resumed.map((r) => r.range)).toContain(`bytes=${partial}-${whole.length - 1}`);
+    expect(Buffer.compare(readFileSync(join(dir, data)), whole)).toBe(0);
+    expect(readdirSync(join(dir, 'onnx')).sort()).toEqual(['model.onnx', 'model.onnx_data']);
+    for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'onnx/model.onnx']) {
+      expect(Buffer.compare(readFileSync(join(dir, f)), readFileSync(join(source, f))), f).toBe(0);
+    }
+    expect(existsSync(join(dir, 'README.md'))).toBe(false);
+    // Finished files are not fetched again: only the rest of the cut one came down.
+    expect(weightRequests().some((r) => r.path.endsWith('onnx/model.onnx'))).toBe(false);
+    const text = lines.join('');
+    expect(text).toMatch(/variant model \(present: model, model_q4\), 6 files, [\d.]+ (KiB|MiB)/);
+    expect(text).toMatch(/onnx\/model\.onnx_data {2}[\d.]+ (KiB|MiB) \/ [\d.]+ (KiB|MiB) {2}total [\d.]+ (KiB|MiB) \/ [\d.]+ (KiB|MiB) \(100%\)/);
+    expect(readFileSync(join(repository, 'tiny-llama-test', 'config.pbtxt'), 'utf8')).toContain('string_value: "model"');
+
+    // The pulled folder serves, and answers as the original does.
+    const original = join(root, 'original');
+    mkdirSync(join(original, 'orig'), { recursive: true });
+    symlinkSync(source, join(original, 'orig', '1'));
+    writeFileSync(join(original, 'orig', 'config.pbtxt'), 'backend: "llm"\nparameters { key: "variant" value { string_value: "model" } }\n');
+    const server = await startTestServer({ modelRepositories: [repository, original] });
+    try {
+      const ask = (m: string) => postJson(`${server.url}/v2/models/${m}/generate`, { text_input: 'the quick brown fox', max_tokens: 8, exclude_input_in_output: true });
+      const [a, b] = [await ask('tiny-llama-test'), await ask('orig')];
+      expect(a.status).toBe(200);
+      expect(a.body.num_output_tokens).toBeGreaterThan(0);
+      expect(a.body.text_output).toBe(b.body.text_output);
+    } finally {
+      await server.stop();
+    }
+  }, 180_000);
+
+  it('refuses what tsi cannot serve before asking for any weights, saying why', async () => {
+    const repository = join(root, 'refused');
+    const pull = (repo: string, variant?: string) => pullModel({ repo, variant, repository, hubUrl: hub.url });
+    hub.log.length = 0;
+    await expect(pull('acme/t5-small')).rejects.toThrow('acme/t5-small cannot be served by tsi: architecture T5ForConditionalGeneration is not a decoder-only causal LM');
+    await expect(pull('acme/no-onnx')).rejects.toThrow('acme/no-onnx cannot be served by tsi: it has no ONNX export under onnx/');
+    await expect(pull('acme/odd-tokenizer')).rejects.toThrow("acme/odd-tokenizer cannot be served by tsi: tokenizer.json: model type 'CharacterLevel' is not supported");
+    expect(weightRequests()).toEqual([]);
+    await expect(pull('onnx-community/Tiny-Llama-Test', 'fp16')).rejects.toThrow(/Repository not found/);
+    await expect(pullModel({ repo: 'onnx-community/Tiny-Llama-Test', variant: 'fp16', repository, hubUrl: hub.url, accessToken: TOKEN }))
+      .rejects.toThrow("variant 'model_fp16' is not in onnx/ (present: model, model_q4)");
+  }, 60_000);
+
+  it('has --help', () => {
+    const help = buildCli().commands.find((c) => c.name() === 'pull')!.helpInformation();
+    expect(help).toContain('--variant <variant>');
+    expect(help).toContain('HF_TOKEN');
+  });
+});
