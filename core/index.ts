@@ -55,6 +55,7 @@ export { CustomMetrics, CustomMetricFamily, CustomMetric, type MetricKind } from
 export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
 export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './rate-limiter.js';
 export { generate, generateRequest, generateResponseJson } from './protocol/generate.js';
+export { createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling } from './embedding.js';
 export {
   createLlmBackend, llmModelOf, KvBatch, Tokenizer, TextStream, ChatTemplate, LlmStats, layoutOf, kvBytesPerToken, VARIANTS,
   type DecoderRuntime, type DecoderSession, type DecoderLayout, type StepRequest, type StepResult, type LlmModelInfo, type TensorKit, type KvArray, type KvGroup, type MemoryFacts,

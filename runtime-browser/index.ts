@@ -10,7 +10,7 @@
  */
 
 import {
-  BackendRegistry, InferenceServer, TsiError, createHttpApp, createLogger,
+  BackendRegistry, createEmbeddingBackend, InferenceServer, TsiError, createHttpApp, createLogger,
   type Backend, type HttpOptions, type IndexEntry, type InferRequest, type InferResponse, type LoadOverrides,
   type Logger, type ModelControlMode, type RepositorySource,
 } from '../core/index.js';
@@ -236,6 +236,7 @@ export async function createServer(opts: BrowserServerOptions): Promise<BrowserS
   backends.register('onnxruntime', () => createOnnxWebBackend({ log, ort: opts.ort, device: opts.device, numThreads: opts.numThreads }));
   backends.register('javascript', () => createJsBackend({ log }));
   backends.register('llm', () => createWebLlmBackend({ log, ort: opts.ort, device: opts.device, numThreads: opts.numThreads }));
+  backends.register('embedding', () => createEmbeddingBackend(() => backends.get('onnxruntime')!));
   for (const [name, factory] of Object.entries(opts.backends ?? {})) backends.register(name, factory);
   const core = new InferenceServer({
     sources: toSources(opts),

@@ -15,6 +15,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ElemType, GraphBuilder, attrFloat, fillUniform, type Dim, type ElemTypeName } from './onnx-builder.js';
 import { decoderModel } from './llm-model.js';
+import { encoderModel } from './embedding-model.js';
 
 /** Triton datatypes and the ONNX element type each maps to (Triton's BYTES is ONNX's STRING). */
 export type Datatype =
@@ -324,6 +325,8 @@ export const DEFAULT_MODELS: Readonly<Record<string, () => Uint8Array>> = {
   mlp_batch: mlpBatchModel,
   // The llm backend's test model; its tokenizer.json and config.json are committed (llm-model.ts).
   tiny_gpt: () => decoderModel(),
+  // The embedding backend's test model; its tokenizer and sentence-transformers files are committed (embedding-model.ts).
+  tiny_embed: () => encoderModel(),
 };
 
 /**

@@ -15,6 +15,7 @@ import { mountExtensionRoutes, restrictedApiMiddleware, restrictedMessage } from
 import { errorReply, errorResponse, json, toResponse, type HttpReply } from './http-common.js';
 import { generate } from './generate.js';
 import { completions, getModel, listModels } from '../llm/index.js';
+import { embeddings } from './openai-embeddings.js';
 import type { InferenceServer } from '../server.js';
 import { attachTrace } from '../trace.js';
 import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
@@ -141,11 +142,12 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     },
   });
   route('/v2/repository/:repo{[^/]+}/index', { POST: () => repoNameUnsupported() });
-  // The OpenAI-compatible API of `llm` models (core/protocol/openai.ts).
+  // The OpenAI-compatible API of `llm` and `embedding` models (core/protocol/openai.ts, openai-embeddings.ts).
   route('/v1/models', { GET: () => listModels(server) });
   route('/v1/models/:model{.+}', { GET: (c) => getModel(server, c.req.param('model')!) });
   route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput) });
   route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput) });
+  route('/v1/embeddings', { POST: (c) => embeddings(server, c.req.raw, maxInput) });
   mountExtensionRoutes(app, server, ext, (c) => readBody(c, maxInput));
 
   options.extend?.(app, server);

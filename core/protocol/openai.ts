@@ -1,5 +1,5 @@
 /**
- * The OpenAI-compatible API over `llm` models, as `(Request) => Promise<Response>` like the rest of
+ * The OpenAI-compatible API over `llm` models (embeddings: openai-embeddings.ts), as `(Request) => Promise<Response>` like the rest of
  * core's HTTP: `GET /v1/models`, `POST /v1/completions` and `POST /v1/chat/completions`, with
  * server-sent-event streaming (`data: {chunk}\n\n` ... `data: [DONE]\n\n`) and `usage` counts, the
  * field names and shapes OpenAI's clients parse (as Triton's OpenAI frontend and vLLM serve them).
@@ -20,6 +20,7 @@ import { llmModelOf, type LlmModelInfo } from '../llm/backend.js';
 import type { ChatMessage } from '../llm/chat.js';
 import { CHAT, COMPLETION, openAiError, streamed, whole, type Answer, type Wants } from './openai-answer.js';
 import { MAX_N, MAX_TOP_LOGPROBS } from '../llm/params.js';
+import { isEmbeddingModel } from './openai-embeddings.js';
 import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
 
 export { openAiError };
@@ -49,15 +50,22 @@ function llmModels(server: InferenceServer): { name: string; info: LlmModelInfo 
   return [...out].map(([name, info]) => ({ name, info }));
 }
 
+/** Ready `llm` and `embedding` models, by name. */
+function servedModels(server: InferenceServer): string[] {
+  const names = new Set(llmModels(server).map((m) => m.name));
+  for (const e of server.repositoryIndex(true)) if (isEmbeddingModel(server, e.name)) names.add(e.name);
+  return [...names];
+}
+
 /** `GET /v1/models`. */
 export function listModels(server: InferenceServer, nowS = Math.floor(Date.now() / 1000)): Response {
-  const data = llmModels(server).map(({ name }) => ({ id: name, object: 'model', created: nowS, owned_by: 'tsi' }));
+  const data = servedModels(server).map((name) => ({ id: name, object: 'model', created: nowS, owned_by: 'tsi' }));
   return new Response(JSON.stringify({ object: 'list', data }), { headers: JSON_HEADERS });
 }
 
 /** `GET /v1/models/{model}`. */
 export function getModel(server: InferenceServer, name: string): Response {
-  const hit = llmModels(server).find((m) => m.name === name);
+  const hit = servedModels(server).includes(name);
   if (!hit) return openAiError(new TsiError('NOT_FOUND', `The model '${name}' does not exist`));
   return new Response(JSON.stringify({ id: name, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'tsi' }), { headers: JSON_HEADERS });
 }

@@ -1,0 +1,307 @@
+/**
+ * The `embedding` backend (`backend: "embedding"` in config.pbtxt): a sentence encoder exported to
+ * ONNX the way Optimum writes BERT-style models (inputs `input_ids`, `attention_mask` and, where the
+ * model has it, `token_type_ids`; output `last_hidden_state`), served as text in, one vector out per
+ * row, as sentence-transformers computes it. A version folder holds what a sentence-transformers
+ * repository downloads:
+ *
+ *   <model>/1/model.onnx (or onnx/<variant>.onnx)   the encoder (model-folder.ts picks the file)
+ *   <model>/1/tokenizer.json, tokenizer_config.json any tokenizer @huggingface/tokenizers reads (WordPiece...)
+ *   <model>/1/1_Pooling/config.json                 pooling_mode_mean_tokens / _cls_token / _lasttoken / _max_tokens
+ *   <model>/1/modules.json or 2_Normalize/          a Normalize module: unit-length vectors
+ *   <model>/1/config.json                           max_position_embeddings; is_matryoshka / matryoshka_dimensions
+ *
+ * Config parameters override the files: `pooling` (mean, cls, last, max), `normalize` (true/false),
+ * `max_seq_length`, `matryoshka` (true: requests may ask for fewer dimensions). Inputs: `text_input`
+ * (BYTES, one text per batch row); outputs: `embedding` (FP32 [dim]) and `num_tokens` (INT32 [1]); a
+ * request parameter `dimensions` truncates a matryoshka model's vectors and renormalises them, as
+ * OpenAI does for its text-embedding-3 models, and is refused for other models.
+ *
+ * The encoder runs on the runtime's `onnxruntime` backend (its sessions, worker threads, providers):
+ * this backend loads the same file there under a config of its own and hands each gathered batch to
+ * it as one padded [rows, longest] request, so the dynamic batcher's batches become one ONNX run.
+ */
+
+import type { Backend, BackendInstance, BackendModel, BackendRequest, InstanceSpec, ModelLoadContext } from './backend.js';
+import type { ExecutionTimes } from './execution.js';
+import type { ModelConfig, ModelInput, ModelOutput } from './config/model-config.js';
+import { TsiError } from './errors.js';
+import { modelFile } from './llm/model-folder.js';
+import { Tokenizer } from './llm/tokenizer.js';
+import { decodeString } from './tensor.js';
+import type { Tensor } from './types.js';
+
+type Json = Record<string, any>;
+
+export const POOLINGS = ['mean', 'cls', 'last', 'max'] as const;
+export type Pooling = (typeof POOLINGS)[number];
+
+export const EMBEDDING_INPUTS: ModelInput[] = [{ name: 'text_input', data_type: 'TYPE_STRING', dims: [1] }];
+export const EMBEDDING_OUTPUTS: ModelOutput[] = [
+  { name: 'embedding', data_type: 'TYPE_FP32', dims: [-1] },
+  { name: 'num_tokens', data_type: 'TYPE_INT32', dims: [1] },
+];
+
+/** sentence-transformers' pooling flags → the one mode served (concatenations are refused). */
+const POOLING_FLAGS: Record<string, Pooling | undefined> = {
+  pooling_mode_mean_tokens: 'mean', pooling_mode_cls_token: 'cls', pooling_mode_lasttoken: 'last', pooling_mode_max_tokens: 'max',
+  pooling_mode_mean_sqrt_len_tokens: undefined, pooling_mode_weightedmean_tokens: undefined,
+};
+
+export interface EmbeddingSettings {
+  pooling: Pooling;
+  normalize: boolean;
+  maxLength: number;
+  matryoshka: boolean;
+}
+
+/** `innerBackend`: the runtime's onnxruntime backend, which runs the encoder. */
+export function createEmbeddingBackend(innerBackend: () => Promise<Backend>): Backend {
+  return {
+    name: 'embedding',
+    async autoCompleteConfig(config: ModelConfig): Promise<ModelConfig> {
+      return {
+        ...config,
+        input: config.input && config.input.length > 0 ? config.input : EMBEDDING_INPUTS,
+        output: config.output && config.output.length > 0 ? config.output : EMBEDDING_OUTPUTS,
+      };
+    },
+    async loadModel(ctx: ModelLoadContext): Promise<BackendModel> {
+      return EmbeddingModel.load(ctx, await innerBackend());
+    },
+  };
+}
+
+async function readJson(ctx: ModelLoadContext, path: string): Promise<Json | undefined> {
+  if (!(await ctx.files.exists(path))) return undefined;
+  try {
+    return JSON.parse(decodeString(await ctx.files.read(path))) as Json;
+  } catch (err) {
+    throw new TsiError('INVALID_ARG', `model '${ctx.config.name}': '${path}' is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+function param(config: ModelConfig, key: string): string | undefined {
+  return config.parameters?.[key]?.string_value?.trim();
+}
+
+function boolParam(config: ModelConfig, key: string): boolean | undefined {
+  const v = param(config, key);
+  if (v === undefined) return undefined;
+  if (v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  throw new TsiError('INVALID_ARG', `model '${config.name}': config parameter '${key}' must be true or false, got '${v}'`);
+}
+
+/** The pooling, normalisation, length limit and matryoshka flag, from the parameters or the folder's files. */
+export async function embeddingSettings(ctx: ModelLoadContext, dir: string): Promise<EmbeddingSettings> {
+  const { config } = ctx;
+  const name = config.name ?? '';
+  const modules = (await readJson(ctx, `${dir}/modules.json`)) as Json[] | undefined;
+  const poolPath = modules?.find((m) => String(m.type).endsWith('.Pooling'))?.path ?? '1_Pooling';
+  let pooling = param(config, 'pooling') as Pooling | undefined;
+  if (pooling !== undefined && !POOLINGS.includes(pooling)) {
+    throw new TsiError('INVALID_ARG', `model '${name}': config parameter 'pooling' is '${pooling}'; one of ${POOLINGS.join(', ')}`);
+  }
+  if (pooling === undefined) {
+    const pool = await readJson(ctx, `${dir}/${poolPath}/config.json`);
+    const on = Object.keys(POOLING_FLAGS).filter((k) => pool?.[k] === true);
+    if (on.length > 1 || (on.length === 1 && POOLING_FLAGS[on[0]!] === undefined)) {
+      throw new TsiError('UNSUPPORTED', `model '${name}': ${dir}/${poolPath}/config.json sets ${on.join(', ')}; one of pooling_mode_mean_tokens, _cls_token, _lasttoken, _max_tokens is supported`);
+    }
+    // sentence-transformers' default for a model without a pooling module is mean pooling.
+    pooling = on.length === 1 ? POOLING_FLAGS[on[0]!]! : 'mean';
+  }
+  const normalize = boolParam(config, 'normalize') ?? (modules?.some((m) => String(m.type).endsWith('.Normalize')) || (await ctx.files.exists(`${dir}/2_Normalize`)));
+  const hf = (await readJson(ctx, `${dir}/config.json`)) ?? {};
+  const st = (await readJson(ctx, `${dir}/sentence_bert_config.json`)) ?? {};
+  const rawMax = param(config, 'max_seq_length');
+  const maxLength = rawMax !== undefined ? Number(rawMax) : Number(st.max_seq_length ?? hf.max_position_embeddings ?? 512);
+  if (!Number.isInteger(maxLength) || maxLength <= 0) throw new TsiError('INVALID_ARG', `model '${name}': max_seq_length must be a positive integer, got '${rawMax ?? maxLength}'`);
+  const matryoshka = boolParam(config, 'matryoshka') ?? (hf.is_matryoshka === true || Array.isArray(hf.matryoshka_dimensions));
+  return { pooling, normalize, maxLength, matryoshka };
+}
+
+/** One row's vector from last_hidden_state `h` ([rows, seq, dim], row `r` with `len` real tokens). */
+export function pool(h: Float32Array, r: number, seq: number, dim: number, len: number, mode: Pooling): Float32Array {
+  const out = new Float32Array(dim);
+  const at = (t: number) => (r * seq + t) * dim;
+  if (mode === 'cls' || mode === 'last') {
+    out.set(h.subarray(at(mode === 'cls' ? 0 : len - 1), at(mode === 'cls' ? 0 : len - 1) + dim));
+    return out;
+  }
+  if (mode === 'max') out.fill(-Infinity);
+  const acc = new Float64Array(dim);
+  for (let t = 0; t < len; t++) {
+    const o = at(t);
+    for (let j = 0; j < dim; j++) {
+      if (mode === 'max') out[j] = Math.max(out[j]!, h[o + j]!);
+      else acc[j]! += h[o + j]!;
+    }
+  }
+  if (mode === 'mean') for (let j = 0; j < dim; j++) out[j] = acc[j]! / len;
+  return out;
+}
+
+/** Scales `v` to unit length (a zero vector stays zero, as torch's normalize leaves it). */
+export function normalized(v: Float32Array): Float32Array {
+  let s = 0;
+  for (const x of v) s += x * x;
+  const n = Math.max(Math.sqrt(s), 1e-12);
+  return v.map((x) => x / n);
+}
+
+class EmbeddingModel implements BackendModel {
+  private constructor(
+    private readonly ctx: ModelLoadContext, private readonly inner: BackendModel, private readonly tokenizer: Tokenizer,
+    private readonly settings: EmbeddingSettings, private readonly feeds: string[], private readonly output: string,
+  ) {}
+
+  static async load(ctx: ModelLoadContext, onnx: Backend): Promise<EmbeddingModel> {
+    const { config, files, version } = ctx;
+    const name = config.name ?? '';
+    if (!(config.input ?? []).some((i) => i.name === 'text_input') || !(config.output ?? []).some((o) => o.name === 'embedding')) {
+      throw new TsiError('INVALID_ARG', `model '${name}': an embedding model takes 'text_input' (TYPE_STRING) and returns 'embedding' (TYPE_FP32)`);
+    }
+    const dir = String(version);
+    const file = await modelFile(files, dir, config);
+    const tokJson = await readJson(ctx, `${dir}/tokenizer.json`);
+    if (!tokJson) throw new TsiError('INVALID_ARG', `unable to find '${dir}/tokenizer.json' for model '${name}'`);
+    const tokenizer = new Tokenizer(tokJson, (await readJson(ctx, `${dir}/tokenizer_config.json`)) ?? {});
+    const settings = await embeddingSettings(ctx, dir);
+    const innerConfig: ModelConfig = { ...config, backend: 'onnxruntime', default_model_filename: file.path.slice(dir.length + 1), input: [], output: [] };
+    const io = await onnx.describeModel?.(innerConfig, version, files);
+    const names = new Set(io?.inputs.map((i) => i.name) ?? ['input_ids', 'attention_mask', 'token_type_ids']);
+    for (const need of ['input_ids', 'attention_mask']) {
+      if (!names.has(need)) throw new TsiError('INVALID_ARG', `model '${name}': '${file.path}' has no input '${need}' (an encoder takes input_ids and attention_mask)`);
+    }
+    const feeds = ['input_ids', 'attention_mask', 'token_type_ids'].filter((n) => names.has(n));
+    const output = io?.outputs.find((o) => o.name === 'last_hidden_state')?.name ?? io?.outputs.find((o) => o.shape.length === 3)?.name;
+    if (!output) throw new TsiError('INVALID_ARG', `model '${name}': '${file.path}' has no 'last_hidden_state' output ([batch, sequence, hidden])`);
+    innerConfig.input = feeds.map((n) => ({ name: n, data_type: 'TYPE_INT64', dims: [-1] }));
+    innerConfig.output = [{ name: output, data_type: 'TYPE_FP32', dims: [-1, -1] }];
+    const inner = await onnx.loadModel({ ...ctx, config: innerConfig });
+    ctx.log.info(`model '${name}': encoder ${file.path}, ${settings.pooling} pooling${settings.normalize ? ', normalized' : ''}, up to ${settings.maxLength} tokens${settings.matryoshka ? ', matryoshka dimensions' : ''}`);
+    return new EmbeddingModel(ctx, inner, tokenizer, settings, feeds, output);
+  }
+
+  async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
+    return new EmbeddingInstance(this.ctx.config.name ?? '', await this.inner.createInstance(spec), this.tokenizer, this.settings, this.feeds, this.output);
+  }
+
+  async unload(): Promise<void> {
+    await this.inner.unload();
+  }
+}
+
+interface Row {
+  req: BackendRequest;
+  ids: number[];
+}
+
+class EmbeddingInstance implements BackendInstance {
+  readonly device: string;
+
+  constructor(
+    private readonly model: string, private readonly inner: BackendInstance, private readonly tokenizer: Tokenizer,
+    private readonly settings: EmbeddingSettings, private readonly feeds: string[], private readonly output: string,
+  ) {
+    this.device = inner.device;
+  }
+
+  get spec(): InstanceSpec {
+    return this.inner.spec;
+  }
+
+  get placement() {
+    return this.inner.placement;
+  }
+
+  /** The request's `dimensions` parameter, checked; undefined: the model's own. */
+  private dimensionsOf(req: BackendRequest, dim: number): number | undefined {
+    const v = req.parameters.dimensions;
+    if (v === undefined) return undefined;
+    if (!this.settings.matryoshka) {
+      throw new TsiError('INVALID_ARG', `model '${this.model}' does not support 'dimensions' (its vectors cannot be shortened; set the config parameter matryoshka to allow it)`);
+    }
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1 || n > dim) throw new TsiError('INVALID_ARG', `model '${this.model}': 'dimensions' must be an integer in [1, ${dim}], got ${String(v)}`);
+    return n;
+  }
+
+  async execute(requests: BackendRequest[]): Promise<ExecutionTimes | void> {
+    const rows: Row[] = [];
+    const live: BackendRequest[] = [];
+    for (const req of requests) {
+      try {
+        const texts = req.inputs.get('text_input')!.data as Uint8Array[];
+        const mine = texts.map((t) => ({ req, ids: this.tokenizer.encode(decodeString(t)) }));
+        for (const r of mine) {
+          if (r.ids.length > this.settings.maxLength) {
+            throw new TsiError('INVALID_ARG', `model '${this.model}': input 'text_input' is ${r.ids.length} tokens, more than the model's ${this.settings.maxLength}`);
+          }
+        }
+        rows.push(...mine);
+        live.push(req);
+      } catch (err) {
+        req.send(err as TsiError, true);
+      }
+    }
+    if (rows.length === 0) return;
+    const R = rows.length;
+    const L = Math.max(...rows.map((r) => r.ids.length));
+    const ids = new BigInt64Array(R * L);
+    const mask = new BigInt64Array(R * L);
+    rows.forEach((r, i) => r.ids.forEach((id, t) => {
+      ids[i * L + t] = BigInt(id);
+      mask[i * L + t] = 1n;
+    }));
+    const data: Record<string, BigInt64Array> = { input_ids: ids, attention_mask: mask, token_type_ids: new BigInt64Array(R * L) };
+    const inputs = new Map<string, Tensor>(this.feeds.map((n) => [n, { name: n, datatype: 'INT64', shape: [R, L], data: data[n]! }]));
+    let result = new TsiError('INTERNAL', `model '${this.model}': the encoder sent no response`) as Tensor | TsiError;
+    const times = await this.inner.execute([{
+      id: live[0]!.id, inputs, requestedOutputs: [this.output], parameters: {}, batchSize: R,
+      send: (r) => {
+        result = r instanceof TsiError ? r : r.outputs.find((t) => t.name === this.output) ?? result;
+      },
+    }]);
+    if (result instanceof TsiError) {
+      for (const req of live) req.send(result, true);
+      return times;
+    }
+    const h = result.data as Float32Array;
+    const dim = result.shape[2]!;
+    let i = 0;
+    for (const req of live) {
+      const mine = rows.filter((r) => r.req === req);
+      try {
+        const want = this.dimensionsOf(req, dim) ?? dim;
+        const out = new Float32Array(mine.length * want);
+        const counts = new Int32Array(mine.length);
+        mine.forEach((r, k) => {
+          let v = pool(h, i + k, L, dim, r.ids.length, this.settings.pooling);
+          if (this.settings.normalize) v = normalized(v);
+          if (want < dim) v = normalized(v.subarray(0, want));
+          out.set(v, k * want);
+          counts[k] = r.ids.length;
+        });
+        const n = mine.length;
+        const batch = req.inputs.get('text_input')!.shape.length > 1;
+        req.send({
+          outputs: [
+            { name: 'embedding', datatype: 'FP32', shape: batch ? [n, want] : [want], data: out },
+            { name: 'num_tokens', datatype: 'INT32', shape: batch ? [n, 1] : [1], data: counts },
+          ],
+        }, true);
+      } catch (err) {
+        req.send(err as TsiError, true);
+      }
+      i += mine.length;
+    }
+    return times;
+  }
+
+  async unload(): Promise<void> {
+    await this.inner.unload();
+  }
+}
