@@ -174,7 +174,7 @@ describe('OpenAI-compatible API', () => {
     expect(r.body).toEqual({
       id: expect.stringMatching(/^cmpl-/), object: 'text_completion', created: expect.any(Number), model: 'tiny_gpt',
       choices: [{ index: 0, text: ref.tokenizer.decode(expected), logprobs: null, finish_reason: 'length' }],
-      usage: { prompt_tokens: promptTokens, completion_tokens: 9, total_tokens: promptTokens + 9 },
+      usage: { prompt_tokens: promptTokens, completion_tokens: 9, total_tokens: promptTokens + 9, prompt_tokens_details: { cached_tokens: 0 } },
     });
   });
 
