@@ -55,6 +55,8 @@ const { values: args } = parseArgs({
     models: { type: 'string', default: 'tiny_gpt,mid_gpt,tiny_llama' },
     // The structured-output comparison only (no naive side, no model table).
     'grammar-only': { type: 'boolean', default: false },
+    // The prefix-cache comparison only.
+    'prefix-only': { type: 'boolean', default: false },
   },
 });
 const STREAMS = args.streams.split(',').map(Number);
@@ -142,6 +144,12 @@ symlinkSync(join(ROOT, 'models', 'tiny_gpt'), join(repo, 'tiny_gpt'));
 // Its KV cache is 6× tiny_gpt's per token: 32 streams of up to 40 + 64 tokens take ~40 MB.
 if (MODELS.includes('mid_gpt')) writeGptFolder(join(repo, 'mid_gpt'), MID_GPT, 128 * 2 ** 20);
 if (MODELS.includes('tiny_llama')) await writeTinyLlama(join(repo, 'tiny_llama'));
+// mid_gpt with a 2,048-token context, twice: prefix caching on (the default) and off.
+const PREFIX_GPT = { ...MID_GPT, context: 2048, name: 'prefix_gpt' };
+const prefixModel = writeGptFolder(join(repo, 'prefix_gpt'), PREFIX_GPT, 64 * 2 ** 20);
+writeGptFolder(join(repo, 'prefix_gpt_off'), PREFIX_GPT, 64 * 2 ** 20, 'KIND_CPU', 'prefix_gpt_off', prefixModel);
+const offConfig = join(repo, 'prefix_gpt_off', 'config.pbtxt');
+writeFileSync(offConfig, readFileSync(offConfig, 'utf8').replace('parameters [', 'parameters [\n  { key: "enable_prefix_caching" value: { string_value: "false" } },'));
 tokenizerThroughput();
 const { argv, build } = tsiServer(repo, work, { server: args.server });
 const server = await spawnServer(argv, 'tsi');
@@ -226,14 +234,42 @@ async function benchGrammar(): Promise<void> {
   console.log(`grammar: constrained / free tokens/s ${f(c.res.tokensPerS / fr.res.tokensPerS, 2)}×; mask cost ≈ ${f(c.mainMs / c.res.tokens - fr.mainMs / fr.res.tokens, 2)} ms of main-thread CPU per token (loaded shared machine: compare the two rows, not absolute numbers)`);
 }
 
+/**
+ * What automatic prefix caching saves: a ~1,000-token system prompt, then 16 requests that share it
+ * (each its own question), one at a time, TTFT p50 with the cache and without (the same model twice,
+ * one with enable_prefix_caching false), in this run. Each side is warmed with the prompt once.
+ */
+async function benchPrefix(): Promise<void> {
+  const system = Array.from({ length: 450 }, (_, i) => `w${(i * 7) % 97}`).join(' ');
+  const p50: Record<string, number> = {};
+  for (const model of ['prefix_gpt', 'prefix_gpt_off']) {
+    await tsiRequest(server.port, model, `${system}\nwarm up`, 2, () => {});
+    const ttft: number[] = [];
+    for (let i = 0; i < 16; i++) {
+      const t0 = performance.now();
+      await tsiRequest(server.port, model, `${system}\nquestion ${i}: why?`, 2, () => ttft.push(performance.now() - t0));
+    }
+    p50[model] = pct(ttft, 50);
+  }
+  const f = (x: number) => x.toFixed(1);
+  console.log(`\nprefix cache (mid_gpt, ~1,000-token shared system prompt, 16 requests one at a time): TTFT p50 ${f(p50.prefix_gpt!)} ms with, ${f(p50.prefix_gpt_off!)} ms without: ${f(p50.prefix_gpt_off! / p50.prefix_gpt!)}× (loaded shared machine: compare the two, not absolute numbers)`);
+}
+
 try {
   const rows: Row[] = [];
+  if (args['prefix-only']) {
+    await benchPrefix();
+    MODELS.length = 0;
+  }
   if (args['grammar-only']) {
     await benchGrammar();
     MODELS.length = 0;
   }
   for (const model of MODELS) rows.push(...(await benchModel(model)));
-  if (!args['grammar-only']) await benchGrammar();
+  if (!args['grammar-only'] && !args['prefix-only']) {
+    await benchGrammar();
+    await benchPrefix();
+  }
   const f = (x: number, d = 1) => x.toFixed(d);
   if (rows.length > 0) console.log('\n| model | streams | tsi tokens/s | naive tokens/s | tsi / naive | tsi TTFT p50 / p99 (ms) [server-side mean] | naive TTFT p50 / p99 (ms) | CPU ms per 1k tokens, tsi server (its main thread) + client / naive |');
   if (rows.length > 0) console.log('|---|---:|---:|---:|---:|---:|---:|---:|');

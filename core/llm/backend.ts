@@ -17,7 +17,8 @@
  * where the model runs between steps: the onnxruntime backend's execute() is stateless and moves
  * every tensor in and out. Here the runtime supplies only a decoder session (decoder.ts); the
  * scheduler, engine, sampling and text are core's. Config parameters (per instance):
- * `max_num_seqs` (64), `kv_cache_bytes` (512 MiB), `max_prefill_tokens` (4096), `max_context`
+ * `max_num_seqs` (64), `kv_cache_bytes` (512 MiB), `max_prefill_tokens` (4096), `enable_prefix_caching`
+ * (true: prompts' caches kept for later prompts with the same prefix, prefix-cache.ts), `max_context`
  * (default: config.json), `variant` (model_q4, model_fp16...; default: the best present), and the
  * onnxruntime backend's thread settings.
  */
@@ -113,6 +114,15 @@ function intParam(config: ModelConfig, key: string, dflt: number): number {
   return v;
 }
 
+function boolParam(config: ModelConfig, key: string, dflt: boolean): boolean {
+  const raw = config.parameters?.[key]?.string_value;
+  const v = raw?.trim().toLowerCase();
+  if (v === undefined || v === '') return dflt;
+  if (v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  throw new TsiError('INVALID_ARG', `model '${config.name ?? ''}': config parameter '${key}' must be true or false, got '${raw}'`);
+}
+
 function instancesOf(config: ModelConfig): number {
   return (config.instance_group ?? []).reduce((n, g) => n + (g.count ?? 1), 0) || 1;
 }
@@ -170,6 +180,7 @@ class LlmModel implements BackendModel {
       maxNumSeqs: intParam(config, 'max_num_seqs', 64),
       kvTokens: Math.floor(kvBytes / perToken),
       maxPrefillTokens: intParam(config, 'max_prefill_tokens', 4096),
+      prefixCaching: boolParam(config, 'enable_prefix_caching', true),
     };
     const stats = new LlmStats(this.ctx.metrics, { model: sctx.modelName, version: String(sctx.version) }, () => sctx.clock.epochMs());
     this.stats = stats;

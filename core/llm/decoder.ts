@@ -17,8 +17,11 @@ import type { InstancePlacement, ModelIoInfo } from '../backend.js';
 import { TsiError } from '../errors.js';
 
 export type StepRequest =
-  /** `forks`: sequences that start as copies of the row's cache (a request's other n - 1 choices). */
-  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[]; forks?: number[] }[]; greedy?: boolean }
+  /**
+   * `forks`: sequences that start as copies of the row's cache (a request's other n - 1 choices).
+   * `prefixRoom`: prefix caching is on, and its cache may hold this many tokens' worth (prefix-cache.ts).
+   */
+  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[]; forks?: number[] }[]; greedy?: boolean; prefixRoom?: number }
   | { kind: 'decode'; free: number[]; rows: { seq: number; token: number }[]; greedy?: boolean }
   | { kind: 'free'; free: number[] };
 
@@ -33,6 +36,10 @@ export interface StepResult {
   vocab: number;
   /** Bytes the session holds in KV caches after this step (padding included). */
   kvBytes: number;
+  /** A prefill's rows: prompt tokens whose caches came from the prefix cache (absent when it is off). */
+  cached?: number[];
+  /** Bytes the prefix cache holds after this step (a prefill with prefix caching on). */
+  prefixBytes?: number;
   /** Time spent in the model run itself. */
   inferNs: number;
   /** Time spent laying out inputs and caches (re-batching when sequences join or leave). */

@@ -67,6 +67,8 @@ export interface EngineLimits {
   kvTokens: number;
   /** Prompt tokens (rows × longest prompt, padding counted) one prefill step may take. */
   maxPrefillTokens: number;
+  /** Prompts' caches kept for later prompts that share their prefix, in the room reservations leave. */
+  prefixCaching?: boolean;
 }
 
 export interface StepStats {
@@ -93,6 +95,8 @@ export class Engine {
   private stopped = false;
   private idleWaiters: (() => void)[] = [];
   kvBytes = 0;
+  /** Bytes the session's prefix cache holds (as its last prefill said). */
+  prefixBytes = 0;
 
   constructor(
     readonly session: DecoderSession, readonly limits: EngineLimits, private readonly source: SequenceSource,
@@ -166,7 +170,7 @@ export class Engine {
         let req: StepRequest;
         let seqs: EngineSequence[] = [];
         if (admit.length > 0) {
-          req = { kind: 'prefill', free: this.takeFree(), rows: admit.map(prefillRow), greedy: allGreedy(admit.flatMap(withFollowers)) };
+          req = { kind: 'prefill', free: this.takeFree(), rows: admit.map(prefillRow), greedy: allGreedy(admit.flatMap(withFollowers)), ...this.prefixRoom() };
           seqs = admit;
         } else if (this.running.length > 0) {
           req = { kind: 'decode', free: this.takeFree(), rows: this.running.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })), greedy: allGreedy(this.running) };
@@ -197,7 +201,7 @@ export class Engine {
       while (!this.stopped) {
         const admit = this.admit();
         if (admit.length === 0) break;
-        const req: StepRequest = { kind: 'prefill', free: [], rows: admit.map(prefillRow), greedy: allGreedy(admit.flatMap(withFollowers)) };
+        const req: StepRequest = { kind: 'prefill', free: [], rows: admit.map(prefillRow), greedy: allGreedy(admit.flatMap(withFollowers)), ...this.prefixRoom() };
         // Rows the session reported early (a prefill run in parts) start streaming at once.
         const reported = new Set<number>();
         const part = (rows: readonly number[], result: StepResult) => {
@@ -209,6 +213,7 @@ export class Engine {
         const outcome = await this.run(req, part);
         if (reported.size > 0 && !('error' in outcome)) {
           this.kvBytes = outcome.kvBytes;
+          if (outcome.prefixBytes !== undefined) this.prefixBytes = outcome.prefixBytes;
           continue;
         }
         // A failure after some parts fails only the rows not yet reported.
@@ -248,6 +253,15 @@ export class Engine {
     return out;
   }
 
+  /**
+   * The prefix cache's room, sent with each prefill: the KV budget less what running sequences reserve
+   * (those just admitted included). Reservations grow only by admission, which comes with a prefill,
+   * so cache and reservations together never pass the budget.
+   */
+  private prefixRoom(): { prefixRoom?: number } {
+    return this.limits.prefixCaching ? { prefixRoom: Math.max(0, this.limits.kvTokens - this.reserved) } : {};
+  }
+
   private takeFree(): number[] {
     const f = this.pendingFree;
     this.pendingFree = [];
@@ -279,6 +293,7 @@ export class Engine {
     }
     const result = outcome;
     this.kvBytes = result.kvBytes;
+    if (result.prefixBytes !== undefined) this.prefixBytes = result.prefixBytes;
     if (req.kind === 'free') {
       this.onStep({ kind: 'free', rows: 0, inputNs: result.inputNs, inferNs: 0, outputNs: 0, kvBytes: result.kvBytes });
       return () => {};
@@ -301,6 +316,7 @@ export class Engine {
         continue;
       }
       const g = s.gen;
+      if (first && result.cached) g.cachedTokens = result.cached[r] ?? 0;
       let token: number;
       if (tokens) token = tokens[r]!;
       else {

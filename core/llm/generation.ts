@@ -36,6 +36,9 @@ export class Generation {
   /** Chosen tokens' log-probabilities not yet sent. */
   private logprobs: TokenLogprob[] = [];
 
+  /** Prompt tokens whose caches came from the prefix cache (set when the prompt was prefilled). */
+  cachedTokens = 0;
+
   constructor(
     tokenizer: Tokenizer, readonly prompt: readonly number[], readonly params: GenerationParams,
     /** Tokens this sequence may generate: max_tokens, or what the context leaves. */

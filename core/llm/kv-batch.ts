@@ -17,9 +17,10 @@
  */
 
 import { TsiError } from '../errors.js';
-import type { DecoderLayout, PrefillPart, StepRequest, StepResult } from './decoder.js';
+import { kvBytesPerToken, type DecoderLayout, type PrefillPart, type StepRequest, type StepResult } from './decoder.js';
+import { PrefixCache, type KvArray, type PrefixHit } from './prefix-cache.js';
 
-export type KvArray = Float32Array | Uint16Array;
+export type { KvArray };
 
 /**
  * The caches of a group of sequences laid out together. A prefill-only session hands its groups to
@@ -52,9 +53,13 @@ export class KvBatch {
   private staged: KvGroup[] = [];
   private readonly dead = new Set<number>();
   private readonly rowBytes: number;
+  private readonly tokenBytes: number;
+  /** Prompts' caches kept for later prompts that start the same way (while requests ask for it). */
+  private prefix?: PrefixCache;
 
   constructor(private readonly layout: DecoderLayout) {
     this.rowBytes = layout.kvHeads * layout.headDim * (layout.kvType === 'float16' ? 2 : 4);
+    this.tokenBytes = kvBytesPerToken(layout);
   }
 
   private alloc(n: number): KvArray {
@@ -109,10 +114,25 @@ export class KvBatch {
    * logits. A prefill run in parts reports each part through `onPart` when given (see DecoderSession).
    */
   async step<T>(req: StepRequest, kit: TensorKit<T>, onPart?: PrefillPart): Promise<StepResult> {
-    if (req.kind === 'prefill' && req.rows.length > 1) {
-      const parts = prefillParts(req.rows.map((r) => r.tokens.length));
-      if (parts.length > 1) return this.prefillInParts(req, parts, kit, onPart);
-    }
+    if (req.kind !== 'prefill') return this.run(req, kit);
+    if (req.prefixRoom === undefined) this.prefix = undefined;
+    else this.prefix ??= new PrefixCache(this.layout);
+    const cache = this.prefix;
+    const hits = cache ? req.rows.map((r) => cache.lookup(r.tokens)) : [];
+    // Sequences admitted with this prefill reserved their room: the cache gives it up first.
+    cache?.evictTo(req.prefixRoom! * this.tokenBytes);
+    let parts: number[][];
+    if (hits.some((h) => h)) {
+      // A row with a hit runs alone, on its cached prefix; prefillInParts runs the last parts first.
+      const miss = req.rows.map((_, i) => i).filter((i) => !hits[i]);
+      parts = [...prefillParts(miss.map((i) => req.rows[i]!.tokens.length)).map((p) => p.map((k) => miss[k]!)), ...hits.flatMap((h, i) => (h ? [[i]] : []))];
+    } else parts = req.rows.length > 1 ? prefillParts(req.rows.map((r) => r.tokens.length)) : [[0]];
+    if (parts.length > 1) return this.prefillInParts(req, parts, hits, kit, onPart);
+    return this.run(req, kit, hits[0]);
+  }
+
+  /** One model run: a prefill (on a cached prefix when `hit` is given: one row then), decode or free. */
+  private async run<T>(req: StepRequest, kit: TensorKit<T>, hit?: PrefixHit): Promise<StepResult> {
     const t0 = performance.now();
     this.free(req.free);
     if (req.kind === 'free') return { vocab: 0, kvBytes: this.bytes(), inferNs: 0, inputNs: (performance.now() - t0) * 1e6 };
@@ -125,7 +145,26 @@ export class KvBatch {
     let B: number;
     let S: number;
     let past: number;
-    if (req.kind === 'prefill') {
+    if (req.kind === 'prefill' && hit) {
+      const tokens = req.rows[0]!.tokens;
+      B = 1;
+      past = hit.tokens;
+      S = tokens.length - past;
+      const ids = new BigInt64Array(S);
+      const pos = new BigInt64Array(S);
+      for (let k = 0; k < S; k++) {
+        ids[k] = BigInt(tokens[past + k]!);
+        pos[k] = BigInt(past + k);
+      }
+      feeds[L.inputIds] = kit.int64(ids, [1, S]);
+      if (L.attentionMask) feeds[L.attentionMask] = kit.int64(new BigInt64Array(past + S).fill(1n), [1, past + S]);
+      if (L.positionIds) feeds[L.positionIds] = kit.int64(pos, [1, S]);
+      for (let l = 0; l < layers; l++) {
+        feeds[L.past[l]!.key] = kit.kv(hit.kv[2 * l]!, [1, H, past, D]);
+        feeds[L.past[l]!.value] = kit.kv(hit.kv[2 * l + 1]!, [1, H, past, D]);
+      }
+      group = { seqs: [req.rows[0]!.seq], len: past + S, real: [past + S], kv: [] };
+    } else if (req.kind === 'prefill') {
       B = req.rows.length;
       S = Math.max(...req.rows.map((r) => r.tokens.length));
       past = 0;
@@ -187,18 +226,21 @@ export class KvBatch {
     if (kd[0] !== B || kd[2] !== group.len) {
       throw new TsiError('INTERNAL', `decoder returned present KV of shape [${kd.join(',')}], expected [${B},${H},${group.len},${D}]`);
     }
+    let prefix: Pick<StepResult, 'cached' | 'prefixBytes'> = {};
     if (req.kind === 'prefill') {
       this.staged.push(group);
       req.rows.forEach((r, b) => {
         if (r.forks?.length) this.staged.push(this.fork(group, b, r.forks));
+        this.prefix?.store(r.tokens, group, b, req.prefixRoom! * this.tokenBytes);
       });
+      if (this.prefix) prefix = { cached: req.rows.map(() => past), prefixBytes: this.prefix.bytes };
     } else this.live = group;
     const logitsT = out[L.logits]!;
     const ld = kit.dims(logitsT);
     const vocab = ld[ld.length - 1]!;
     const positions = ld.length === 3 ? ld[1]! : 1;
     const logits = lastRows(kit.data(logitsT), B, positions, vocab, L.logitsType === 'float16');
-    return { logits, vocab, kvBytes: this.bytes(), inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 };
+    return { logits, vocab, kvBytes: this.bytes(), ...prefix, inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 };
   }
 
   /** A group of `seqs` whose caches are copies of row `row` of `g` (the prompt computed once for n choices). */
@@ -216,17 +258,22 @@ export class KvBatch {
    * A prefill run as several (each its own group), shortest prompts first: reported part by part
    * through `onPart`, else its rows' logits put back in the request's order.
    */
-  private async prefillInParts<T>(req: Extract<StepRequest, { kind: 'prefill' }>, parts: number[][], kit: TensorKit<T>, onPart?: PrefillPart): Promise<StepResult> {
+  private async prefillInParts<T>(
+    req: Extract<StepRequest, { kind: 'prefill' }>, parts: number[][], hits: (PrefixHit | undefined)[], kit: TensorKit<T>, onPart?: PrefillPart,
+  ): Promise<StepResult> {
     const t0 = performance.now();
     this.free(req.free);
     let logits: Float32Array | undefined;
     let vocab = 0;
     let inferNs = 0;
+    const cached = req.rows.map(() => 0);
     // Shortest first: while prompts wait for each other, the quick ones' first tokens go out first.
     for (const part of [...parts].reverse()) {
-      const r = await this.step({ kind: 'prefill', free: [], rows: part.map((i) => req.rows[i]!) }, kit);
+      const rows = part.map((i) => req.rows[i]!);
+      const r = await this.run({ kind: 'prefill', free: [], rows, prefixRoom: req.prefixRoom }, kit, part.length === 1 ? hits[part[0]!] : undefined);
       vocab = r.vocab;
       inferNs += r.inferNs;
+      part.forEach((i, k) => (cached[i] = r.cached?.[k] ?? 0));
       if (onPart) {
         onPart(part, r);
         continue;
@@ -234,7 +281,8 @@ export class KvBatch {
       logits ??= new Float32Array(req.rows.length * vocab);
       part.forEach((i, k) => logits!.set(r.logits!.subarray(k * vocab, (k + 1) * vocab), i * vocab));
     }
-    return { logits, vocab, kvBytes: this.bytes(), inferNs, inputNs: (performance.now() - t0) * 1e6 - inferNs };
+    const prefix = this.prefix ? { cached, prefixBytes: this.prefix.bytes } : {};
+    return { logits, vocab, kvBytes: this.bytes(), ...prefix, inferNs, inputNs: (performance.now() - t0) * 1e6 - inferNs };
   }
 
   /**

@@ -85,6 +85,7 @@ class Sequence implements EngineSequence {
     const llm = this.owner.llm;
     // A request's other choices share the first one's prompt run: its tokens count once.
     if (first) llm.firstToken(now - this.request.receivedNs, this.gen.index === 0 ? this.gen.prompt.length : 0);
+    if (first && this.gen.index === 0 && this.owner.opts.limits.prefixCaching) llm.prefixLookup(this.gen.prompt.length, this.gen.cachedTokens);
     else llm.interTokenGap(now - this.lastTokenNs);
     this.lastTokenNs = now;
     llm.tokens(1);
@@ -104,7 +105,7 @@ class Sequence implements EngineSequence {
     const finish = acc.finish !== undefined;
     const extra = this.pieceParameters(finish);
     const parameters: Parameters | undefined = finish
-      ? { finish_reason: acc.finish!, num_input_tokens: this.gen.prompt.length, num_output_tokens: this.gen.tokens.length, ...extra }
+      ? { finish_reason: acc.finish!, num_input_tokens: this.gen.prompt.length, num_cached_tokens: this.gen.cachedTokens, num_output_tokens: this.gen.tokens.length, ...extra }
       : extra;
     const final = finish && --this.group.running === 0;
     this.request.send({ outputs: [textTensor(text)], parameters }, final);
@@ -152,7 +153,7 @@ export class LlmScheduler implements Scheduler {
   private drained?: () => void;
   private active = 0;
 
-  constructor(readonly ctx: SchedulerContext, private readonly opts: LlmSchedulerOptions) {
+  constructor(readonly ctx: SchedulerContext, readonly opts: LlmSchedulerOptions) {
     this.llm = opts.llm;
     const source = {
       peek: () => this.queue[0],
@@ -306,10 +307,13 @@ export class LlmScheduler implements Scheduler {
   private gauges(): void {
     let reserved = 0;
     let held = 0;
+    let prefix = 0;
     for (const e of this.engines) {
       reserved += e.reservedTokens;
       held += e.kvBytes;
+      prefix += e.prefixBytes;
     }
+    this.llm.prefixBytes = prefix;
     this.llm.kvTokensReserved = reserved;
     this.llm.kvBytesHeld = held;
     this.llm.gauges();

@@ -72,7 +72,13 @@ export class LlmStats {
     metrics: CustomMetric[];
     ttft: CustomMetric; tpot: CustomMetric; e2e: CustomMetric; prompt: CustomMetric; gen: CustomMetric;
     running: CustomMetric; waiting: CustomMetric; kv: CustomMetric; kvV0: CustomMetric; tput: CustomMetric;
+    prefixQueries: CustomMetric; prefixHits: CustomMetric;
   };
+  /** Prompt tokens looked up in the prefix cache, and those found there (prefix caching on). */
+  prefixQueries = 0;
+  prefixHits = 0;
+  /** Bytes the prefix caches hold, over all instances. */
+  prefixBytes = 0;
 
   constructor(metrics: CustomMetrics | undefined, labels: { model: string; version: string }, private readonly nowMs: () => number) {
     if (!metrics) return;
@@ -98,6 +104,9 @@ export class LlmStats {
       // vLLM v0's name for the same gauge, which Triton's vLLM backend reported and dashboards still query.
       kvV0: metric('vllm:gpu_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', 'GAUGE'),
       tput: metric('vllm:avg_generation_throughput_toks_per_s', 'Average generation throughput in tokens/s.', 'GAUGE'),
+      // vLLM v1's counters (`vllm:prefix_cache_queries`, `_hits`), as prometheus_client writes them out.
+      prefixQueries: metric('vllm:prefix_cache_queries_total', 'Prompt tokens looked up in the prefix cache.', 'COUNTER'),
+      prefixHits: metric('vllm:prefix_cache_hits_total', 'Prompt tokens found in the prefix cache.', 'COUNTER'),
     };
   }
 
@@ -106,6 +115,14 @@ export class LlmStats {
     this.promptTokens += promptTokens;
     this.m?.ttft.observe(ns / 1e9);
     this.m?.prompt.increment(promptTokens);
+  }
+
+  /** A prompt was prefilled with prefix caching on: its length, and the tokens the cache had. */
+  prefixLookup(queried: number, hit: number): void {
+    this.prefixQueries += queried;
+    this.prefixHits += hit;
+    this.m?.prefixQueries.increment(queried);
+    this.m?.prefixHits.increment(hit);
   }
 
   tokens(n: number): void {
@@ -161,6 +178,7 @@ export class LlmStats {
         usage: Math.round(this.kvUsage() * 1e4) / 1e4,
         held_bytes: this.kvBytesHeld,
         bytes_per_token: this.kvBytesPerToken,
+        prefix_cache: { bytes: this.prefixBytes, queried_tokens: this.prefixQueries, hit_tokens: this.prefixHits },
       },
     };
   }

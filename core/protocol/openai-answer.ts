@@ -40,6 +40,8 @@ export interface Wants {
 interface Finish {
   reason: string;
   promptTokens: number;
+  /** Prompt tokens the prefix cache had (num_cached_tokens, as vLLM names it). */
+  cachedTokens?: number;
   completionTokens: number;
   cumulativeLogprob: number;
 }
@@ -68,7 +70,9 @@ function pieceOf(r: InferResponse): Piece {
   const piece: Piece = { index: Number(q.index ?? 0), text };
   if (typeof q.logprobs === 'string') piece.logprobs = JSON.parse(q.logprobs) as TokenLp[];
   if (q.finish_reason !== undefined) {
-    piece.finish = { reason: String(q.finish_reason), promptTokens: Number(q.num_input_tokens ?? 0), completionTokens: Number(q.num_output_tokens ?? 0), cumulativeLogprob: Number(q.cumulative_logprob ?? 0) };
+    piece.finish = {
+      reason: String(q.finish_reason), promptTokens: Number(q.num_input_tokens ?? 0),
+      ...(q.num_cached_tokens !== undefined ? { cachedTokens: Number(q.num_cached_tokens) } : {}), completionTokens: Number(q.num_output_tokens ?? 0), cumulativeLogprob: Number(q.cumulative_logprob ?? 0) };
   }
   return piece;
 }
@@ -76,7 +80,10 @@ function pieceOf(r: InferResponse): Piece {
 function usageOf(finishes: Finish[]): Json {
   const prompt = finishes[0]?.promptTokens ?? 0;
   const completion = finishes.reduce((n, f) => n + f.completionTokens, 0);
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+  const cached = finishes[0]?.cachedTokens;
+  // OpenAI's shape for the prompt tokens the prefix cache had (a backend that says: the llm one).
+  const details = cached !== undefined ? { prompt_tokens_details: { cached_tokens: cached } } : {};
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, ...details };
 }
 
 /** How one endpoint shapes its answers. */
