@@ -3,14 +3,18 @@
  * and 32 concurrent streams on three models — tiny_gpt (the test model: so small that a step is
  * per-call overhead), mid_gpt (made here: d=384, 4 layers, 36 MB of weights, so a decode step is
  * bound by reading the weights, as a real LLM's is) and tiny_llama (a Llama-architecture model in
- * the onnx-community layout, scripts/llm-families.ts) — two ways, in one run:
+ * the onnx-community layout, scripts/llm-families.ts) — four ways, in one run:
  *   (a) naive — one request at a time on raw onnxruntime-node in this process (no HTTP, no batching:
  *               prefill, then one token per session.run with the KV cache fed back), requests waiting
  *               their turn in arrival order: what serving an LLM without a token loop scheduler is;
  *   (b) tsi   — the tsi server in a child process, `generate_stream` over HTTP with server-sent
  *               events, in-flight batching (max_num_seqs 32), its defaults otherwise (a decode and
  *               a prefill worker); the client is node:http on keep-alive connections opened by
- *               the warm-up.
+ *               the warm-up;
+ *   (c) transformers.js sequential — @huggingface/transformers' generate() on the same folder, one
+ *               request at a time in this process: what a Node server wrapping it does;
+ *   (d) transformers.js batched — its generate() over each round of the streams' prompts at once,
+ *               left-padded: the best it can do, knowing every prompt up front (bench/llm-transformers.ts).
  * Each stream is a closed-loop client sending its requests one after another; every request
  * generates exactly --tokens tokens (ignore_eos) from a prompt of 5 to 40 words. The naive side runs
  * ORT on all the cores (its fastest). The last column is CPU time per 1000 tokens (tsi: the server
@@ -25,7 +29,8 @@
  *       --models tiny_gpt,mid_gpt,tiny_llama  --server tsx|dist (tsx: the sources; dist needs a fresh `npm run build`)
  *       --grammar-only: only the structured-output comparison (benchGrammar))
  * First it prints tokenizer throughput, the tokenizer against the byte-level BPE it replaced.
- * Targets: tsi ≥ 4× naive tokens/s at 32 streams; tsi's TTFT p50 at 8 streams ≤ 2× at 1.
+ * Targets: tsi ≥ 4× naive tokens/s at 32 streams; tsi's TTFT p50 at 8 streams ≤ 2× at 1; at 8
+ * streams tsi ≥ 4× transformers.js sequential and ≥ 1.5× transformers.js batched.
  */
 
 // --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
@@ -42,6 +47,7 @@ import { tinySpec, writeFamilyFolder } from '../scripts/llm-families.js';
 import { referenceDecoder } from '../test/node/llm-reference.js';
 import { Tokenizer as ByteBpeTokenizer } from './byte-bpe-tokenizer.js';
 import { drive as driveStreams, MID_GPT, pct, tsiRequest, writeGptFolder, type Result } from './llm-common.js';
+import { oneAtATime, transformersPeer } from './llm-transformers.js';
 import { spawnServer, stopServer, tsiServer } from './servers.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -160,6 +166,9 @@ interface Row {
   streams: number;
   tsi: Result;
   naive: Result;
+  /** transformers.js: one request at a time, and each round of requests as one batch. */
+  tfSeq: Result;
+  tfBatch: Result;
   serverTtftMs: number;
   cpu: { server: number; main: number; client: number; naive: number };
 }
@@ -167,24 +176,24 @@ interface Row {
 /** Both sides on one model, at every stream count. */
 async function benchModel(model: string): Promise<Row[]> {
   const ref = await referenceDecoder(join(repo, model), threads);
+  const peer = await transformersPeer(join(repo, model), work, ref.tokenizer, TOKENS, threads);
   // The naive server: one request at a time, in arrival order.
-  let turn: Promise<unknown> = Promise.resolve();
-  const naiveRequest = (prompt: string, firstToken: () => void): Promise<number> => {
-    const mine = turn.then(() => ref.greedy(prompt, TOKENS, { ignoreEos: true, onToken: firstToken }));
-    turn = mine.catch(() => undefined);
-    return mine.then((ids) => ids.length);
-  };
+  const naiveRequest = oneAtATime(async (prompt: string, firstToken: () => void) => (await ref.greedy(prompt, TOKENS, { ignoreEos: true, onToken: firstToken })).length);
   const tsi = (p: string, f: () => void) => tsiRequest(server.port, model, p, TOKENS, f);
   try {
     // Warm both sides (first runs allocate), and open the clients' keep-alive connections to tsi: a
     // TCP handshake is the client's cost, not the server's time to first token.
     await drive(Math.max(2, ...STREAMS), tsi, 1);
     await drive(1, naiveRequest);
+    await drive(1, peer.sequential);
+    await peer.batched(2, 1);
     const rows: Row[] = [];
     for (const streams of STREAMS) {
       let cpu = process.cpuUsage();
       const naive = await drive(streams, naiveRequest);
       const naiveCpu = cpuMs(process.cpuUsage(cpu));
+      const tfSeq = await drive(streams, peer.sequential);
+      const tfBatch = await peer.batched(streams, perStreamAt(streams));
       const ttft0 = await serverTtft(model);
       cpu = process.cpuUsage();
       const server0 = serverCpuMs();
@@ -195,13 +204,14 @@ async function benchModel(model: string): Promise<Row[]> {
       const main1 = serverCpuMs('main');
       const ttft1 = await serverTtft(model);
       rows.push({
-        model, streams, tsi: res, naive, serverTtftMs: (ttft1.ns - ttft0.ns) / 1e6 / (ttft1.count - ttft0.count),
+        model, streams, tsi: res, naive, tfSeq, tfBatch, serverTtftMs: (ttft1.ns - ttft0.ns) / 1e6 / (ttft1.count - ttft0.count),
         cpu: { server: server1 - server0, main: main1 - main0, client, naive: naiveCpu },
       });
     }
     return rows;
   } finally {
     await ref.release();
+    await peer.release();
   }
 }
 
@@ -271,11 +281,11 @@ try {
     await benchPrefix();
   }
   const f = (x: number, d = 1) => x.toFixed(d);
-  if (rows.length > 0) console.log('\n| model | streams | tsi tokens/s | naive tokens/s | tsi / naive | tsi TTFT p50 / p99 (ms) [server-side mean] | naive TTFT p50 / p99 (ms) | CPU ms per 1k tokens, tsi server (its main thread) + client / naive |');
-  if (rows.length > 0) console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
+  if (rows.length > 0) console.log('\n| model | streams | tsi tokens/s | naive tokens/s | tsi / naive | transformers.js sequential / batched tokens/s | tsi / transformers.js sequential / batched | tsi TTFT p50 / p99 (ms) [server-side mean] | naive TTFT p50 / p99 (ms) | transformers.js sequential / batched TTFT p50 (ms) | CPU ms per 1k tokens, tsi server (its main thread) + client / naive |');
+  if (rows.length > 0) console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
     const perK = (ms: number, res: Result) => (Number.isNaN(ms) ? '–' : f((ms * 1000) / res.tokens, 0));
-    console.log(`| ${r.model} | ${r.streams} | ${f(r.tsi.tokensPerS, 0)} | ${f(r.naive.tokensPerS, 0)} | ${f(r.tsi.tokensPerS / r.naive.tokensPerS, 2)}× | ${f(pct(r.tsi.ttftMs, 50))} / ${f(pct(r.tsi.ttftMs, 99))} [${f(r.serverTtftMs)}] | ${f(pct(r.naive.ttftMs, 50))} / ${f(pct(r.naive.ttftMs, 99))} | ${perK(r.cpu.server, r.tsi)} (${perK(r.cpu.main, r.tsi)}) + ${perK(r.cpu.client, r.tsi)} / ${perK(r.cpu.naive, r.naive)} |`);
+    console.log(`| ${r.model} | ${r.streams} | ${f(r.tsi.tokensPerS, 0)} | ${f(r.naive.tokensPerS, 0)} | ${f(r.tsi.tokensPerS / r.naive.tokensPerS, 2)}× | ${f(r.tfSeq.tokensPerS, 0)} / ${f(r.tfBatch.tokensPerS, 0)} | ${f(r.tsi.tokensPerS / r.tfSeq.tokensPerS, 2)}× / ${f(r.tsi.tokensPerS / r.tfBatch.tokensPerS, 2)}× | ${f(pct(r.tsi.ttftMs, 50))} / ${f(pct(r.tsi.ttftMs, 99))} [${f(r.serverTtftMs)}] | ${f(pct(r.naive.ttftMs, 50))} / ${f(pct(r.naive.ttftMs, 99))} | ${f(pct(r.tfSeq.ttftMs, 50))} / ${f(pct(r.tfBatch.ttftMs, 50))} | ${perK(r.cpu.server, r.tsi)} (${perK(r.cpu.main, r.tsi)}) + ${perK(r.cpu.client, r.tsi)} / ${perK(r.cpu.naive, r.naive)} |`);
   }
   console.log();
   for (const model of MODELS) {
@@ -284,6 +294,12 @@ try {
     const r1 = at(1);
     const r8 = at(8);
     if (r32) console.log(`${model}: tsi ≥ 4× naive at 32 streams: ${f(r32.tsi.tokensPerS / r32.naive.tokensPerS, 2)}× ${r32.tsi.tokensPerS >= 4 * r32.naive.tokensPerS ? 'MET' : 'MISSED'}`);
+    if (r8) {
+      const seq = r8.tsi.tokensPerS / r8.tfSeq.tokensPerS;
+      const batch = r8.tsi.tokensPerS / r8.tfBatch.tokensPerS;
+      console.log(`${model}: tsi ≥ 4× transformers.js sequential at 8 streams: ${f(seq, 2)}× ${seq >= 4 ? 'MET' : 'MISSED'}`);
+      console.log(`${model}: tsi ≥ 1.5× transformers.js batched at 8 streams: ${f(batch, 2)}× ${batch >= 1.5 ? 'MET' : 'MISSED'}`);
+    }
     if (r1 && r8) {
       const ratio = pct(r8.tsi.ttftMs, 50) / pct(r1.tsi.ttftMs, 50);
       console.log(`${model}: tsi TTFT p50 at 8 streams ≤ 2× at 1: ${f(ratio, 2)}× ${ratio <= 2 ? 'MET' : 'MISSED'}`);

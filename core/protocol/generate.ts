@@ -127,6 +127,42 @@ function render(r: InferResponse | TsiError): { text: string; ok: boolean } {
   }
 }
 
+/**
+ * A stream's event text from a template while its responses keep one shape (no parameters, one output
+ * of one element: an LLM's tokens): the keys around the value are written once, each token writes its
+ * value. Any other response is rendered whole, by render().
+ */
+function eventWriter(): (r: InferResponse | TsiError) => { text: string; ok: boolean } {
+  let key: { name: string; version: string; id: string | undefined; output: string } | undefined;
+  let head = '';
+  let tail = '';
+  return (r) => {
+    if (r instanceof TsiError || r.outputs.length !== 1 || (r.parameters && Object.keys(r.parameters).length > 0)) return render(r);
+    const t = r.outputs[0]!;
+    if (key?.name !== r.model_name || key.version !== r.model_version || key.id !== (r.id || undefined) || key.output !== t.name) {
+      key = undefined;
+      const fields: [string, unknown][] = [['model_name', r.model_name], ['model_version', r.model_version], [t.name, undefined]];
+      if (r.id) fields.push(['id', r.id]);
+      if (fields.some(([k]) => INDEX_KEY.test(k)) || new Set(fields.map(([k]) => k)).size !== fields.length) return render(r);
+      fields.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      const at = fields.findIndex(([k]) => k === t.name);
+      const part = (f: [string, unknown][]) => f.map(([k, v]) => `${JSON.stringify(k)}:${stringifyJson(v)}`).join(',');
+      if (fields.some(([k, v]) => k !== t.name && stringifyJson(v) === undefined)) return render(r);
+      head = `{${part(fields.slice(0, at))}${at > 0 ? ',' : ''}${JSON.stringify(t.name)}:`;
+      tail = `${at < fields.length - 1 ? ',' : ''}${part(fields.slice(at + 1))}}`;
+      key = { name: r.model_name, version: r.model_version, id: r.id || undefined, output: t.name };
+    }
+    try {
+      const values = toJsonValues(t.datatype, t.data);
+      const v = values.length === 1 ? stringifyJson(values[0]) : undefined;
+      if (v !== undefined) return { text: head + v + tail, ok: true };
+    } catch {
+      // render() says what failed.
+    }
+    return render(r);
+  };
+}
+
 async function readRequest(server: InferenceServer, req: Request, model: string, version: string | undefined, maxInput: number): Promise<InferRequest> {
   server.model(model, version); // unknown model or version: its own status, before reading the body
   const raw = await readWebBody(req, maxInput, { identityOnly: `Unsupported content-encoding, only 'identity' is supported.` });
@@ -178,6 +214,7 @@ async function single(server: InferenceServer, request: InferRequest, signal: Ab
 
 function stream(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
   const sse = new SseStream('generate_stream');
+  const event = eventWriter();
   return new Promise<Response>((resolve) => {
     let started = false;
     const begin = (ok: boolean) => {
@@ -188,7 +225,7 @@ function stream(server: InferenceServer, request: InferRequest, signal: AbortSig
     server.inferStream(request, (r, final) => {
       const flagOnly = final && !(r instanceof TsiError) && isCompletionOnly(r);
       if (!flagOnly) {
-        const { text, ok } = render(r);
+        const { text, ok } = event(r);
         begin(ok);
         sse.send(`data: ${text}\n\n`);
       }
