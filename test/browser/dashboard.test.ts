@@ -12,10 +12,10 @@ import type { Browser, Page } from 'playwright-core';
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MODELS, getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
+import { describeWith } from '../helpers/capability.js';
 import { CHROMIUM, CHROMIUM_ARGS } from './chromium.js';
 
-const missing = existsSync(CHROMIUM) ? undefined : `no Chromium at ${CHROMIUM}`;
-if (missing) console.warn(`[tsi] dashboard browser tests skipped: ${missing}`);
+const withChromium = describeWith(!!process.env.CI, 'Chromium', existsSync(CHROMIUM) ? undefined : `no Chromium at ${CHROMIUM}`);
 
 const simpleInputs = (k: number) => [
   { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: Array.from({ length: 16 }, (_, i) => i) },
@@ -23,7 +23,7 @@ const simpleInputs = (k: number) => [
 ];
 const infer = (s: TestServer, model: string, k: number) => postJson(`${s.url}/v2/models/${model}/infer`, { inputs: simpleInputs(k) });
 
-describe.skipIf(missing)('dashboard in Chromium', () => {
+withChromium('dashboard in Chromium', () => {
   let s: TestServer;
   let browser: Browser;
   let page: Page;

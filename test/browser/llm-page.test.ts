@@ -11,17 +11,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../core/index.js';
 import { startServer, type RunningServer } from '../../runtime-node/index.js';
 import { MODELS } from '../helpers/server.js';
+import { describeWith } from '../helpers/capability.js';
 import { chromiumMissing, launchChromium, startStaticSite, within, type StaticSite } from './static-server.js';
 
-const missing = chromiumMissing();
-if (missing) console.warn(`[tsi] llm page tests skipped: ${missing}`);
+const withChromium = describeWith(!!process.env.CI, 'Chromium', chromiumMissing());
 
 const CHAT = {
   model: 'tiny_gpt', stream: true, stream_options: { include_usage: true }, max_tokens: 12, temperature: 0,
   messages: [{ role: 'user', content: 'Hello from a service worker!' }],
 };
 
-describe.skipIf(missing)('tiny_gpt in the browser build', () => {
+withChromium('tiny_gpt in the browser build', () => {
   let running: RunningServer;
   let site: StaticSite;
   let browser: Browser;

@@ -15,10 +15,10 @@ import { createLogger } from '../../core/index.js';
 import { startServer, type RunningServer } from '../../runtime-node/index.js';
 import { referenceMlpBatch } from '../../scripts/gen-models.js';
 import { MODELS, binaryBody } from '../helpers/server.js';
+import { describeWith } from '../helpers/capability.js';
 import { DIST, chromiumMissing, launchChromium, startStaticSite, within, type StaticSite } from './static-server.js';
 
-const missing = chromiumMissing();
-if (missing) console.warn(`[tsi] static-page browser tests skipped: ${missing}`);
+const withChromium = describeWith(!!process.env.CI, 'Chromium', chromiumMissing());
 
 /** A page that imports the bundle the way the docs say, and exposes the server to the test. */
 const page = (dir = 'tsi', models?: string[]) => `<!doctype html><meta charset="utf-8"><title>tsi</title>
@@ -42,7 +42,7 @@ const SW_PAGE = (register: string) => `<!doctype html><meta charset="utf-8"><tit
 
 const ints = (n: number, k: number) => Array.from({ length: n }, (_, i) => ((i * 7 + k) % 23) - 11);
 
-describe.skipIf(missing)('the browser build in a static site', () => {
+withChromium('the browser build in a static site', () => {
   let site: StaticSite;
   let browser: Browser;
   const contexts: BrowserContext[] = [];
@@ -200,7 +200,7 @@ describe.skipIf(missing)('the browser build in a static site', () => {
   }
 });
 
-describe.skipIf(missing)('the demo page served by tsi-node serve --browser-demo', () => {
+withChromium('the demo page served by tsi-node serve --browser-demo', () => {
   let running: RunningServer;
   let browser: Browser;
   beforeAll(async () => {

@@ -16,16 +16,10 @@ import { MODELS } from './server.js';
 // Mesa prints an error line on every start without one.
 process.env.XDG_RUNTIME_DIR ??= '/tmp';
 
-/**
- * The adapter probe, and what a test file should do without one: skip with a printed reason on a
- * developer's machine, fail under CI (whose .ci/run installs the lavapipe driver, so a missing adapter
- * there is a broken install, not a machine without a GPU).
- */
-export async function webgpuOrSkip(what: string): Promise<{ probe: WebGpuProbe; run: boolean }> {
+/** The adapter probe, and why there is no adapter (undefined when there is one), for describeWith. */
+export async function webgpuProbe(): Promise<{ probe: WebGpuProbe; missing: string | undefined }> {
   const probe = await probeWebGpu();
-  const run = probe.adapters.length > 0 || !!process.env.CI;
-  if (!run) process.stderr.write(`skipping ${what}: no WebGPU adapter on this machine (${probe.reason})\n`);
-  return { probe, run };
+  return { probe, missing: probe.adapters.length > 0 ? undefined : probe.reason ?? 'no adapter' };
 }
 
 /** Default-repository models served by onnxruntime (the ones a KIND_GPU instance can put on a GPU). */

@@ -6,7 +6,7 @@
  * floats within 1e-5 + 1e-4 relative), also when concurrent calls are batched; instances must say
  * where they run, and models WebGPU cannot take must run on wasm and say why. In headless Chromium
  * (test/browser/) WebGPU is SwiftShader or absent; this is the path a real adapter takes.
- * Without an adapter the tests are skipped with the reason, except under CI, where they fail.
+ * Without an adapter (or without Dawn) the tests are a named skip, except under CI, where they fail.
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,14 +15,15 @@ import { join } from 'node:path';
 import { createLogger } from '../../core/index.js';
 import { createServer, type BrowserServer, type InputValue, type OutputTensor } from '../../runtime-browser/index.js';
 import { floats, ints } from '../browser/cases.js';
+import { describeWith } from '../helpers/capability.js';
 import { ROOT } from '../helpers/server.js';
 import { baselineWasmOnly, installWebGpu, loadBrowserOrt, memoryRepository, onGpu, onnxModels } from '../helpers/webgpu-node.js';
 
 // Vitest runs each test file in a process of its own (forks pool), so this V8 flag stays in this file.
 baselineWasmOnly();
 const webgpu = await installWebGpu();
-const run = !!webgpu.adapter || !!process.env.CI;
-if (!run) process.stderr.write(`skipping the browser runtime's WebGPU tests: ${webgpu.reason}\n`);
+const withAdapter = describeWith(!!process.env.CI, 'WebGPU adapter (Dawn)', webgpu.adapter ? undefined : webgpu.reason ?? 'no adapter');
+const withDawn = describeWith(!!process.env.CI, "Dawn (the 'webgpu' package)", webgpu.loaded ? undefined : webgpu.reason ?? 'not loaded');
 
 /** Models whose every input and output WebGPU can hold. */
 const ON_WEBGPU = onnxModels(['add_sub', 'autocomplete_add', 'image_classifier', 'mlp_batch', 'simple', 'simple_sequence']);
@@ -79,7 +80,7 @@ function outputsMismatch(model: string, got: Record<string, OutputTensor>, want:
   return undefined;
 }
 
-describe.runIf(run)('the browser runtime on WebGPU under Node (Dawn)', () => {
+withAdapter('the browser runtime on WebGPU under Node (Dawn)', () => {
   const logs: string[] = [];
   const log = createLogger((_l, line) => logs.push(line), 1);
   let gpu: BrowserServer;
@@ -163,7 +164,7 @@ describe.runIf(run)('the browser runtime on WebGPU under Node (Dawn)', () => {
   });
 });
 
-describe.runIf(run)("onnxruntime-web's own Node entry", () => {
+withAdapter("onnxruntime-web's own Node entry", () => {
   it('has no WebGPU backend, so KIND_GPU instances run on wasm and say why', async () => {
     // No `ort`: the runtime's default import('onnxruntime-web'), which Node resolves to ort.node.min.mjs.
     const logs: string[] = [];
@@ -182,7 +183,7 @@ describe.runIf(run)("onnxruntime-web's own Node entry", () => {
   });
 });
 
-describe.runIf(webgpu.loaded)('with the Vulkan driver hidden', () => {
+withDawn('with the Vulkan driver hidden', () => {
   it('finds no adapter, runs KIND_GPU on wasm and says why', async () => {
     const script = join(ROOT, 'test', 'helpers', 'webgpu-no-adapter.ts');
     const env = { ...process.env, VK_DRIVER_FILES: '/nonexistent', VK_ICD_FILENAMES: '/nonexistent' };

@@ -5,19 +5,16 @@
  * does. Zero failed requests with HAProxy retrying nothing (`retries 0`, no retry-on, no redispatch,
  * like kube-proxy): tsi's drain phases alone make the restart lossless (not ready for the drain
  * delay while HAProxy's health checks take it out, then listeners closed and in-flight work drained).
- * Needs `haproxy` (.ci/run installs it; skipped with a message elsewhere) and the compiled CLI in dist/.
+ * Needs `haproxy` (.ci/run installs it; a named skip elsewhere, a failure under CI) and the compiled CLI in dist/.
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Haproxy, hasHaproxy, makeRepository, rollingRestart, startLoad, startReplicas, type Replica } from '../../bench/replicas.js';
+import { describeWith } from '../helpers/capability.js';
 
-const haproxy = hasHaproxy();
-if (!haproxy) {
-  if (process.env.CI) throw new Error('haproxy is missing: .ci/run installs it (apt-get install haproxy)');
-  console.warn('deploy-replicas: skipped, haproxy is not installed (apt-get install haproxy)');
-}
+const haproxyMissing = hasHaproxy() ? undefined : 'no haproxy on PATH (apt-get install haproxy)';
 
-describe.skipIf(!haproxy)('3 replicas behind HAProxy, restarted one at a time under load', () => {
+describeWith(!!process.env.CI, 'HAProxy', haproxyMissing)('3 replicas behind HAProxy, restarted one at a time under load', () => {
   let repo: ReturnType<typeof makeRepository>;
   let replicas: Replica[] = [];
   let h: Haproxy | undefined;

@@ -18,6 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { grpcClient, type GrpcTestClient, type Obj } from '../helpers/grpc.js';
+import { describeWith } from '../helpers/capability.js';
 import { MODELS, startTestServer, type TestServer } from '../helpers/server.js';
 import {
   PyHttpClient, PyServerError, SHM_AVAILABLE, bytes, createShm, deserializeBytesTensor, destroyShm, grpcInfer, grpcInferRequest,
@@ -453,7 +454,7 @@ describe('the decoupled client', () => {
 // Shared memory
 // ---------------------------------------------------------------------------------------------
 
-describe.skipIf(!SHM_AVAILABLE)('the system shared-memory clients', () => {
+describeWith(!!process.env.CI, '/dev/shm', SHM_AVAILABLE ? undefined : `no /dev/shm on ${process.platform}`)('the system shared-memory clients', () => {
   // The clients' keys ("/input_simple", ...), tagged so that parallel test files never share an object.
   const key = (k: string) => `/${k.slice(1)}-${process.pid}`;
   const i32 = (a: Int32Array) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);

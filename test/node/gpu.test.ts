@@ -13,13 +13,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HttpClient, type InferInputSpec } from '../../client/index.js';
 import { GrpcClient } from '../../client/grpc.js';
-import { copyModel, doctorJson, gpuVariant, inputsFor, onnxModels, outputMismatch, webgpuOrSkip } from '../helpers/gpu.js';
+import { copyModel, doctorJson, gpuVariant, inputsFor, onnxModels, outputMismatch, webgpuProbe } from '../helpers/gpu.js';
+import { describeWith } from '../helpers/capability.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 
-const { probe, run } = await webgpuOrSkip('the KIND_GPU tests');
+const { probe, missing } = await webgpuProbe();
 const SEQUENCE = new Set(['simple_sequence', 'simple_dyna_sequence', 'simple_sequence_state']);
 
-describe.runIf(run)('KIND_GPU on WebGPU', () => {
+describeWith(!!process.env.CI, 'WebGPU adapter (Dawn)', missing)('KIND_GPU on WebGPU', () => {
   let server: TestServer;
   let repo: string;
   let http: HttpClient;

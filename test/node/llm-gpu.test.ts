@@ -10,15 +10,16 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { copyModel, gpuVariant, webgpuOrSkip } from '../helpers/gpu.js';
+import { copyModel, gpuVariant, webgpuProbe } from '../helpers/gpu.js';
+import { describeWith } from '../helpers/capability.js';
 import { postJson, startTestServer, type TestServer } from '../helpers/server.js';
 
-const { probe, run } = await webgpuOrSkip('the llm KIND_GPU tests');
+const { probe, missing } = await webgpuProbe();
 
 const WORDS = 'the quick brown fox jumps over a lazy dog while seven wizards quietly hex every jovial sphinx'.split(' ');
 const promptOf = (n: number, seed: number) => Array.from({ length: n }, (_, i) => WORDS[(i * 5 + seed * 3) % WORDS.length]).join(' ');
 
-describe.runIf(run)('llm KIND_GPU on WebGPU', () => {
+describeWith(!!process.env.CI, 'WebGPU adapter (Dawn)', missing)('llm KIND_GPU on WebGPU', () => {
   let server: TestServer;
   let repo: string;
 

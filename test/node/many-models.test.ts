@@ -6,8 +6,9 @@
  */
 
 import { readdirSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { offsetModel } from '../../scripts/gen-models.js';
+import { requireCapability } from '../helpers/capability.js';
 import { getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
 const N = 30;
@@ -19,6 +20,7 @@ const HAS_PROC = (() => {
   }
 })();
 const threads = () => readdirSync('/proc/self/task').length;
+const needProc = (ctx: TestContext) => requireCapability(ctx, !!process.env.CI, '/proc/self/task', HAS_PROC ? undefined : 'no /proc/self/task to count threads in');
 
 function offsetConfig(name: string, count = 1): string {
   return `name: "${name}"\nbackend: "onnxruntime"\nmax_batch_size: 8\n`
@@ -60,9 +62,9 @@ describe('the onnxruntime worker pool', () => {
     repo?.cleanup();
   });
 
-  it('hosts every model on a few threads, whatever the number of models', async () => {
+  it('hosts every model on a few threads, whatever the number of models', async (ctx) => {
     expect((await getJson(`${s.url}/v2/health/ready`)).status).toBe(200);
-    if (!HAS_PROC) return expect(process.env.CI, 'no /proc/self/task to count threads in').not.toBe('true');
+    needProc(ctx);
     // 2 pool threads (4 while `wide` needs them) and the intra-op threads the budget grants; 31 models.
     expect(threads() - before).toBeLessThan(16);
   });
@@ -79,9 +81,9 @@ describe('the onnxruntime worker pool', () => {
     expect(new Set(placed.map((m) => m![2])).size).toBe(4);
   });
 
-  it('ends every thread once the models are unloaded', async () => {
+  it('ends every thread once the models are unloaded', async (ctx) => {
     await s.stop();
-    if (!HAS_PROC) return;
+    needProc(ctx);
     for (let i = 0; i < 50 && threads() > before; i++) await new Promise((r) => setTimeout(r, 100));
     // Within 2 of before: libuv's pool and Node's own helpers start threads on first use and keep them.
     expect(threads() - before).toBeLessThanOrEqual(2);

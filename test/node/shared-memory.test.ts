@@ -9,11 +9,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { describeWith } from '../helpers/capability.js';
 import { MODELS, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { grpcClient, type GrpcTestClient } from '../helpers/grpc.js';
 
-const HAS_SHM = process.platform === 'linux' && existsSync('/dev/shm');
-if (!HAS_SHM) console.log(`shared-memory tests skipped: no /dev/shm on ${process.platform}`);
+const withShm = describeWith(!!process.env.CI, '/dev/shm', process.platform === 'linux' && existsSync('/dev/shm') ? undefined : `no /dev/shm on ${process.platform}`);
 
 const tag = `tsi-test-${process.pid}`;
 const IN = `/${tag}-in`;
@@ -27,7 +27,7 @@ const readI32 = (key: string, offset: number, n: number) => {
 const a = Array.from({ length: 16 }, (_, i) => i);
 const b = Array.from({ length: 16 }, (_, i) => 100 + i);
 
-describe.skipIf(!HAS_SHM)('system shared memory', () => {
+withShm('system shared memory', () => {
   let s: TestServer;
   let c: GrpcTestClient;
   beforeAll(async () => {

@@ -21,10 +21,10 @@ import { createLogger, TsiError } from '../../core/index.js';
 import { nodeShmProvider, type ShmIo } from '../../runtime-node/shm.js';
 import { mapShared, mmapBinding } from '../../runtime-node/shm-map.js';
 import { identityModel } from '../../scripts/gen-models.js';
+import { describeWith } from '../helpers/capability.js';
 import { MODELS, postJson, startTestServer, tempRepo } from '../helpers/server.js';
 
-const HAS_SHM = process.platform === 'linux' && existsSync('/dev/shm');
-if (!HAS_SHM) console.log(`shm-mmap tests skipped: no /dev/shm on ${process.platform}`);
+const withShm = describeWith(!!process.env.CI, '/dev/shm', process.platform === 'linux' && existsSync('/dev/shm') ? undefined : `no /dev/shm on ${process.platform}`);
 
 const tag = `tsi-mmap-${process.pid}`;
 const made: string[] = [];
@@ -67,7 +67,7 @@ function provider(io?: ShmIo) {
   return { p, logs };
 }
 
-describe.skipIf(!HAS_SHM)('system shared memory mapped into the server', () => {
+withShm('system shared memory mapped into the server', () => {
   afterEach(() => {
     delete process.env.TSI_SHM_IO;
   });
