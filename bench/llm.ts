@@ -40,7 +40,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { computeCores } from '../runtime-node/onnx/backend.js';
+import { computeCores } from '../runtime-node/onnx/session-options.js';
 import { TINY_GPT } from '../scripts/llm-model.js';
 import { Tokenizer } from '../core/llm/tokenizer.js';
 import { tinySpec, writeFamilyFolder } from '../scripts/llm-families.js';

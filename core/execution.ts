@@ -8,7 +8,7 @@
  */
 
 import type { TsiError } from './errors.js';
-import type { Parameters, Tensor } from './types.js';
+import type { Parameters, Tensor, TraceStamps } from './types.js';
 
 /** What a backend's auto-complete learns from the model file. */
 export interface ModelIoInfo {
@@ -106,6 +106,8 @@ export interface BackendRequest {
    * the request early; it must still send the request a final response.
    */
   onCancel?(cb: () => void): void;
+  /** Core's: the request's trace, stamped around its executions (trace.ts); backends leave it alone. */
+  readonly trace?: TraceStamps;
   /**
    * The response sender. `final` closes the request; sending after that is a no-op. Outputs a
    * request did not ask for are dropped by core.

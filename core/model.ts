@@ -16,7 +16,7 @@ import { ModelStats } from './stats.js';
 import { decodeString, encodeString } from './tensor.js';
 import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTensor, Tensor } from './types.js';
 import { configTypeToDatatype } from './config/pipeline.js';
-import { linkTrace, tracedInstance } from './trace.js';
+import { tracedInstance } from './trace.js';
 import { warmUpInstance, warmupSamples } from './warmup.js';
 import type { ResponseCache } from './cache.js';
 import type { CustomMetrics } from './custom-metrics.js';
@@ -199,7 +199,7 @@ export class ModelVersion {
     });
     const now = this.clock.nowNs();
     pending.receivedNs = now;
-    linkTrace(req, pending);
+    pending.trace = req.trace;
     if (this.cache) {
       if (this.cache.serve(this.name, this.version, pending, this.stats, this.clock)) return pending;
       // The lookup took time (it hashes the inputs): the queue start is a reading of its own.

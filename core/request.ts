@@ -10,7 +10,7 @@ import { TsiError, invalidArg } from './errors.js';
 import type { ModelConfig, ModelInput } from './config/model-config.js';
 import { UINT64, describeValue, jsonKinds } from './protocol/request-params.js';
 import { dataLength, shapeToString } from './tensor.js';
-import { putEntry, type DataType, type InferRequest, type Parameters, type ParamValue, type Tensor } from './types.js';
+import { putEntry, type DataType, type InferRequest, type Parameters, type ParamValue, type Tensor, type TraceStamps } from './types.js';
 import { configTypeToDatatype } from './config/pipeline.js';
 
 export type SequenceId = bigint | string;
@@ -60,6 +60,8 @@ export class PendingRequest implements BackendRequest {
   enqueuedNs = 0;
   /** Set by a scheduler's queue policy: absolute deadline in ns, 0 for none. */
   deadlineNs = 0;
+  /** The client's request's trace, when traced (ModelVersion hands it over; a derived request has none). */
+  trace?: TraceStamps;
   private done = false;
   /** Set by the backend (`reschedule`) during an execution; runExecution reads and clears it. */
   rescheduled = false;

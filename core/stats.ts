@@ -5,6 +5,8 @@
  * endpoints and the Prometheus exporter read it, so both always agree.
  */
 
+import type { LlmModelInfo } from './llm/model-info.js';
+
 export interface Duration {
   count: number;
   ns: number;
@@ -43,6 +45,8 @@ export class ModelStats {
   loadDurationSecs = 0;
   /** Sections beyond Triton's fields that a scheduler adds to the model's statistics (an LLM's `llm_stats`). */
   readonly sections = new Map<string, () => unknown>();
+  /** What the OpenAI API needs of the version when it is an `llm` model (set by that backend at load). */
+  llm?: LlmModelInfo;
 
   /** One request finished successfully: end-to-end duration and its share of an execution. */
   recordSuccess(totalNs: number, queueNs: number, times: { input: number; infer: number; output: number }, epochMs: number): void {

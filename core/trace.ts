@@ -7,14 +7,14 @@
  * traces — the files Triton's trace_summary.py reads. The file itself is written by an injected
  * TraceWriter so core stays platform-neutral.
  *
- * A trace follows its request by object identity: the transport attaches it to the InferRequest,
- * ModelVersion links it to the PendingRequest it creates, and `tracedInstance` (wrapped around every
- * backend instance) stamps queue and compute times. Untraced requests pay one WeakMap lookup per
- * execution. A trace is emitted once both the transport has finished and no execution is stamping it.
+ * A trace rides on its request as a typed field (`trace`, a TraceStamps of types.ts): the transport
+ * sets it on the InferRequest, ModelVersion hands it to the PendingRequest it creates, and
+ * `tracedInstance` (wrapped around every backend instance) stamps queue and compute times. Untraced
+ * requests pay one field read per execution. A trace is emitted once both the transport has finished and no execution is stamping it.
  */
 
 import type { BackendInstance, BackendRequest, ExecutionTimes } from './backend.js';
-import type { Clock, Logger } from './types.js';
+import type { Clock, Logger, TraceStamps } from './types.js';
 
 export type TraceLevel = 'TIMESTAMPS' | 'TENSORS';
 
@@ -149,7 +149,7 @@ export class TraceManager {
 }
 
 /** One traced request's timestamps (steady-clock nanoseconds). */
-export class Trace {
+export class Trace implements TraceStamps {
   version = -1;
   requestId = '';
   private readonly stamps: { name: string; ns: number }[] = [];
@@ -192,24 +192,13 @@ export class Trace {
   }
 }
 
-const traces = new WeakMap<object, Trace>();
-/** Until a first trace is attached, nothing is traced and the hot paths skip their lookups. */
-let anyTrace = false;
-
-export function attachTrace(request: object, trace: Trace): void {
-  anyTrace = true;
-  traces.set(request, trace);
+/** Sets the transport's request to carry `trace`; core hands it on to the request it queues. */
+export function attachTrace(request: { trace?: TraceStamps }, trace: Trace): void {
+  request.trace = trace;
 }
 
-export function traceOf(request: object): Trace | undefined {
-  return traces.get(request);
-}
-
-/** Makes `to` carry the trace of `from` (a transport's InferRequest → core's PendingRequest). */
-export function linkTrace(from: object, to: object): void {
-  if (!anyTrace) return;
-  const t = traces.get(from);
-  if (t) traces.set(to, t);
+export function traceOf(request: { trace?: TraceStamps }): TraceStamps | undefined {
+  return request.trace;
 }
 
 /** Wraps a backend instance so traced requests get REQUEST/QUEUE/COMPUTE timestamps. */
@@ -230,9 +219,9 @@ export function tracedInstance(inner: BackendInstance, clock: Clock): BackendIns
     // Not async: an untraced batch (the common case) hands back the backend's own promise, instead
     // of wrapping it in another one that costs every call extra microtask hops.
     execute(requests: BackendRequest[]): Promise<ExecutionTimes | void> {
-      let traced: Trace[] | undefined;
-      if (anyTrace) for (const r of requests) {
-        const t = traces.get(r);
+      let traced: TraceStamps[] | undefined;
+      for (const r of requests) {
+        const t = r.trace;
         if (!t) continue;
         (traced ??= []).push(t);
         const p = r as BackendRequest & { receivedNs?: number; enqueuedNs?: number };
@@ -253,7 +242,7 @@ export function tracedInstance(inner: BackendInstance, clock: Clock): BackendIns
   };
 }
 
-async function tracedExecute(inner: BackendInstance, clock: Clock, requests: BackendRequest[], traced: Trace[]): Promise<ExecutionTimes | void> {
+async function tracedExecute(inner: BackendInstance, clock: Clock, requests: BackendRequest[], traced: TraceStamps[]): Promise<ExecutionTimes | void> {
   const start = clock.nowNs();
   for (const t of traced) {
     t.mark('COMPUTE_START', start);

@@ -60,6 +60,19 @@ export interface InferRequest {
   inputs: InferInput[];
   /** Absent: every model output. */
   outputs?: RequestedOutput[];
+  /** The request's trace when it is traced (the transport sets it with attachTrace); never on the wire. */
+  trace?: TraceStamps;
+}
+
+/**
+ * What core stamps on a traced request as it passes (trace.ts's Trace implements it): a contract of
+ * its own here, so requests carry their trace as a typed field without importing the tracer.
+ */
+export interface TraceStamps {
+  mark(name: string, ns?: number): void;
+  /** An execution of the request began; the trace is not written while one runs. */
+  computeStart(): void;
+  computeEnd(): void;
 }
 
 export interface OutputTensor extends Tensor {

@@ -36,6 +36,7 @@ import { kvBytesPerToken, layoutOf, type DecoderLayout, type DecoderSession } fr
 import { checkMemory, modelFile, type MemoryFacts } from './model-folder.js';
 import { generationDefaults, type GenerationDefaults } from './params.js';
 import { LlmScheduler } from './scheduler.js';
+import type { LlmModelInfo } from './model-info.js';
 import { LlmStats } from './stats.js';
 import { Tokenizer } from './tokenizer.js';
 
@@ -49,20 +50,11 @@ export interface DecoderRuntime {
   memory?(ctx: ModelLoadContext, path: string): Promise<MemoryFacts | undefined>;
 }
 
-/** What the OpenAI API needs of a loaded `llm` model. */
-export interface LlmModelInfo {
-  tokenizer: Tokenizer;
-  chat: ChatTemplate;
-  maxContext: number;
-  defaults: GenerationDefaults;
-  stats: LlmStats;
-}
-
-const MODELS = new WeakMap<ModelStats, LlmModelInfo>();
+export type { LlmModelInfo };
 
 /** The LLM side of a loaded model version (by its ModelStats), or undefined when it is no `llm` model. */
 export function llmModelOf(stats: ModelStats): LlmModelInfo | undefined {
-  return MODELS.get(stats);
+  return stats.llm;
 }
 
 const DEFAULT_KV_BYTES = 512 * 1024 * 1024;
@@ -184,7 +176,7 @@ class LlmModel implements BackendModel {
     };
     const stats = new LlmStats(this.ctx.metrics, { model: sctx.modelName, version: String(sctx.version) }, () => sctx.clock.epochMs());
     this.stats = stats;
-    MODELS.set(sctx.stats, { ...this.info, stats });
+    sctx.stats.llm = { ...this.info, stats };
     sctx.stats.sections.set('llm_stats', () => stats.toJson());
     return new LlmScheduler(sctx, {
       sessions: this.sessions, limits, tokenizer: this.info.tokenizer, defaults: this.info.defaults,

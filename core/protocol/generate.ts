@@ -20,7 +20,7 @@ import type { InferenceServer } from '../server.js';
 import { fromJsonValues, toJsonValues } from '../tensor.js';
 import { parseJson, stringifyJson } from './json-exact.js';
 import { putEntry, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue } from '../types.js';
-import { SSE_HEADERS, SseStream } from './sse.js';
+import { SSE_HEADERS, SseStream, cancelOn } from './sse.js';
 import { readWebBody } from './http-body.js';
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
@@ -190,16 +190,13 @@ export async function generate(
   return streaming ? stream(server, request, req.signal) : single(server, request, req.signal);
 }
 
-/** Cancels the request when the client's connection goes (the Request's signal aborts). */
-const cancelOn = (signal: AbortSignal) => (cancel: () => void) => signal.addEventListener('abort', cancel, { once: true });
-
 async function single(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
   const rendered: { text: string; ok: boolean }[] = [];
   try {
     await server.inferStream(request, (r, final) => {
       if (final && !(r instanceof TsiError) && isCompletionOnly(r)) return;
       rendered.push(render(r));
-    }, { onCancel: cancelOn(signal) });
+    }, cancelOn(signal));
   } catch (err) {
     return errorResponse(err, 400);
   }

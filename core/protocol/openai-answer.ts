@@ -8,7 +8,7 @@
 
 import { HTTP_STATUS, TsiError, asTsiError } from '../errors.js';
 import type { InferenceServer } from '../server.js';
-import { SSE_HEADERS, SseStream } from './sse.js';
+import { SSE_HEADERS, SseStream, cancelOn } from './sse.js';
 import { decodeString } from '../tensor.js';
 import type { InferRequest, InferResponse } from '../types.js';
 import { callStart, parseToolCalls, type ToolCall, type ToolParser } from '../llm/tools.js';
@@ -153,8 +153,6 @@ function toolSplit(text: string, t: NonNullable<Answer['tools']>): { content: st
   return { content: r.content, calls: t.parallel ? r.calls : r.calls.slice(0, 1) };
 }
 
-const cancelOn = (signal: AbortSignal) => (cancel: () => void) => signal.addEventListener('abort', cancel, { once: true });
-
 /** One choice as it accumulates in a non-streamed answer. */
 interface Gathered {
   text: string;
@@ -176,7 +174,7 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
       c.text += piece.text;
       if (piece.logprobs) c.tokens.push(...piece.logprobs);
       c.finish ??= piece.finish;
-    }, { onCancel: cancelOn(signal) });
+    }, cancelOn(signal));
   } catch (err) {
     return openAiError(err);
   }

@@ -8,6 +8,11 @@
 
 import type { InferOptions } from '../backend.js';
 
+/** inferStream's options for an answer sent whole: the request is cancelled when `signal` aborts (the client left). */
+export const cancelOn = (signal: AbortSignal): InferOptions => ({
+  onCancel: (cancel) => signal.addEventListener('abort', cancel, { once: true }),
+});
+
 export const SSE_HEADERS = { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache' };
 
 /** Events a client may leave unread before its request is cancelled. */

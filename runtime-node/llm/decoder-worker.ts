@@ -26,6 +26,7 @@ import { KvBatch, type KvArray, type KvGroup, type TensorKit } from '../../core/
 import { argmax } from '../../core/llm/sampling.js';
 import type { ProviderChoice } from '../gpu/providers.js';
 import { gpuLocked } from '../gpu/lock.js';
+import { openSession } from '../onnx/session-options.js';
 import { movable } from '../worker-instance.js';
 
 export interface DecoderInit {
@@ -77,22 +78,14 @@ async function start(): Promise<void> {
       // Not allowed here (some sandboxes): the steps just run at the server's priority.
     }
   }
-  const failures: string[] = [];
-  for (const p of init.providers) {
-    const ep = p.name === 'cpu' ? 'cpu' : { name: p.name, ...(p.deviceId !== undefined ? { deviceId: p.deviceId } : {}), ...(p.options ?? {}) };
-    const lock = p.name === 'webgpu' ? new Int32Array(init.gpuLock) : undefined;
-    try {
-      session = await gpuLocked(lock, () => ort.InferenceSession.create((init.modelPath ?? init.modelBytes!) as string, {
-        ...init.sessionOptions, executionProviders: [ep as ort.InferenceSession.ExecutionProviderConfig],
-      }));
-      gpuLock = lock;
-      port.postMessage({ kind: 'ready', provider: p.name, failures } satisfies DecoderWorkerReply);
-      return;
-    } catch (err) {
-      failures.push(`${p.name}: ${(err as Error).message.split('\n')[0]}`);
-    }
+  const opened = await openSession(ort, init.modelPath ?? init.modelBytes!, init.sessionOptions, init.providers, init.gpuLock);
+  if (!opened.session) {
+    port.postMessage({ kind: 'init-error', message: opened.failures.join('; ') } satisfies DecoderWorkerReply);
+    return;
   }
-  port.postMessage({ kind: 'init-error', message: failures.join('; ') } satisfies DecoderWorkerReply);
+  session = opened.session;
+  gpuLock = opened.lock;
+  port.postMessage({ kind: 'ready', provider: opened.provider, failures: opened.failures } satisfies DecoderWorkerReply);
 }
 
 // The engine never sends a step before the previous one is answered; the chain only keeps a close

@@ -25,7 +25,8 @@ import {
 } from '../../core/index.js';
 import { candidateProviders, vulkanHint } from '../gpu/index.js';
 import { WEBGPU_LOCK } from '../gpu/lock.js';
-import { computeCores, placementOf, sessionOptions } from '../onnx/backend.js';
+import { placementOf } from '../onnx/backend.js';
+import { sessionOptions } from '../onnx/session-options.js';
 import { readOnnxIo } from '../onnx/info.js';
 import { startWorkerInstance, stopWorker } from '../worker-instance.js';
 import type { PrefillPart } from '../../core/llm/decoder.js';
@@ -56,7 +57,11 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       const init: DecoderInit = {
         modelPath: local,
         modelBytes: local ? undefined : await ctx.files.read(path),
-        sessionOptions: llmSessionOptions(ctx.config, instanceCount, opts.cores ?? availableParallelism()),
+        // One core fewer for the decoders when the config sets no thread count: here the main thread has
+        // per-token work of its own (sampling every row's logits, detokenizing, streaming each token to its
+        // client), and decoder threads that take every core stall it. On 2 cores, 1 decoder thread served
+        // 32 streams ~1.8× faster than 2.
+        sessionOptions: sessionOptions(ctx.config, instanceCount, opts.cores ?? availableParallelism(), 1),
         providers,
         gpuLock: WEBGPU_LOCK,
         layout,
@@ -112,18 +117,6 @@ function separatePrefill(config: ModelConfig): boolean {
   if (v === undefined || v === '' || v === 'true' || v === '1') return true;
   if (v === 'false' || v === '0') return false;
   throw new TsiError('INVALID_ARG', `model '${config.name ?? ''}': config parameter separate_prefill must be true or false, not '${v}'`);
-}
-
-/**
- * The onnxruntime backend's session options, but with one core fewer for the decoders when the
- * config sets no thread count: here the main thread has per-token work of its own (sampling every
- * row's logits, detokenizing, streaming each token to its client), and decoder threads that take
- * every core stall it. On 2 cores, 1 decoder thread served 32 streams ~1.8× faster than 2.
- */
-function llmSessionOptions(config: ModelConfig, instanceCount: number, cores: number): DecoderInit['sessionOptions'] {
-  const o = sessionOptions(config, instanceCount, cores);
-  if (config.parameters?.intra_op_thread_count === undefined) o.intraOpNumThreads = Math.max(1, Math.floor((computeCores(cores) - 1) / Math.max(1, instanceCount)));
-  return o as DecoderInit['sessionOptions'];
 }
 
 /** One worker's step calls, answered by id; a dead worker fails what is pending and what comes. */

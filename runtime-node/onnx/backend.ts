@@ -19,6 +19,7 @@ import {
 import { adapterLabel, candidateProviders, probeWebGpu, queryNvidiaGpus, vulkanHint } from '../gpu/index.js';
 import { WEBGPU_LOCK } from '../gpu/lock.js';
 import { readOnnxIo } from './info.js';
+import { computeCores, sessionOptions } from './session-options.js';
 import { OrtPool, type PooledSession } from './pool.js';
 import type { InitMessage, MappedWireTensor, SessionReply as WorkerReply, SessionRequest as WorkerRequest, WireTensor } from './worker.js';
 import { mappedAddress } from '../shm-map.js';
@@ -70,34 +71,6 @@ async function isDir(files: ModelFiles, rel: string): Promise<boolean> {
   return entries.some((e) => e.name === rel.slice(slash + 1) && e.isDir);
 }
 
-/** Cores the model instances share when configs set no thread count: all but 1 from 4 cores, 2 from 8. */
-export function computeCores(cores: number): number {
-  return cores >= 8 ? cores - 2 : cores >= 4 ? cores - 1 : cores;
-}
-
-/** Triton onnxruntime_backend parameters → ORT session options. */
-export function sessionOptions(config: ModelConfig, instanceCount: number, cores: number): Record<string, unknown> {
-  const p = (k: string) => config.parameters?.[k]?.string_value;
-  const o: Record<string, unknown> = {};
-  const intra = p('intra_op_thread_count');
-  // Unset, ORT would give every instance all cores; split them instead so instances don't oversubscribe,
-  // and leave the server's main thread (HTTP, gRPC, batching) cores of its own on bigger machines: with
-  // every core taken, ORT's parallel loops wait for threads the main thread has displaced (bench:gpu on
-  // 16 cores: served/raw 0.81-0.85 with 16 threads, 0.96 with 14, at the same or higher throughput).
-  o.intraOpNumThreads = intra !== undefined ? Number(intra) : Math.max(1, Math.floor(computeCores(cores) / Math.max(1, instanceCount)));
-  const inter = p('inter_op_thread_count');
-  if (inter !== undefined) o.interOpNumThreads = Number(inter);
-  const mode = p('execution_mode');
-  if (mode !== undefined) o.executionMode = mode === '1' ? 'parallel' : 'sequential';
-  const arena = p('enable_mem_arena');
-  if (arena !== undefined) o.enableCpuMemArena = arena === '1' || arena === 'true';
-  const pattern = p('enable_mem_pattern');
-  if (pattern !== undefined) o.enableMemPattern = pattern === '1' || pattern === 'true';
-  const level = config.optimization?.graph?.level;
-  o.graphOptimizationLevel = level === -1 ? 'basic' : level === 1 ? 'extended' : 'all';
-  return o;
-}
-
 class OnnxModel implements BackendModel {
   private readonly instanceCount: number;
   constructor(private readonly ctx: ModelLoadContext, private readonly cores: number, private readonly pool: OrtPool) {
@@ -113,13 +86,13 @@ class OnnxModel implements BackendModel {
     const modelBytes = local ? undefined : await files.read(path);
     const options = sessionOptions(config, this.instanceCount, this.cores);
     // Threads beyond the session's own come from the pool's budget unless the config names a count.
-    const granted = config.parameters?.intra_op_thread_count === undefined ? this.pool.grantThreads(options.intraOpNumThreads as number) : 1;
-    if (granted < (options.intraOpNumThreads as number)) options.intraOpNumThreads = granted;
+    const granted = config.parameters?.intra_op_thread_count === undefined ? this.pool.grantThreads(options.intraOpNumThreads!) : 1;
+    if (granted < (options.intraOpNumThreads!)) options.intraOpNumThreads = granted;
     const init: InitMessage = {
       modelPath: local,
       modelBytes,
       providers,
-      sessionOptions: options as InitMessage['sessionOptions'],
+      sessionOptions: options,
       gpuLock: WEBGPU_LOCK,
       channel: channelBuffer(),
     };

@@ -26,6 +26,7 @@ import { fromBytes } from '../../core/tensor.js';
 import type { DataType } from '../../core/types.js';
 import { gpuLocked } from '../gpu/lock.js';
 import { viewAt } from '../shm-map.js';
+import { openSession } from './session-options.js';
 import { ChannelWorker, type ChannelTensor, type SlotRequest } from './channel.js';
 
 export interface InitMessage {
@@ -124,32 +125,22 @@ class HostedSession {
   }
 
   async start(): Promise<void> {
-    const failures: string[] = [];
     const init = this.init;
-    const source = init.modelPath ?? init.modelBytes!;
     const before = process.memoryUsage.rss();
-    for (const p of init.providers) {
-      const ep = p.name === 'cpu' ? 'cpu' : { name: p.name, ...(p.deviceId !== undefined ? { deviceId: p.deviceId } : {}), ...(p.options ?? {}) };
-      const lock = p.name === 'webgpu' ? new Int32Array(init.gpuLock) : undefined;
-      try {
-        const session = await gpuLocked(lock, () => ort.InferenceSession.create(source as string, {
-          ...init.sessionOptions,
-          executionProviders: [ep as ort.InferenceSession.ExecutionProviderConfig],
-        }));
-        this.session = session;
-        this.gpuLock = lock;
-        this.reply({
-          kind: 'ready', provider: p.name, failures, inputNames: session.inputNames, outputNames: session.outputNames,
-          rss: [before, process.memoryUsage.rss()],
-        });
-        void this.channel.serve((r) => this.arrive(r.seq, () => this.enqueue(r.postedAt, (waitMs) => this.fromSlot(r, waitMs))), () => this.chain);
-        return;
-      } catch (err) {
-        failures.push(`${p.name}: ${(err as Error).message.split('\n')[0]}`);
-      }
+    const opened = await openSession(ort, init.modelPath ?? init.modelBytes!, init.sessionOptions, init.providers, init.gpuLock);
+    if (!opened.session) {
+      sessions.delete(this.sid);
+      this.reply({ kind: 'init-error', message: opened.failures.join('; '), failures: opened.failures });
+      return;
     }
-    sessions.delete(this.sid);
-    this.reply({ kind: 'init-error', message: failures.join('; '), failures });
+    const session = opened.session;
+    this.session = session;
+    this.gpuLock = opened.lock;
+    this.reply({
+      kind: 'ready', provider: opened.provider, failures: opened.failures, inputNames: session.inputNames, outputNames: session.outputNames,
+      rss: [before, process.memoryUsage.rss()],
+    });
+    void this.channel.serve((r) => this.arrive(r.seq, () => this.enqueue(r.postedAt, (waitMs) => this.fromSlot(r, waitMs))), () => this.chain);
   }
 
   take(msg: SessionRequest): void {

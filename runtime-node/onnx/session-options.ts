@@ -1,0 +1,72 @@
+/**
+ * How an onnxruntime-node session is made, for both users of it: the onnxruntime backend's instances
+ * (worker.ts) and the `llm` backend's decoders (llm/decoder-worker.ts). The config's Triton
+ * onnxruntime_backend parameters map to ORT session options here on the main thread, and a worker
+ * opens its session by trying the candidate execution providers in order. onnxruntime-node is a
+ * type import only: the worker passes its loaded module in, so the main thread never loads it here.
+ */
+
+import type * as Ort from 'onnxruntime-node';
+import type { ModelConfig } from '../../core/index.js';
+import { gpuLocked } from '../gpu/lock.js';
+import type { ProviderChoice } from '../gpu/providers.js';
+
+/** Cores the model instances share when configs set no thread count: all but 1 from 4 cores, 2 from 8. */
+export function computeCores(cores: number): number {
+  return cores >= 8 ? cores - 2 : cores >= 4 ? cores - 1 : cores;
+}
+
+/**
+ * Triton onnxruntime_backend parameters → ORT session options. `reserve`: cores kept back from the
+ * instances' share when the config sets no thread count (beyond what computeCores keeps).
+ */
+export function sessionOptions(config: ModelConfig, instanceCount: number, cores: number, reserve = 0): Ort.InferenceSession.SessionOptions {
+  const p = (k: string) => config.parameters?.[k]?.string_value;
+  const o: Ort.InferenceSession.SessionOptions = {};
+  const intra = p('intra_op_thread_count');
+  // Unset, ORT would give every instance all cores; split them instead so instances don't oversubscribe,
+  // and leave the server's main thread (HTTP, gRPC, batching) cores of its own on bigger machines: with
+  // every core taken, ORT's parallel loops wait for threads the main thread has displaced (bench:gpu on
+  // 16 cores: served/raw 0.81-0.85 with 16 threads, 0.96 with 14, at the same or higher throughput).
+  o.intraOpNumThreads = intra !== undefined ? Number(intra) : Math.max(1, Math.floor((computeCores(cores) - reserve) / Math.max(1, instanceCount)));
+  const inter = p('inter_op_thread_count');
+  if (inter !== undefined) o.interOpNumThreads = Number(inter);
+  const mode = p('execution_mode');
+  if (mode !== undefined) o.executionMode = mode === '1' ? 'parallel' : 'sequential';
+  const arena = p('enable_mem_arena');
+  if (arena !== undefined) o.enableCpuMemArena = arena === '1' || arena === 'true';
+  const pattern = p('enable_mem_pattern');
+  if (pattern !== undefined) o.enableMemPattern = pattern === '1' || pattern === 'true';
+  const level = config.optimization?.graph?.level;
+  o.graphOptimizationLevel = level === -1 ? 'basic' : level === 1 ? 'extended' : 'all';
+  return o;
+}
+
+export type OpenedSession =
+  | { session: Ort.InferenceSession; provider: string; lock?: Int32Array; failures: string[] }
+  | { session?: undefined; failures: string[] };
+
+/**
+ * Creates a session with the first of `providers` that works (in a worker thread); each failure is
+ * kept, one line each, so the choice can be logged. A WebGPU session is created holding the
+ * process's WebGPU lock, and its `lock` is what its runs and release must take too.
+ */
+export async function openSession(
+  ort: typeof Ort, source: string | Uint8Array, options: Ort.InferenceSession.SessionOptions,
+  providers: ProviderChoice[], gpuLock: SharedArrayBuffer,
+): Promise<OpenedSession> {
+  const failures: string[] = [];
+  for (const p of providers) {
+    const ep = p.name === 'cpu' ? 'cpu' : { name: p.name, ...(p.deviceId !== undefined ? { deviceId: p.deviceId } : {}), ...(p.options ?? {}) };
+    const lock = p.name === 'webgpu' ? new Int32Array(gpuLock) : undefined;
+    try {
+      const session = await gpuLocked(lock, () => ort.InferenceSession.create(source as string, {
+        ...options, executionProviders: [ep as Ort.InferenceSession.ExecutionProviderConfig],
+      }));
+      return { session, provider: p.name, lock, failures };
+    } catch (err) {
+      failures.push(`${p.name}: ${(err as Error).message.split('\n')[0]}`);
+    }
+  }
+  return { failures };
+}
