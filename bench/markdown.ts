@@ -16,6 +16,11 @@ import { fileURLToPath } from 'node:url';
 
 /** docs/performance.md, or TSI_PERFORMANCE_DOC (the helper's own test writes a scratch file). */
 export const PERFORMANCE_DOC = process.env.TSI_PERFORMANCE_DOC ?? join(dirname(fileURLToPath(import.meta.url)), '..', 'docs', 'performance.md');
+/**
+ * README.md (or TSI_README_DOC): a bench whose table the README shows (`<!-- bench:NAME -->` there too)
+ * writes the same section into it, so the README's numbers are the same run's as docs/performance.md's.
+ */
+export const README_DOC = process.env.TSI_README_DOC ?? join(dirname(fileURLToPath(import.meta.url)), '..', 'README.md');
 
 const at = process.argv.indexOf('--markdown');
 /** Whether this run writes its section of docs/performance.md. */
@@ -35,8 +40,13 @@ if (MARKDOWN) {
   process.on('exit', (code) => {
     if (code !== 0) return;
     const name = benchName();
-    writeSection(name, sectionBody(name));
+    const body = sectionBody(name);
+    writeSection(name, body);
     process.stderr.write(`[bench] wrote the "${name}" section of ${PERFORMANCE_DOC}\n`);
+    if (existsSync(README_DOC) && readFileSync(README_DOC, 'utf8').includes(`<!-- bench:${name} -->`)) {
+      writeSection(name, body, README_DOC);
+      process.stderr.write(`[bench] wrote the "${name}" section of ${README_DOC}\n`);
+    }
   });
 }
 
