@@ -6,7 +6,7 @@
  * plus how many requests the server's statistics extension counted during each run, so a tool that
  * miscounts shows up against the server's own numbers.
  *
- *   node --import tsx bench/perf-compare.ts [--model simple] [--concurrency 1,2,4,8] [--seconds 8] [--no-pin]
+ *   npm run bench:perf-compare -- [--model simple] [--concurrency 1,2,4,8] [--seconds 8] [--no-pin]
  *
  * Needs `npm run build` (it runs bin/tsi-node.js), and wrk and h2load (`apt-get install wrk nghttp2-client`);
  * a missing one is left out.
@@ -14,6 +14,8 @@
  * so no tool steals the server's CPU; the server's ORT worker threads inherit its pinning.
  */
 
+// --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
+import './markdown.js';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';

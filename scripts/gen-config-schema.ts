@@ -17,6 +17,26 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const protoPath = join(root, 'proto', 'model_config.proto');
 export const schemaModulePath = join(root, 'core', 'config', 'model-config-schema.ts');
 
+/** Lines are kept to this width: a value that fits on one line is written on one. */
+const WIDTH = 110;
+
+/**
+ * JSON as JSON.stringify(v, null, 2) writes it, except that an object or array whose text fits within
+ * WIDTH after its indent and key stays on one line: one line per field rather than four keeps the
+ * module a readable length.
+ */
+function compactJson(v: unknown, indent = '', prefix = ''): string {
+  if (v === null || typeof v !== 'object') return JSON.stringify(v);
+  const entries: [string, unknown][] = Array.isArray(v) ? v.map((x) => ['', x]) : Object.entries(v);
+  const [open, close] = Array.isArray(v) ? ['[', ']'] : ['{', '}'];
+  if (entries.length === 0) return `${open}${close}`;
+  const key = (k: string) => (Array.isArray(v) ? '' : `${JSON.stringify(k)}: `);
+  const flat = `${open} ${entries.map(([k, x]) => key(k) + compactJson(x, '', '')).join(', ')} ${close}`;
+  if (!flat.includes('\n') && indent.length + prefix.length + flat.length <= WIDTH) return flat;
+  const inner = `${indent}  `;
+  return `${open}\n${entries.map(([k, x]) => `${inner}${key(k)}${compactJson(x, inner, key(k))}`).join(',\n')}\n${indent}${close}`;
+}
+
 /** The text of core/config/model-config-schema.ts for the given .proto source. */
 export function generateSchemaModule(protoSource: string): string {
   // keepCase: field names stay snake_case, as in config.pbtxt and Triton's JSON.
@@ -29,7 +49,7 @@ export function generateSchemaModule(protoSource: string): string {
     '// The protobufjs JSON descriptor of package `inference`, loaded with `Root.fromJSON` by the config',
     '// parsers, so that core never reads the .proto at run time.',
     '',
-    `export const modelConfigSchema = ${JSON.stringify(descriptor, null, 2)} as const;`,
+    `export const modelConfigSchema = ${compactJson(descriptor, '', 'export const modelConfigSchema = ')} as const;`,
     '',
   ].join('\n');
 }

@@ -29,219 +29,74 @@ export const modelConfigSchema = {
         },
         "ModelRateLimiter": {
           "fields": {
-            "resources": {
-              "rule": "repeated",
-              "type": "Resource",
-              "id": 1
-            },
-            "priority": {
-              "type": "uint32",
-              "id": 2
-            }
+            "resources": { "rule": "repeated", "type": "Resource", "id": 1 },
+            "priority": { "type": "uint32", "id": 2 }
           },
           "nested": {
             "Resource": {
               "fields": {
-                "name": {
-                  "type": "string",
-                  "id": 1
-                },
-                "global": {
-                  "type": "bool",
-                  "id": 2
-                },
-                "count": {
-                  "type": "uint32",
-                  "id": 3
-                }
+                "name": { "type": "string", "id": 1 },
+                "global": { "type": "bool", "id": 2 },
+                "count": { "type": "uint32", "id": 3 }
               }
             }
           }
         },
         "ModelInstanceGroup": {
           "fields": {
-            "name": {
-              "type": "string",
-              "id": 1
-            },
-            "kind": {
-              "type": "Kind",
-              "id": 4
-            },
-            "count": {
-              "type": "int32",
-              "id": 2
-            },
-            "rate_limiter": {
-              "type": "ModelRateLimiter",
-              "id": 6
-            },
-            "gpus": {
-              "rule": "repeated",
-              "type": "int32",
-              "id": 3
-            },
-            "secondary_devices": {
-              "rule": "repeated",
-              "type": "SecondaryDevice",
-              "id": 8
-            },
-            "profile": {
-              "rule": "repeated",
-              "type": "string",
-              "id": 5
-            },
-            "passive": {
-              "type": "bool",
-              "id": 7
-            },
-            "host_policy": {
-              "type": "string",
-              "id": 9
-            }
+            "name": { "type": "string", "id": 1 },
+            "kind": { "type": "Kind", "id": 4 },
+            "count": { "type": "int32", "id": 2 },
+            "rate_limiter": { "type": "ModelRateLimiter", "id": 6 },
+            "gpus": { "rule": "repeated", "type": "int32", "id": 3 },
+            "secondary_devices": { "rule": "repeated", "type": "SecondaryDevice", "id": 8 },
+            "profile": { "rule": "repeated", "type": "string", "id": 5 },
+            "passive": { "type": "bool", "id": 7 },
+            "host_policy": { "type": "string", "id": 9 }
           },
           "nested": {
-            "Kind": {
-              "values": {
-                "KIND_AUTO": 0,
-                "KIND_GPU": 1,
-                "KIND_CPU": 2,
-                "KIND_MODEL": 3
-              }
-            },
+            "Kind": { "values": { "KIND_AUTO": 0, "KIND_GPU": 1, "KIND_CPU": 2, "KIND_MODEL": 3 } },
             "SecondaryDevice": {
               "fields": {
-                "kind": {
-                  "type": "SecondaryDeviceKind",
-                  "id": 1
-                },
-                "device_id": {
-                  "type": "int64",
-                  "id": 2
-                }
+                "kind": { "type": "SecondaryDeviceKind", "id": 1 },
+                "device_id": { "type": "int64", "id": 2 }
               },
-              "nested": {
-                "SecondaryDeviceKind": {
-                  "values": {
-                    "KIND_NVDLA": 0
-                  }
-                }
-              }
+              "nested": { "SecondaryDeviceKind": { "values": { "KIND_NVDLA": 0 } } }
             }
           }
         },
-        "ModelTensorReshape": {
-          "fields": {
-            "shape": {
-              "rule": "repeated",
-              "type": "int64",
-              "id": 1
-            }
-          }
-        },
+        "ModelTensorReshape": { "fields": { "shape": { "rule": "repeated", "type": "int64", "id": 1 } } },
         "ModelInput": {
           "fields": {
-            "name": {
-              "type": "string",
-              "id": 1
-            },
-            "data_type": {
-              "type": "DataType",
-              "id": 2
-            },
-            "format": {
-              "type": "Format",
-              "id": 3
-            },
-            "dims": {
-              "rule": "repeated",
-              "type": "int64",
-              "id": 4
-            },
-            "reshape": {
-              "type": "ModelTensorReshape",
-              "id": 5
-            },
-            "is_shape_tensor": {
-              "type": "bool",
-              "id": 6
-            },
-            "allow_ragged_batch": {
-              "type": "bool",
-              "id": 7
-            },
-            "optional": {
-              "type": "bool",
-              "id": 8
-            },
-            "is_non_linear_format_io": {
-              "type": "bool",
-              "id": 9
-            }
+            "name": { "type": "string", "id": 1 },
+            "data_type": { "type": "DataType", "id": 2 },
+            "format": { "type": "Format", "id": 3 },
+            "dims": { "rule": "repeated", "type": "int64", "id": 4 },
+            "reshape": { "type": "ModelTensorReshape", "id": 5 },
+            "is_shape_tensor": { "type": "bool", "id": 6 },
+            "allow_ragged_batch": { "type": "bool", "id": 7 },
+            "optional": { "type": "bool", "id": 8 },
+            "is_non_linear_format_io": { "type": "bool", "id": 9 }
           },
-          "nested": {
-            "Format": {
-              "values": {
-                "FORMAT_NONE": 0,
-                "FORMAT_NHWC": 1,
-                "FORMAT_NCHW": 2
-              }
-            }
-          }
+          "nested": { "Format": { "values": { "FORMAT_NONE": 0, "FORMAT_NHWC": 1, "FORMAT_NCHW": 2 } } }
         },
         "ModelOutput": {
           "fields": {
-            "name": {
-              "type": "string",
-              "id": 1
-            },
-            "data_type": {
-              "type": "DataType",
-              "id": 2
-            },
-            "dims": {
-              "rule": "repeated",
-              "type": "int64",
-              "id": 3
-            },
-            "reshape": {
-              "type": "ModelTensorReshape",
-              "id": 5
-            },
-            "label_filename": {
-              "type": "string",
-              "id": 4
-            },
-            "is_shape_tensor": {
-              "type": "bool",
-              "id": 6
-            },
-            "is_non_linear_format_io": {
-              "type": "bool",
-              "id": 7
-            }
+            "name": { "type": "string", "id": 1 },
+            "data_type": { "type": "DataType", "id": 2 },
+            "dims": { "rule": "repeated", "type": "int64", "id": 3 },
+            "reshape": { "type": "ModelTensorReshape", "id": 5 },
+            "label_filename": { "type": "string", "id": 4 },
+            "is_shape_tensor": { "type": "bool", "id": 6 },
+            "is_non_linear_format_io": { "type": "bool", "id": 7 }
           }
         },
         "BatchInput": {
           "fields": {
-            "kind": {
-              "type": "Kind",
-              "id": 1
-            },
-            "target_name": {
-              "rule": "repeated",
-              "type": "string",
-              "id": 2
-            },
-            "data_type": {
-              "type": "DataType",
-              "id": 3
-            },
-            "source_input": {
-              "rule": "repeated",
-              "type": "string",
-              "id": 4
-            }
+            "kind": { "type": "Kind", "id": 1 },
+            "target_name": { "rule": "repeated", "type": "string", "id": 2 },
+            "data_type": { "type": "DataType", "id": 3 },
+            "source_input": { "rule": "repeated", "type": "string", "id": 4 }
           },
           "nested": {
             "Kind": {
@@ -258,185 +113,59 @@ export const modelConfigSchema = {
         },
         "BatchOutput": {
           "fields": {
-            "target_name": {
-              "rule": "repeated",
-              "type": "string",
-              "id": 1
-            },
-            "kind": {
-              "type": "Kind",
-              "id": 2
-            },
-            "source_input": {
-              "rule": "repeated",
-              "type": "string",
-              "id": 3
-            }
+            "target_name": { "rule": "repeated", "type": "string", "id": 1 },
+            "kind": { "type": "Kind", "id": 2 },
+            "source_input": { "rule": "repeated", "type": "string", "id": 3 }
           },
-          "nested": {
-            "Kind": {
-              "values": {
-                "BATCH_SCATTER_WITH_INPUT_SHAPE": 0
-              }
-            }
-          }
+          "nested": { "Kind": { "values": { "BATCH_SCATTER_WITH_INPUT_SHAPE": 0 } } }
         },
         "ModelVersionPolicy": {
-          "oneofs": {
-            "policy_choice": {
-              "oneof": [
-                "latest",
-                "all",
-                "specific"
-              ]
-            }
-          },
+          "oneofs": { "policy_choice": { "oneof": [ "latest", "all", "specific" ] } },
           "fields": {
-            "latest": {
-              "type": "Latest",
-              "id": 1
-            },
-            "all": {
-              "type": "All",
-              "id": 2
-            },
-            "specific": {
-              "type": "Specific",
-              "id": 3
-            }
+            "latest": { "type": "Latest", "id": 1 },
+            "all": { "type": "All", "id": 2 },
+            "specific": { "type": "Specific", "id": 3 }
           },
           "nested": {
-            "Latest": {
-              "fields": {
-                "num_versions": {
-                  "type": "uint32",
-                  "id": 1
-                }
-              }
-            },
-            "All": {
-              "fields": {}
-            },
-            "Specific": {
-              "fields": {
-                "versions": {
-                  "rule": "repeated",
-                  "type": "int64",
-                  "id": 1
-                }
-              }
-            }
+            "Latest": { "fields": { "num_versions": { "type": "uint32", "id": 1 } } },
+            "All": { "fields": {} },
+            "Specific": { "fields": { "versions": { "rule": "repeated", "type": "int64", "id": 1 } } }
           }
         },
         "ModelOptimizationPolicy": {
           "fields": {
-            "graph": {
-              "type": "Graph",
-              "id": 1
-            },
-            "priority": {
-              "type": "ModelPriority",
-              "id": 2
-            },
-            "cuda": {
-              "type": "Cuda",
-              "id": 3
-            },
-            "execution_accelerators": {
-              "type": "ExecutionAccelerators",
-              "id": 4
-            },
-            "input_pinned_memory": {
-              "type": "PinnedMemoryBuffer",
-              "id": 5
-            },
-            "output_pinned_memory": {
-              "type": "PinnedMemoryBuffer",
-              "id": 6
-            },
-            "gather_kernel_buffer_threshold": {
-              "type": "uint32",
-              "id": 7
-            },
-            "eager_batching": {
-              "type": "bool",
-              "id": 8
-            }
+            "graph": { "type": "Graph", "id": 1 },
+            "priority": { "type": "ModelPriority", "id": 2 },
+            "cuda": { "type": "Cuda", "id": 3 },
+            "execution_accelerators": { "type": "ExecutionAccelerators", "id": 4 },
+            "input_pinned_memory": { "type": "PinnedMemoryBuffer", "id": 5 },
+            "output_pinned_memory": { "type": "PinnedMemoryBuffer", "id": 6 },
+            "gather_kernel_buffer_threshold": { "type": "uint32", "id": 7 },
+            "eager_batching": { "type": "bool", "id": 8 }
           },
           "nested": {
-            "Graph": {
-              "fields": {
-                "level": {
-                  "type": "int32",
-                  "id": 1
-                }
-              }
-            },
-            "ModelPriority": {
-              "values": {
-                "PRIORITY_DEFAULT": 0,
-                "PRIORITY_MAX": 1,
-                "PRIORITY_MIN": 2
-              }
-            },
+            "Graph": { "fields": { "level": { "type": "int32", "id": 1 } } },
+            "ModelPriority": { "values": { "PRIORITY_DEFAULT": 0, "PRIORITY_MAX": 1, "PRIORITY_MIN": 2 } },
             "Cuda": {
               "fields": {
-                "graphs": {
-                  "type": "bool",
-                  "id": 1
-                },
-                "busy_wait_events": {
-                  "type": "bool",
-                  "id": 2
-                },
-                "graph_spec": {
-                  "rule": "repeated",
-                  "type": "GraphSpec",
-                  "id": 3
-                },
-                "output_copy_stream": {
-                  "type": "bool",
-                  "id": 4
-                }
+                "graphs": { "type": "bool", "id": 1 },
+                "busy_wait_events": { "type": "bool", "id": 2 },
+                "graph_spec": { "rule": "repeated", "type": "GraphSpec", "id": 3 },
+                "output_copy_stream": { "type": "bool", "id": 4 }
               },
               "nested": {
                 "GraphSpec": {
                   "fields": {
-                    "batch_size": {
-                      "type": "int32",
-                      "id": 1
-                    },
-                    "input": {
-                      "keyType": "string",
-                      "type": "Shape",
-                      "id": 2
-                    },
-                    "graph_lower_bound": {
-                      "type": "LowerBound",
-                      "id": 3
-                    }
+                    "batch_size": { "type": "int32", "id": 1 },
+                    "input": { "keyType": "string", "type": "Shape", "id": 2 },
+                    "graph_lower_bound": { "type": "LowerBound", "id": 3 }
                   },
                   "nested": {
-                    "Shape": {
-                      "fields": {
-                        "dim": {
-                          "rule": "repeated",
-                          "type": "int64",
-                          "id": 1
-                        }
-                      }
-                    },
+                    "Shape": { "fields": { "dim": { "rule": "repeated", "type": "int64", "id": 1 } } },
                     "LowerBound": {
                       "fields": {
-                        "batch_size": {
-                          "type": "int32",
-                          "id": 1
-                        },
-                        "input": {
-                          "keyType": "string",
-                          "type": "Shape",
-                          "id": 2
-                        }
+                        "batch_size": { "type": "int32", "id": 1 },
+                        "input": { "keyType": "string", "type": "Shape", "id": 2 }
                       }
                     }
                   }
@@ -445,168 +174,59 @@ export const modelConfigSchema = {
             },
             "ExecutionAccelerators": {
               "fields": {
-                "gpu_execution_accelerator": {
-                  "rule": "repeated",
-                  "type": "Accelerator",
-                  "id": 1
-                },
-                "cpu_execution_accelerator": {
-                  "rule": "repeated",
-                  "type": "Accelerator",
-                  "id": 2
-                }
+                "gpu_execution_accelerator": { "rule": "repeated", "type": "Accelerator", "id": 1 },
+                "cpu_execution_accelerator": { "rule": "repeated", "type": "Accelerator", "id": 2 }
               },
               "nested": {
                 "Accelerator": {
                   "fields": {
-                    "name": {
-                      "type": "string",
-                      "id": 1
-                    },
-                    "parameters": {
-                      "keyType": "string",
-                      "type": "string",
-                      "id": 2
-                    }
+                    "name": { "type": "string", "id": 1 },
+                    "parameters": { "keyType": "string", "type": "string", "id": 2 }
                   }
                 }
               }
             },
-            "PinnedMemoryBuffer": {
-              "fields": {
-                "enable": {
-                  "type": "bool",
-                  "id": 1
-                }
-              }
-            }
+            "PinnedMemoryBuffer": { "fields": { "enable": { "type": "bool", "id": 1 } } }
           }
         },
         "ModelQueuePolicy": {
           "fields": {
-            "timeout_action": {
-              "type": "TimeoutAction",
-              "id": 1
-            },
-            "default_timeout_microseconds": {
-              "type": "uint64",
-              "id": 2
-            },
-            "allow_timeout_override": {
-              "type": "bool",
-              "id": 3
-            },
-            "max_queue_size": {
-              "type": "uint32",
-              "id": 4
-            }
+            "timeout_action": { "type": "TimeoutAction", "id": 1 },
+            "default_timeout_microseconds": { "type": "uint64", "id": 2 },
+            "allow_timeout_override": { "type": "bool", "id": 3 },
+            "max_queue_size": { "type": "uint32", "id": 4 }
           },
-          "nested": {
-            "TimeoutAction": {
-              "values": {
-                "REJECT": 0,
-                "DELAY": 1
-              }
-            }
-          }
+          "nested": { "TimeoutAction": { "values": { "REJECT": 0, "DELAY": 1 } } }
         },
         "ModelDynamicBatching": {
           "fields": {
-            "preferred_batch_size": {
-              "rule": "repeated",
-              "type": "int32",
-              "id": 1
-            },
-            "max_queue_delay_microseconds": {
-              "type": "uint64",
-              "id": 2
-            },
-            "preserve_ordering": {
-              "type": "bool",
-              "id": 3
-            },
-            "priority_levels": {
-              "type": "uint64",
-              "id": 4
-            },
-            "default_priority_level": {
-              "type": "uint64",
-              "id": 5
-            },
-            "default_queue_policy": {
-              "type": "ModelQueuePolicy",
-              "id": 6
-            },
-            "priority_queue_policy": {
-              "keyType": "uint64",
-              "type": "ModelQueuePolicy",
-              "id": 7
-            }
+            "preferred_batch_size": { "rule": "repeated", "type": "int32", "id": 1 },
+            "max_queue_delay_microseconds": { "type": "uint64", "id": 2 },
+            "preserve_ordering": { "type": "bool", "id": 3 },
+            "priority_levels": { "type": "uint64", "id": 4 },
+            "default_priority_level": { "type": "uint64", "id": 5 },
+            "default_queue_policy": { "type": "ModelQueuePolicy", "id": 6 },
+            "priority_queue_policy": { "keyType": "uint64", "type": "ModelQueuePolicy", "id": 7 }
           }
         },
         "ModelSequenceBatching": {
-          "oneofs": {
-            "strategy_choice": {
-              "oneof": [
-                "direct",
-                "oldest"
-              ]
-            }
-          },
+          "oneofs": { "strategy_choice": { "oneof": [ "direct", "oldest" ] } },
           "fields": {
-            "direct": {
-              "type": "StrategyDirect",
-              "id": 3
-            },
-            "oldest": {
-              "type": "StrategyOldest",
-              "id": 4
-            },
-            "max_sequence_idle_microseconds": {
-              "type": "uint64",
-              "id": 1
-            },
-            "control_input": {
-              "rule": "repeated",
-              "type": "ControlInput",
-              "id": 2
-            },
-            "state": {
-              "rule": "repeated",
-              "type": "State",
-              "id": 5
-            },
-            "iterative_sequence": {
-              "type": "bool",
-              "id": 6
-            }
+            "direct": { "type": "StrategyDirect", "id": 3 },
+            "oldest": { "type": "StrategyOldest", "id": 4 },
+            "max_sequence_idle_microseconds": { "type": "uint64", "id": 1 },
+            "control_input": { "rule": "repeated", "type": "ControlInput", "id": 2 },
+            "state": { "rule": "repeated", "type": "State", "id": 5 },
+            "iterative_sequence": { "type": "bool", "id": 6 }
           },
           "nested": {
             "Control": {
               "fields": {
-                "kind": {
-                  "type": "Kind",
-                  "id": 1
-                },
-                "int32_false_true": {
-                  "rule": "repeated",
-                  "type": "int32",
-                  "id": 2
-                },
-                "fp32_false_true": {
-                  "rule": "repeated",
-                  "type": "float",
-                  "id": 3
-                },
-                "bool_false_true": {
-                  "rule": "repeated",
-                  "type": "bool",
-                  "id": 5
-                },
-                "data_type": {
-                  "type": "DataType",
-                  "id": 4
-                }
+                "kind": { "type": "Kind", "id": 1 },
+                "int32_false_true": { "rule": "repeated", "type": "int32", "id": 2 },
+                "fp32_false_true": { "rule": "repeated", "type": "float", "id": 3 },
+                "bool_false_true": { "rule": "repeated", "type": "bool", "id": 5 },
+                "data_type": { "type": "DataType", "id": 4 }
               },
               "nested": {
                 "Kind": {
@@ -621,318 +241,114 @@ export const modelConfigSchema = {
             },
             "ControlInput": {
               "fields": {
-                "name": {
-                  "type": "string",
-                  "id": 1
-                },
-                "control": {
-                  "rule": "repeated",
-                  "type": "Control",
-                  "id": 2
-                }
+                "name": { "type": "string", "id": 1 },
+                "control": { "rule": "repeated", "type": "Control", "id": 2 }
               }
             },
             "InitialState": {
-              "oneofs": {
-                "state_data": {
-                  "oneof": [
-                    "zero_data",
-                    "data_file"
-                  ]
-                }
-              },
+              "oneofs": { "state_data": { "oneof": [ "zero_data", "data_file" ] } },
               "fields": {
-                "data_type": {
-                  "type": "DataType",
-                  "id": 1
-                },
-                "dims": {
-                  "rule": "repeated",
-                  "type": "int64",
-                  "id": 2
-                },
-                "zero_data": {
-                  "type": "bool",
-                  "id": 3
-                },
-                "data_file": {
-                  "type": "string",
-                  "id": 4
-                },
-                "name": {
-                  "type": "string",
-                  "id": 5
-                }
+                "data_type": { "type": "DataType", "id": 1 },
+                "dims": { "rule": "repeated", "type": "int64", "id": 2 },
+                "zero_data": { "type": "bool", "id": 3 },
+                "data_file": { "type": "string", "id": 4 },
+                "name": { "type": "string", "id": 5 }
               }
             },
             "State": {
               "fields": {
-                "input_name": {
-                  "type": "string",
-                  "id": 1
-                },
-                "output_name": {
-                  "type": "string",
-                  "id": 2
-                },
-                "data_type": {
-                  "type": "DataType",
-                  "id": 3
-                },
-                "dims": {
-                  "rule": "repeated",
-                  "type": "int64",
-                  "id": 4
-                },
-                "initial_state": {
-                  "rule": "repeated",
-                  "type": "InitialState",
-                  "id": 5
-                },
-                "use_same_buffer_for_input_output": {
-                  "type": "bool",
-                  "id": 6
-                },
-                "use_growable_memory": {
-                  "type": "bool",
-                  "id": 7
-                }
+                "input_name": { "type": "string", "id": 1 },
+                "output_name": { "type": "string", "id": 2 },
+                "data_type": { "type": "DataType", "id": 3 },
+                "dims": { "rule": "repeated", "type": "int64", "id": 4 },
+                "initial_state": { "rule": "repeated", "type": "InitialState", "id": 5 },
+                "use_same_buffer_for_input_output": { "type": "bool", "id": 6 },
+                "use_growable_memory": { "type": "bool", "id": 7 }
               }
             },
             "StrategyDirect": {
               "fields": {
-                "max_queue_delay_microseconds": {
-                  "type": "uint64",
-                  "id": 1
-                },
-                "minimum_slot_utilization": {
-                  "type": "float",
-                  "id": 2
-                }
+                "max_queue_delay_microseconds": { "type": "uint64", "id": 1 },
+                "minimum_slot_utilization": { "type": "float", "id": 2 }
               }
             },
             "StrategyOldest": {
               "fields": {
-                "max_candidate_sequences": {
-                  "type": "int32",
-                  "id": 1
-                },
-                "preferred_batch_size": {
-                  "rule": "repeated",
-                  "type": "int32",
-                  "id": 2
-                },
-                "max_queue_delay_microseconds": {
-                  "type": "uint64",
-                  "id": 3
-                },
-                "preserve_ordering": {
-                  "type": "bool",
-                  "id": 4
-                }
+                "max_candidate_sequences": { "type": "int32", "id": 1 },
+                "preferred_batch_size": { "rule": "repeated", "type": "int32", "id": 2 },
+                "max_queue_delay_microseconds": { "type": "uint64", "id": 3 },
+                "preserve_ordering": { "type": "bool", "id": 4 }
               }
             }
           }
         },
         "ModelEnsembling": {
           "fields": {
-            "step": {
-              "rule": "repeated",
-              "type": "Step",
-              "id": 1
-            },
-            "max_inflight_requests": {
-              "type": "uint32",
-              "id": 2
-            }
+            "step": { "rule": "repeated", "type": "Step", "id": 1 },
+            "max_inflight_requests": { "type": "uint32", "id": 2 }
           },
           "nested": {
             "Step": {
               "fields": {
-                "model_name": {
-                  "type": "string",
-                  "id": 1
-                },
-                "model_version": {
-                  "type": "int64",
-                  "id": 2
-                },
-                "input_map": {
-                  "keyType": "string",
-                  "type": "string",
-                  "id": 3
-                },
-                "output_map": {
-                  "keyType": "string",
-                  "type": "string",
-                  "id": 4
-                },
-                "model_namespace": {
-                  "type": "string",
-                  "id": 5
-                }
+                "model_name": { "type": "string", "id": 1 },
+                "model_version": { "type": "int64", "id": 2 },
+                "input_map": { "keyType": "string", "type": "string", "id": 3 },
+                "output_map": { "keyType": "string", "type": "string", "id": 4 },
+                "model_namespace": { "type": "string", "id": 5 }
               }
             }
           }
         },
-        "ModelParameter": {
-          "fields": {
-            "string_value": {
-              "type": "string",
-              "id": 1
-            }
-          }
-        },
+        "ModelParameter": { "fields": { "string_value": { "type": "string", "id": 1 } } },
         "ModelWarmup": {
           "fields": {
-            "name": {
-              "type": "string",
-              "id": 1
-            },
-            "batch_size": {
-              "type": "uint32",
-              "id": 2
-            },
-            "inputs": {
-              "keyType": "string",
-              "type": "Input",
-              "id": 3
-            },
-            "count": {
-              "type": "uint32",
-              "id": 4
-            }
+            "name": { "type": "string", "id": 1 },
+            "batch_size": { "type": "uint32", "id": 2 },
+            "inputs": { "keyType": "string", "type": "Input", "id": 3 },
+            "count": { "type": "uint32", "id": 4 }
           },
           "nested": {
             "Input": {
-              "oneofs": {
-                "input_data_type": {
-                  "oneof": [
-                    "zero_data",
-                    "random_data",
-                    "input_data_file"
-                  ]
-                }
-              },
+              "oneofs": { "input_data_type": { "oneof": [ "zero_data", "random_data", "input_data_file" ] } },
               "fields": {
-                "data_type": {
-                  "type": "DataType",
-                  "id": 1
-                },
-                "dims": {
-                  "rule": "repeated",
-                  "type": "int64",
-                  "id": 2
-                },
-                "zero_data": {
-                  "type": "bool",
-                  "id": 3
-                },
-                "random_data": {
-                  "type": "bool",
-                  "id": 4
-                },
-                "input_data_file": {
-                  "type": "string",
-                  "id": 5
-                }
+                "data_type": { "type": "DataType", "id": 1 },
+                "dims": { "rule": "repeated", "type": "int64", "id": 2 },
+                "zero_data": { "type": "bool", "id": 3 },
+                "random_data": { "type": "bool", "id": 4 },
+                "input_data_file": { "type": "string", "id": 5 }
               }
             }
           }
         },
         "ModelOperations": {
-          "fields": {
-            "op_library_filename": {
-              "rule": "repeated",
-              "type": "string",
-              "id": 1
-            }
-          }
+          "fields": { "op_library_filename": { "rule": "repeated", "type": "string", "id": 1 } }
         },
-        "ModelTransactionPolicy": {
-          "fields": {
-            "decoupled": {
-              "type": "bool",
-              "id": 1
-            }
-          }
-        },
+        "ModelTransactionPolicy": { "fields": { "decoupled": { "type": "bool", "id": 1 } } },
         "ModelRepositoryAgents": {
-          "fields": {
-            "agents": {
-              "rule": "repeated",
-              "type": "Agent",
-              "id": 1
-            }
-          },
+          "fields": { "agents": { "rule": "repeated", "type": "Agent", "id": 1 } },
           "nested": {
             "Agent": {
               "fields": {
-                "name": {
-                  "type": "string",
-                  "id": 1
-                },
-                "parameters": {
-                  "keyType": "string",
-                  "type": "string",
-                  "id": 2
-                }
+                "name": { "type": "string", "id": 1 },
+                "parameters": { "keyType": "string", "type": "string", "id": 2 }
               }
             }
           }
         },
-        "ModelResponseCache": {
-          "fields": {
-            "enable": {
-              "type": "bool",
-              "id": 1
-            }
-          }
-        },
+        "ModelResponseCache": { "fields": { "enable": { "type": "bool", "id": 1 } } },
         "ModelMetrics": {
-          "fields": {
-            "metric_control": {
-              "rule": "repeated",
-              "type": "MetricControl",
-              "id": 1
-            }
-          },
+          "fields": { "metric_control": { "rule": "repeated", "type": "MetricControl", "id": 1 } },
           "nested": {
             "MetricControl": {
-              "oneofs": {
-                "metric_options": {
-                  "oneof": [
-                    "histogram_options"
-                  ]
-                }
-              },
+              "oneofs": { "metric_options": { "oneof": [ "histogram_options" ] } },
               "fields": {
-                "metric_identifier": {
-                  "type": "MetricIdentifier",
-                  "id": 1
-                },
-                "histogram_options": {
-                  "type": "HistogramOptions",
-                  "id": 2
-                }
+                "metric_identifier": { "type": "MetricIdentifier", "id": 1 },
+                "histogram_options": { "type": "HistogramOptions", "id": 2 }
               },
               "nested": {
-                "MetricIdentifier": {
-                  "fields": {
-                    "family": {
-                      "type": "string",
-                      "id": 1
-                    }
-                  }
-                },
+                "MetricIdentifier": { "fields": { "family": { "type": "string", "id": 1 } } },
                 "HistogramOptions": {
-                  "fields": {
-                    "buckets": {
-                      "rule": "repeated",
-                      "type": "double",
-                      "id": 1
-                    }
-                  }
+                  "fields": { "buckets": { "rule": "repeated", "type": "double", "id": 1 } }
                 }
               }
             }
@@ -941,123 +357,35 @@ export const modelConfigSchema = {
         "ModelConfig": {
           "oneofs": {
             "scheduling_choice": {
-              "oneof": [
-                "dynamic_batching",
-                "sequence_batching",
-                "ensemble_scheduling"
-              ]
+              "oneof": [ "dynamic_batching", "sequence_batching", "ensemble_scheduling" ]
             }
           },
           "fields": {
-            "name": {
-              "type": "string",
-              "id": 1
-            },
-            "platform": {
-              "type": "string",
-              "id": 2
-            },
-            "backend": {
-              "type": "string",
-              "id": 17
-            },
-            "runtime": {
-              "type": "string",
-              "id": 25
-            },
-            "version_policy": {
-              "type": "ModelVersionPolicy",
-              "id": 3
-            },
-            "max_batch_size": {
-              "type": "int32",
-              "id": 4
-            },
-            "input": {
-              "rule": "repeated",
-              "type": "ModelInput",
-              "id": 5
-            },
-            "output": {
-              "rule": "repeated",
-              "type": "ModelOutput",
-              "id": 6
-            },
-            "batch_input": {
-              "rule": "repeated",
-              "type": "BatchInput",
-              "id": 20
-            },
-            "batch_output": {
-              "rule": "repeated",
-              "type": "BatchOutput",
-              "id": 21
-            },
-            "optimization": {
-              "type": "ModelOptimizationPolicy",
-              "id": 12
-            },
-            "dynamic_batching": {
-              "type": "ModelDynamicBatching",
-              "id": 11
-            },
-            "sequence_batching": {
-              "type": "ModelSequenceBatching",
-              "id": 13
-            },
-            "ensemble_scheduling": {
-              "type": "ModelEnsembling",
-              "id": 15
-            },
-            "instance_group": {
-              "rule": "repeated",
-              "type": "ModelInstanceGroup",
-              "id": 7
-            },
-            "default_model_filename": {
-              "type": "string",
-              "id": 8
-            },
-            "cc_model_filenames": {
-              "keyType": "string",
-              "type": "string",
-              "id": 9
-            },
-            "metric_tags": {
-              "keyType": "string",
-              "type": "string",
-              "id": 10
-            },
-            "parameters": {
-              "keyType": "string",
-              "type": "ModelParameter",
-              "id": 14
-            },
-            "model_warmup": {
-              "rule": "repeated",
-              "type": "ModelWarmup",
-              "id": 16
-            },
-            "model_operations": {
-              "type": "ModelOperations",
-              "id": 18
-            },
-            "model_transaction_policy": {
-              "type": "ModelTransactionPolicy",
-              "id": 19
-            },
-            "model_repository_agents": {
-              "type": "ModelRepositoryAgents",
-              "id": 23
-            },
-            "response_cache": {
-              "type": "ModelResponseCache",
-              "id": 24
-            },
-            "model_metrics": {
-              "type": "ModelMetrics",
-              "id": 26
-            }
+            "name": { "type": "string", "id": 1 },
+            "platform": { "type": "string", "id": 2 },
+            "backend": { "type": "string", "id": 17 },
+            "runtime": { "type": "string", "id": 25 },
+            "version_policy": { "type": "ModelVersionPolicy", "id": 3 },
+            "max_batch_size": { "type": "int32", "id": 4 },
+            "input": { "rule": "repeated", "type": "ModelInput", "id": 5 },
+            "output": { "rule": "repeated", "type": "ModelOutput", "id": 6 },
+            "batch_input": { "rule": "repeated", "type": "BatchInput", "id": 20 },
+            "batch_output": { "rule": "repeated", "type": "BatchOutput", "id": 21 },
+            "optimization": { "type": "ModelOptimizationPolicy", "id": 12 },
+            "dynamic_batching": { "type": "ModelDynamicBatching", "id": 11 },
+            "sequence_batching": { "type": "ModelSequenceBatching", "id": 13 },
+            "ensemble_scheduling": { "type": "ModelEnsembling", "id": 15 },
+            "instance_group": { "rule": "repeated", "type": "ModelInstanceGroup", "id": 7 },
+            "default_model_filename": { "type": "string", "id": 8 },
+            "cc_model_filenames": { "keyType": "string", "type": "string", "id": 9 },
+            "metric_tags": { "keyType": "string", "type": "string", "id": 10 },
+            "parameters": { "keyType": "string", "type": "ModelParameter", "id": 14 },
+            "model_warmup": { "rule": "repeated", "type": "ModelWarmup", "id": 16 },
+            "model_operations": { "type": "ModelOperations", "id": 18 },
+            "model_transaction_policy": { "type": "ModelTransactionPolicy", "id": 19 },
+            "model_repository_agents": { "type": "ModelRepositoryAgents", "id": 23 },
+            "response_cache": { "type": "ModelResponseCache", "id": 24 },
+            "model_metrics": { "type": "ModelMetrics", "id": 26 }
           }
         }
       }

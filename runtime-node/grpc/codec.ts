@@ -1,11 +1,11 @@
 /**
  * Conversions between the `inference.*` gRPC messages and core's InferRequest / InferResponse. Requests
  * arrive in proto-loader's plain shape (`keepCase, defaults, oneofs`: an unset message field is null,
- * each parameter names its `parameter_choice`), as wire.ts reads ModelInferRequest: int64s are
+ * each parameter names its `parameter_choice`), as wire-reader.ts reads ModelInferRequest: int64s are
  * numbers (bigints past 2^53), bytes are Buffers viewing the received message, typed `contents` lists
  * are typed arrays. Inputs may come as typed `contents`, as `raw_input_contents` (HTTP's binary layout)
  * or from a shared-memory region; responses always carry `raw_output_contents`, one entry per output,
- * as Triton's gRPC server does (FP16/BF16 have no typed list), written by wire.ts. Parameters and
+ * as Triton's gRPC server does (FP16/BF16 have no typed list), written by wire-writer.ts. Parameters and
  * tensor descriptions are checked by core's shared rules (request-params.ts: kinds, reserved `triton_`
  * keys, shapes, datatypes) with Triton's gRPC texts (infer_handler.cc, grpc_utils.cc), where clients
  * may match on them.
@@ -16,7 +16,7 @@ import {
   INPUT_PARAMS, OUTPUT_PARAMS, REQUEST_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, TRITON_GRPC_PARAMS, checkDatatype, checkProtoParam, checkShape,
   type DataType, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput, type ShmRef, type TensorData,
 } from '../../core/index.js';
-import { writeModelInferResponse, writeModelStreamInferResponse } from './wire.js';
+import { writeModelInferResponse, writeModelStreamInferResponse } from './wire-writer.js';
 
 type Obj = Record<string, any>;
 

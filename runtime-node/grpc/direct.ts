@@ -15,7 +15,7 @@
 
 import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import { concatBytes } from '../../core/index.js';
-import { firstRawContentsAt } from './wire.js';
+import { firstRawContentsAt } from './wire-reader.js';
 
 export const MODEL_INFER_PATH = '/inference.GRPCInferenceService/ModelInfer';
 

@@ -11,7 +11,7 @@ import { gzipSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
 import { BaseServerInterceptingCall } from '@grpc/grpc-js/build/src/server-interceptors.js';
 import { directEligible, serveModelInfer, type DirectModelInfer } from './direct.js';
-import { grpcFrameOf } from './wire.js';
+import { grpcFrameOf } from './wire-writer.js';
 
 /**
  * The HTTP/2 receive windows and frame size the server advertises. Node's defaults (64 KiB windows,
@@ -89,11 +89,11 @@ function closeUnlessSettingsWithin(session: ServerHttp2Session, ms: number): voi
  * Installed once for the process, on grpc-js's server call:
  * - Framing. grpc-js frames every answer by copying the serialized message into a fresh buffer 5
  *   bytes longer; for a 4 MB tensor that is a second 4 MB allocation and copy per answer (HTTP writes
- *   the tensor as it is). Answers written by wire.ts already carry their frame prefix, so they
+ *   the tensor as it is). Answers written by wire-writer.ts already carry their frame prefix, so they
  *   go out as that frame; anything else is framed by grpc-js.
  * - Compression, which grpc-js's server does not do (it always answers `grpc-encoding: identity` with
  *   the compressed flag 0, whatever its options say). An inference call on a stream tagged by
- *   hookHttp2Servers sends `grpc-encoding: gzip` with its headers, and each answer wire.ts wrote
+ *   hookHttp2Servers sends `grpc-encoding: gzip` with its headers, and each answer wire-writer.ts wrote
  *   goes out gzipped with the flag set (other messages keep the flag 0, which gRPC allows on a gzip
  *   stream). gzip runs on the main thread: an opt-in that costs what it saves on the network.
  */

@@ -42,7 +42,8 @@ import {
 } from './codec.js';
 import { MODEL_INFER_PATH, type DirectModelInfer, type GrpcStatus } from './direct.js';
 import { hookGrpcJsCalls, hookHttp2Servers } from './js-hooks.js';
-import { readModelInferRequest, writeModelInferResponseFrame } from './wire.js';
+import { readModelInferRequest } from './wire-reader.js';
+import { writeModelInferResponseFrame } from './wire-writer.js';
 import { ReloadingServerCredentials, type ReloadableTls } from '../http/tls.js';
 
 export { GRPC_SERVER_HTTP2 } from './js-hooks.js';
@@ -140,14 +141,14 @@ export interface GrpcListener {
 /** Turns bytes into a request message; throws INVALID_ARG naming the message and the flaw. */
 export type RequestDecoder = (bytes: Buffer) => Obj;
 
-/** Methods whose messages tsi reads and writes by hand (wire.ts): the inference hot path. */
+/** Methods whose messages tsi reads and writes by hand (wire-reader.ts, wire-writer.ts): the hot path. */
 const HAND_DECODED: Record<string, (b: Buffer) => Obj> = { ModelInfer: readModelInferRequest, ModelStreamInfer: readModelInferRequest };
 
 /**
  * The service with every request left as bytes by grpc-js (an identity deserializer), and per method
- * the decoder for the handler to call where it can answer a failure: wire.ts's for the inference
+ * the decoder for the handler to call where it can answer a failure: wire-reader.ts's for the inference
  * methods, proto-loader's for the rest. The inference methods' handlers answer with bytes they encoded
- * (wire.ts), which their serializer passes through.
+ * (wire-writer.ts), which their serializer passes through.
  */
 export function rawRequestService(def: protoLoader.ServiceDefinition): { service: grpc.ServiceDefinition; decoders: Record<string, RequestDecoder> } {
   const service: Record<string, grpc.MethodDefinition<Buffer, Obj>> = {};

@@ -9,7 +9,8 @@
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Haproxy, hasHaproxy, makeRepository, rollingRestart, startLoad, startReplicas, type Replica } from '../../bench/replicas.js';
+import { Haproxy, hasHaproxy, makeRepository, rollingRestart, startReplicas, type Replica } from '../../bench/replica-fleet.js';
+import { startLoad } from '../../bench/replica-load.js';
 import { describeWith } from '../helpers/capability.js';
 
 const haproxyMissing = hasHaproxy() ? undefined : 'no haproxy on PATH (apt-get install haproxy)';

@@ -1,5 +1,5 @@
 /**
- * The hand-written protobuf codec of gRPC's inference path (runtime-node/grpc/wire.ts). Unit level:
+ * The hand-written protobuf codec of gRPC's inference path (runtime-node/grpc/wire-reader.ts, wire-writer.ts). Unit level:
  * for any ModelInferRequest protobufjs writes, the reader reads what protobufjs itself reads (fields,
  * int64s of any size, every typed list, raw contents), also from unaligned and unpacked encodings; for
  * any response, protobufjs reads back exactly what the writer was given. End to end, through a real
@@ -12,7 +12,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { InferResponse, Parameters } from '../../core/index.js';
 import { loadProtos } from '../../runtime-node/grpc/server.js';
 import { decodeInferRequest as decodeGrpcRequest } from '../../runtime-node/grpc/codec.js';
-import { firstRawContentsAt, grpcFrameOf, readModelInferRequest, writeModelInferResponse, writeModelInferResponseFrame, writeModelStreamInferResponse } from '../../runtime-node/grpc/wire.js';
+import { firstRawContentsAt, readModelInferRequest } from '../../runtime-node/grpc/wire-reader.js';
+import { grpcFrameOf, writeModelInferResponse, writeModelInferResponseFrame, writeModelStreamInferResponse } from '../../runtime-node/grpc/wire-writer.js';
 import { GraphBuilder } from '../../scripts/onnx-builder.js';
 import { ONNX_ELEM_TYPE, identityModel, type Datatype } from '../../scripts/gen-models.js';
 import { grpcClient, streamAll, type GrpcTestClient, type Obj } from '../helpers/grpc.js';

@@ -3,7 +3,7 @@
  * in ~64 stop-and-wait round trips and gRPC ran at 0.3 of HTTP's req/s, so the server must advertise
  * its large stream window and frame size in its first SETTINGS and open its connection window, and
  * tsi's gRPC client (grpc-js) and `tsi-node perf`'s node:http2 load path must open theirs, as a
- * stand-in server sees them. Framing: an answer grpc/wire.ts wrote goes out as the frame it was
+ * stand-in server sees them. Framing: an answer grpc/wire-writer.ts wrote goes out as the frame it was
  * written in, not copied into a new one. And a 4 MB FP32 tensor round-trips intact through the server.
  */
 
@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GRPC_CLIENT_WINDOW, GrpcClient } from '../../client/grpc.js';
 import { BaseServerInterceptingCall } from '@grpc/grpc-js/build/src/server-interceptors.js';
 import { GRPC_SERVER_HTTP2 } from '../../runtime-node/grpc/server.js';
-import { writeModelInferResponse } from '../../runtime-node/grpc/wire.js';
+import { writeModelInferResponse } from '../../runtime-node/grpc/wire-writer.js';
 import { wireSender } from '../../runtime-node/perf/wire.js';
 import { identityModel } from '../../scripts/gen-models.js';
 import { startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
@@ -58,7 +58,7 @@ describe('the gRPC server', () => {
     }
   });
 
-  it("sends an answer in the frame grpc/wire.ts wrote it in, and frames other messages as grpc-js does", () => {
+  it("sends an answer in the frame grpc/wire-writer.ts wrote it in, and frames other messages as grpc-js does", () => {
     // The server's framing step (grpc-js's private serializeMessage, wrapped once a server listens).
     const frame = (BaseServerInterceptingCall.prototype as unknown as { serializeMessage: (v: unknown) => Buffer }).serializeMessage;
     const call = { handler: { serialize: (v: Buffer) => v } };

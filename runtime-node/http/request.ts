@@ -1,0 +1,165 @@
+/**
+ * The request side of HTTP/1.1 as runtime-node/http/connection.ts reads it: the head's request line
+ * and header fields (RFC 9112 §3, §5), the refusals this layer answers itself, and the body of one
+ * request as it arrives, collected whole for core's infer reader or streamed to the app with flow
+ * control, so a slow reader holds a bounded amount of it here.
+ */
+
+import { concatBytes, tooLarge } from '../../core/index.js';
+
+/** node:http's cap on the request line and header section. */
+export const MAX_HEAD = 16 * 1024;
+const REQUEST_LINE = /^([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP\/1\.([01])$/;
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** How much of a streamed body waits here for its reader before the socket is paused. */
+const STREAM_HIGH_WATER = 1 << 20;
+
+export interface Head {
+  method: string;
+  target: string;
+  minor: number;
+  /** Lower-cased names; repeated headers joined with ", " as node:http does. */
+  headers: Map<string, string>;
+  /** In arrival order, for the app's Request. */
+  raw: [string, string][];
+}
+
+export type RefusalStatus = 400 | 408 | 417 | 431;
+
+/** A request this layer refuses itself; the message becomes the `{"error": ...}` body. */
+export class BadRequest extends Error {
+  constructor(readonly status: RefusalStatus, message: string) {
+    super(message);
+  }
+}
+
+export function parseHead(text: string): Head {
+  const lines = text.split('\r\n');
+  const m = REQUEST_LINE.exec(lines[0]!);
+  if (!m) throw new BadRequest(400, `malformed request line: expected '<method> <target> HTTP/1.1' (or HTTP/1.0)`);
+  const headers = new Map<string, string>();
+  const raw: [string, string][] = [];
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i]!;
+    const colon = line.indexOf(':');
+    const name = colon > 0 ? line.slice(0, colon) : '';
+    // No obsolete line folding, no space before the colon (RFC 9112 §5.1–5.2).
+    if (!TOKEN.test(name)) throw new BadRequest(400, `malformed header line ${i}: expected '<name>: <value>' with a token for a name and no space before the colon`);
+    const value = line.slice(colon + 1).trim();
+    const key = name.toLowerCase();
+    const prev = headers.get(key);
+    if (prev !== undefined && key === 'content-length') throw new BadRequest(400, 'more than one Content-Length header');
+    headers.set(key, prev === undefined ? value : `${prev}, ${value}`);
+    raw.push([name, value]);
+  }
+  return { method: m[1]!, target: m[2]!, minor: Number(m[3]), headers, raw };
+}
+
+/** The body of one request, as it arrives: collected for a reader, or streamed to the app. */
+export class Body {
+  private chunks: Uint8Array[] = [];
+  private total = 0;
+  private limit = Infinity;
+  private alignAt?: number;
+  private ended = false;
+  private failure?: Error;
+  private waiter?: { resolve: (b: Uint8Array) => void; reject: (e: Error) => void };
+  private stream?: ReadableStreamDefaultController<Uint8Array>;
+  /** Set once nobody will read the rest (the response went out first): bytes are dropped. */
+  discard = false;
+
+  /**
+   * `pause`/`resume`: flow control for a streamed body, so a reader slower than the client (or one that
+   * has not started) holds at most STREAM_HIGH_WATER bytes here rather than the whole body.
+   */
+  constructor(private readonly pause: () => void, private readonly resume: () => void) {}
+
+  push(b: Uint8Array): void {
+    if (this.discard) return;
+    if (this.stream) {
+      this.toStream((c) => {
+        c.enqueue(b);
+        if ((c.desiredSize ?? 1) <= 0) this.pause();
+      });
+      return;
+    }
+    this.total += b.byteLength;
+    if (this.total <= this.limit) this.chunks.push(b);
+    else {
+      // Refused as soon as the limit is crossed, not when the client has finished sending.
+      this.chunks.length = 0;
+      this.settle();
+    }
+  }
+
+  end(): void {
+    this.ended = true;
+    this.toStream((c) => c.close());
+    this.settle();
+  }
+
+  fail(err: Error): void {
+    if (this.ended) return;
+    this.failure = err;
+    this.toStream((c) => c.error(err));
+    this.settle();
+  }
+
+  /** The app may have cancelled the stream (it stopped reading): then the bytes have nowhere to go. */
+  private toStream(f: (c: ReadableStreamDefaultController<Uint8Array>) => void): void {
+    if (!this.stream) return;
+    try {
+      f(this.stream);
+    } catch {
+      this.discard = true;
+    }
+  }
+
+  /**
+   * The whole body; past `limit` bytes it stops keeping chunks and fails once the body has ended.
+   * `alignAt`: the offset where binary tensor data starts, placed on an 8-byte boundary when the
+   * chunks are joined (concatBytes).
+   */
+  read(limit: number, alignAt?: number): Promise<Uint8Array> {
+    this.limit = limit;
+    this.alignAt = alignAt;
+    if (this.total > limit) this.chunks.length = 0;
+    return new Promise((resolve, reject) => {
+      this.waiter = { resolve, reject };
+      this.settle();
+    });
+  }
+
+  asStream(): ReadableStream<Uint8Array> {
+    return new ReadableStream<Uint8Array>({
+      start: (controller) => {
+        this.stream = controller;
+        for (const c of this.chunks) controller.enqueue(c);
+        this.chunks = [];
+        if (this.failure) controller.error(this.failure);
+        else if (this.ended) controller.close();
+      },
+      pull: () => this.resume(),
+      cancel: () => {
+        this.discard = true;
+        this.resume();
+      },
+    }, new ByteLengthQueuingStrategy({ highWaterMark: STREAM_HIGH_WATER }));
+  }
+
+  private settle(): void {
+    const w = this.waiter;
+    if (!w) return;
+    if (this.failure) w.reject(this.failure);
+    else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit));
+    else if (!this.ended) return;
+    else w.resolve(concatBytes(this.chunks, this.alignAt));
+    this.waiter = undefined;
+  }
+}
+
+/** Where a binary request's tensor data starts: after its JSON header (Inference-Header-Content-Length). */
+export function binaryStart(headerLength: string | undefined): number | undefined {
+  const n = headerLength === undefined ? NaN : Number(headerLength);
+  return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
+}
