@@ -72,6 +72,7 @@ function processMetrics(registry: MetricsRegistry): void {
   const prom = new Registry();
   collectDefaultMetrics({ register: prom });
   for (const metric of prom.getMetricsAsArray()) {
+    // Typed as MetricObject (a numeric enum for `type`, no get()); at run time each is a Metric whose type is the text.
     const m = metric as unknown as { name: string; help: string; type: MetricType; get(): Promise<MetricObjectWithValues<MetricValue<string>>> };
     let read: MetricSample[] = [];
     const source: MetricSource = {
