@@ -75,8 +75,9 @@ const VARIES = /duration|_us$|_seconds|_secs|throughput|^nv_cpu_|memory|energy|^
 
 /**
  * The page as a sorted set of lines: HELP/TYPE as they are; samples with time-dependent values as `*`
- * (a histogram's count stays: it counts requests); process and Node samples by name only, since
- * which GC kinds, heap spaces and handle types appear depends on the run (and GC samples may not).
+ * (a histogram's count stays: it counts requests); of the process and Node families, the samples
+ * without labels by name only, since which GC kinds, heap spaces, handle and request types appear
+ * depends on the run and the Node version.
  */
 function normalise(text: string): string[] {
   const out = new Set<string>();
@@ -93,7 +94,7 @@ function normalise(text: string): string[] {
     if (!m) throw new Error(`unparsable metrics line: ${line}`);
     const [, name, labels = '', value] = m;
     if (/^(nodejs_|process_)/.test(family)) {
-      if (!family.startsWith('nodejs_gc_')) out.add(`${name} *`);
+      if (labels === '') out.add(`${name} *`);
       continue;
     }
     const keep = !VARIES.test(family) || (name!.endsWith('_count') && !name!.includes('duration'));
