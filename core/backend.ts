@@ -17,7 +17,7 @@
  * - Inputs arrive validated (names, datatypes, shapes, batch size) against the normalised config.
  */
 
-import type { CustomMetrics } from './custom-metrics.js';
+import type { MetricsRegistry } from './metrics.js';
 import type { TsiError } from './errors.js';
 import type { ModelConfig } from './config/model-config.js';
 import type { BackendInstance, InstanceSpec, ModelIoInfo } from './execution.js';
@@ -45,8 +45,8 @@ export interface ModelLoadContext {
   log: Logger;
   /** Calls back into the server, for backends whose models call other models (BLS). */
   server: InProcessServer;
-  /** The server's custom metric families, for models that define their own (rendered on /metrics). */
-  metrics?: CustomMetrics;
+  /** The server's metrics registry, for models that define families of their own (rendered on /metrics). */
+  metrics?: MetricsRegistry;
 }
 
 /** What a backend's config auto-complete may read. */

@@ -51,7 +51,8 @@ export {
 } from './model-control.js';
 export { checkTraceModel } from './protocol/http-admin.js';
 export { createEnsembleBackend, ensembleComposingModels, validateEnsemble } from './ensemble.js';
-export { CustomMetrics, CustomMetricFamily, CustomMetric, type MetricKind } from './custom-metrics.js';
+export { CustomMetrics, type MetricKind } from './custom-metrics.js';
+export { MetricsRegistry, MetricFamily, MetricSeries, type MetricSample, type MetricSource, type MetricType } from './metrics.js';
 export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
 export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './rate-limiter.js';
 export { generate, generateRequest, generateResponseJson } from './protocol/generate.js';

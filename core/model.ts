@@ -19,7 +19,7 @@ import { configTypeToDatatype } from './config/pipeline.js';
 import { tracedInstance } from './trace.js';
 import { warmUpInstance, warmupSamples } from './warmup.js';
 import type { ResponseCache } from './cache.js';
-import type { CustomMetrics } from './custom-metrics.js';
+import type { MetricsRegistry } from './metrics.js';
 import type { ModelRateLimit, RateLimiter } from './rate-limiter.js';
 
 export type ModelState = 'UNKNOWN' | 'LOADING' | 'READY' | 'UNAVAILABLE' | 'UNLOADING';
@@ -35,7 +35,7 @@ export interface LoadOptions {
   server: InProcessServer;
   /** The server's response cache, used when the config enables `response_cache`. */
   cache?: ResponseCache;
-  metrics?: CustomMetrics;
+  metrics?: MetricsRegistry;
   /** The server's rate limiter; the version's instances register with it while it is loaded. */
   rateLimiter?: RateLimiter;
   schedulerDelay?: SchedulerDelay;

@@ -17,7 +17,7 @@ import type { ModelConfig } from './config/model-config.js';
 import { ModelVersion, type ModelState } from './model.js';
 import type { Clock, Logger } from './types.js';
 import type { ResponseCache } from './cache.js';
-import type { CustomMetrics } from './custom-metrics.js';
+import type { MetricsRegistry } from './metrics.js';
 import type { RateLimiter } from './rate-limiter.js';
 import type { SchedulerDelay } from './scheduler.js';
 
@@ -43,7 +43,7 @@ export interface RepositoryOptions {
   /** The server's response cache, handed to models whose config enables it. */
   cache?: ResponseCache;
   /** The server's custom metric families, handed to every backend model. */
-  metrics?: CustomMetrics;
+  metrics?: MetricsRegistry;
   /** The server's rate limiter, with which every loaded version's instances register. */
   rateLimiter?: RateLimiter;
   /** Models loaded at once by `loadAll` (tritonserver's --model-load-thread-count; default 4). */

@@ -16,9 +16,10 @@ import { createEnsembleBackend } from './ensemble.js';
 import { registerTestBackends } from './test-backends.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelVersion } from './model.js';
-import { CustomMetrics } from './custom-metrics.js';
+import { MetricsRegistry } from './metrics.js';
 import { ModelRepository, type IndexEntry, type LoadOverrides, type RepositorySource } from './repository.js';
 import { Residency, type ResidencyOptions } from './residency.js';
+import { registerServerMetrics } from './server-metrics.js';
 import type { SchedulerDelay } from './scheduler.js';
 import { systemClock, type Clock, type InferRequest, type InferResponse, type Logger, silentLogger } from './types.js';
 
@@ -68,8 +69,8 @@ export class InferenceServer implements InProcessServer {
   readonly cache?: ResponseCache;
   /** Shared by every loaded model, so that models using the same resources take turns. */
   readonly rateLimiter: RateLimiter;
-  /** Metric families the models define (Triton's custom metrics), rendered on /metrics. */
-  readonly metrics = new CustomMetrics();
+  /** The one registry of every family on /metrics: the server's own, models' custom ones, the runtime's. */
+  readonly metrics = new MetricsRegistry();
   /** Loads and unloads with their reasons, measured memory, and on-demand loading when a budget is set. */
   readonly residency: Residency;
   readonly clock: Clock;
@@ -118,6 +119,7 @@ export class InferenceServer implements InProcessServer {
       schedulerDelay: opts.schedulerDelay,
     });
     this.residency = new Residency(this.repository, opts.residency ?? {}, this.clock, this.log);
+    registerServerMetrics(this.metrics, this);
   }
 
   /** Whether models load on their first request within a budget (`--max-loaded-models`, `--model-memory-budget`). */

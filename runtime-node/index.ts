@@ -13,7 +13,7 @@ import {
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc/server.js';
-import { createMetricsRegistry, listenMetrics, metricsPage, type MetricsListener } from './metrics.js';
+import { listenMetrics, registerHostMetrics, type MetricsListener } from './metrics.js';
 import { nodeShmProvider } from './shm.js';
 import { FolderSource } from './fs-source.js';
 import { listen, type Listener } from './http/server.js';
@@ -311,8 +311,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       });
     }
     if (opts.metricsPort !== undefined) {
-      const registry = createMetricsRegistry(server, { cpuMetrics: opts.cpuMetrics });
-      const extra: (() => string)[] = [];
+      registerHostMetrics(server.metrics, { cpuMetrics: opts.cpuMetrics });
       if (opts.gpuMetrics !== false) {
         // Polled in the background: the first nvidia-smi reading must not hold up the start.
         const gm = new GpuMetrics({ intervalMs: opts.metricsIntervalMs ?? 2000, log, command: opts.nvidiaSmi });
@@ -320,9 +319,9 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
         void gm.start().then((found) => {
           if (found) log.info(`GPU metrics: ${gm.gpus.map((g) => `${g.name} (${g.uuid})`).join(', ')}, every ${opts.metricsIntervalMs ?? 2000} ms`);
         });
-        extra.push(() => gm.text());
+        gm.register(server.metrics);
       }
-      metrics = await listenMetrics(metricsPage(registry, server, extra), opts.metricsPort, opts.metricsAddress ?? opts.httpAddress ?? '0.0.0.0');
+      metrics = await listenMetrics(server.metrics, opts.metricsPort, opts.metricsAddress ?? opts.httpAddress ?? '0.0.0.0');
     }
   } catch (err) {
     gpuMetrics?.stop();

@@ -7,10 +7,10 @@
  *   `vllm:time_per_output_token_seconds`, `vllm:e2e_request_latency_seconds`,
  *   `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, labels model/version) and of vLLM's
  *   engine gauges (`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` and v0's `vllm:gpu_cache_usage_perc`,
- *   `vllm:avg_generation_throughput_toks_per_s`), as custom metric families any runtime renders.
+ *   `vllm:avg_generation_throughput_toks_per_s`), stored families in the server's MetricsRegistry.
  */
 
-import type { CustomMetric, CustomMetricFamily, CustomMetrics } from '../custom-metrics.js';
+import type { MetricFamily, MetricSeries, MetricsRegistry } from '../metrics.js';
 
 // Triton's vLLM backend's buckets.
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
@@ -68,11 +68,11 @@ export class LlmStats {
   steps = 0;
   private readonly rate = new Rate();
   private readonly m?: {
-    families: CustomMetricFamily[];
-    metrics: CustomMetric[];
-    ttft: CustomMetric; tpot: CustomMetric; e2e: CustomMetric; prompt: CustomMetric; gen: CustomMetric;
-    running: CustomMetric; waiting: CustomMetric; kv: CustomMetric; kvV0: CustomMetric; tput: CustomMetric;
-    prefixQueries: CustomMetric; prefixHits: CustomMetric;
+    families: MetricFamily[];
+    metrics: MetricSeries[];
+    ttft: MetricSeries; tpot: MetricSeries; e2e: MetricSeries; prompt: MetricSeries; gen: MetricSeries;
+    running: MetricSeries; waiting: MetricSeries; kv: MetricSeries; kvV0: MetricSeries; tput: MetricSeries;
+    prefixQueries: MetricSeries; prefixHits: MetricSeries;
   };
   /** Prompt tokens looked up in the prefix cache, and those found there (prefix caching on). */
   prefixQueries = 0;
@@ -80,12 +80,12 @@ export class LlmStats {
   /** Bytes the prefix caches hold, over all instances. */
   prefixBytes = 0;
 
-  constructor(metrics: CustomMetrics | undefined, labels: { model: string; version: string }, private readonly nowMs: () => number) {
+  constructor(metrics: MetricsRegistry | undefined, labels: { model: string; version: string }, private readonly nowMs: () => number) {
     if (!metrics) return;
-    const families: CustomMetricFamily[] = [];
-    const all: CustomMetric[] = [];
-    const metric = (name: string, help: string, kind: 'COUNTER' | 'GAUGE' | 'HISTOGRAM', buckets?: number[]) => {
-      const f = metrics.family(name, help, kind);
+    const families: MetricFamily[] = [];
+    const all: MetricSeries[] = [];
+    const metric = (name: string, help: string, type: 'counter' | 'gauge' | 'histogram', buckets?: number[]) => {
+      const f = metrics.family(name, help, type);
       families.push(f);
       const m = f.metric(labels, buckets);
       all.push(m);
@@ -93,20 +93,20 @@ export class LlmStats {
     };
     this.m = {
       families, metrics: all,
-      ttft: metric('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', 'HISTOGRAM', TTFT_BUCKETS),
-      tpot: metric('vllm:time_per_output_token_seconds', 'Histogram of time per output token in seconds.', 'HISTOGRAM', TPOT_BUCKETS),
-      e2e: metric('vllm:e2e_request_latency_seconds', 'Histogram of end to end request latency in seconds.', 'HISTOGRAM', E2E_BUCKETS),
-      prompt: metric('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', 'COUNTER'),
-      gen: metric('vllm:generation_tokens_total', 'Number of generation tokens processed.', 'COUNTER'),
-      running: metric('vllm:num_requests_running', 'Number of requests currently running on the model.', 'GAUGE'),
-      waiting: metric('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', 'GAUGE'),
-      kv: metric('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', 'GAUGE'),
+      ttft: metric('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', 'histogram', TTFT_BUCKETS),
+      tpot: metric('vllm:time_per_output_token_seconds', 'Histogram of time per output token in seconds.', 'histogram', TPOT_BUCKETS),
+      e2e: metric('vllm:e2e_request_latency_seconds', 'Histogram of end to end request latency in seconds.', 'histogram', E2E_BUCKETS),
+      prompt: metric('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', 'counter'),
+      gen: metric('vllm:generation_tokens_total', 'Number of generation tokens processed.', 'counter'),
+      running: metric('vllm:num_requests_running', 'Number of requests currently running on the model.', 'gauge'),
+      waiting: metric('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', 'gauge'),
+      kv: metric('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', 'gauge'),
       // vLLM v0's name for the same gauge, which Triton's vLLM backend reported and dashboards still query.
-      kvV0: metric('vllm:gpu_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', 'GAUGE'),
-      tput: metric('vllm:avg_generation_throughput_toks_per_s', 'Average generation throughput in tokens/s.', 'GAUGE'),
+      kvV0: metric('vllm:gpu_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', 'gauge'),
+      tput: metric('vllm:avg_generation_throughput_toks_per_s', 'Average generation throughput in tokens/s.', 'gauge'),
       // vLLM v1's counters (`vllm:prefix_cache_queries`, `_hits`), as prometheus_client writes them out.
-      prefixQueries: metric('vllm:prefix_cache_queries_total', 'Prompt tokens looked up in the prefix cache.', 'COUNTER'),
-      prefixHits: metric('vllm:prefix_cache_hits_total', 'Prompt tokens found in the prefix cache.', 'COUNTER'),
+      prefixQueries: metric('vllm:prefix_cache_queries_total', 'Prompt tokens looked up in the prefix cache.', 'counter'),
+      prefixHits: metric('vllm:prefix_cache_hits_total', 'Prompt tokens found in the prefix cache.', 'counter'),
     };
   }
 

@@ -1,12 +1,12 @@
 /**
  * Triton's GPU metrics (`nv_gpu_utilization`, `nv_gpu_memory_total_bytes`, `nv_gpu_memory_used_bytes`,
  * `nv_gpu_power_usage`, `nv_gpu_power_limit`, `nv_energy_consumption`, label `gpu_uuid`) for NVIDIA
- * GPUs, polled every `--metrics-interval-ms` as Triton polls DCGM, and rendered from the last reading
- * at scrape time. Energy is the driver's own counter when it reports one, else power integrated over
+ * GPUs, polled every `--metrics-interval-ms` as Triton polls DCGM, and registered into the server's
+ * MetricsRegistry as families read from the last reading at scrape time (off the page until there is one). Energy is the driver's own counter when it reports one, else power integrated over
  * the polls; either way it counts from the server's start. Absent where there is no NVIDIA GPU.
  */
 
-import type { Logger } from '../../core/index.js';
+import type { Logger, MetricsRegistry } from '../../core/index.js';
 import { queryNvidiaGpus, type NvidiaGpu } from './nvidia.js';
 
 const FAMILIES: { name: string; help: string; type: 'gauge' | 'counter'; value: (g: NvidiaGpu, energy: number) => number | undefined }[] = [
@@ -87,19 +87,16 @@ export class GpuMetrics {
     e.lastWatts = g.powerWatts;
   }
 
-  /** The exposition text of the GPU families, from the last reading. */
-  text(): string {
-    if (this.last.length === 0) return '';
-    const out: string[] = [];
+  /** Registers the GPU families: a GPU's series are there while it reports the value. */
+  register(registry: MetricsRegistry): void {
     for (const f of FAMILIES) {
-      const rows: string[] = [];
-      for (const g of this.last) {
-        const v = f.value(g, this.energy.get(g.uuid)?.joules ?? 0);
-        if (v !== undefined) rows.push(`${f.name}{gpu_uuid="${g.uuid}"} ${v}`);
-      }
-      if (rows.length === 0) continue;
-      out.push(`# HELP ${f.name} ${f.help}`, `# TYPE ${f.name} ${f.type}`, ...rows);
+      registry.register({
+        name: f.name, help: f.help, type: f.type, hideWhenEmpty: true,
+        samples: () => this.last.flatMap((g) => {
+          const value = f.value(g, this.energy.get(g.uuid)?.joules ?? 0);
+          return value === undefined ? [] : [{ labels: { gpu_uuid: g.uuid }, value }];
+        }),
+      });
     }
-    return out.join('\n') + '\n';
   }
 }

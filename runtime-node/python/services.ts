@@ -9,7 +9,7 @@
  */
 
 import {
-  TsiError, asTsiError, type CustomMetric, type CustomMetricFamily, type ErrorCode, type InferRequest, type InferResponse,
+  CustomMetrics, TsiError, asTsiError, type ErrorCode, type MetricFamily, type MetricSeries, type InferRequest, type InferResponse,
   type Logger, type ModelLoadContext, type Parameters, type Tensor,
 } from '../../core/index.js';
 import type { StubMessage } from './channel.js';
@@ -24,15 +24,19 @@ const FLAG_SEQUENCE_START = 1;
 const FLAG_SEQUENCE_END = 2;
 
 export class StubServices {
-  private readonly handles = new Map<number, CustomMetricFamily | CustomMetric>();
+  private readonly handles = new Map<number, MetricFamily | MetricSeries>();
   private nextHandle = 1;
   private readonly cancels = new Map<number, () => void>();
   private closed = false;
+  /** Triton's custom metrics API over the server's registry (absent where the server has none). */
+  private readonly metrics?: CustomMetrics;
 
   constructor(
     private readonly proc: StubProcess, private readonly ctx: ModelLoadContext, private readonly tag: string,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.metrics = ctx.metrics && new CustomMetrics(ctx.metrics);
+  }
 
   /** Handles `m` if it is one of ours; false when it is not. */
   handle(m: StubMessage, tensors: Tensor[]): boolean {
@@ -79,7 +83,7 @@ export class StubServices {
     else this.log.info(text);
   }
 
-  private metric(h: unknown): CustomMetric {
+  private metric(h: unknown): MetricSeries {
     const m = this.handles.get(h as number);
     if (!m || !('increment' in m)) throw new TsiError('INVALID_ARG', 'Invalid metric operation as the corresponding metric has been deleted.');
     return m;
@@ -89,7 +93,7 @@ export class StubServices {
   private reply(m: StubMessage): void {
     const out: StubMessage = { k: 'r', id: m.id };
     try {
-      const metrics = this.ctx.metrics;
+      const metrics = this.metrics;
       if (m.k === 'imr') out.v = this.ctx.server.isModelReady(String(m.model), m.version ? String(m.version) : undefined);
       else if (!metrics) throw new TsiError('UNAVAILABLE', 'custom metrics are not available in this server');
       else if (m.k === 'mf') {
@@ -105,7 +109,7 @@ export class StubServices {
     this.proc.send(out);
   }
 
-  private keep(h: CustomMetricFamily | CustomMetric): number {
+  private keep(h: MetricFamily | MetricSeries): number {
     const id = this.nextHandle++;
     this.handles.set(id, h);
     return id;
