@@ -91,11 +91,14 @@ export interface ModelFile {
 export async function modelFile(files: ModelFiles, dir: string, config: ModelConfig, rule: VariantRule = VARIANT_RULES.cpu): Promise<ModelFile> {
   const name = config.name ?? '';
   const present: string[] = [];
-  if (await files.exists(`${dir}/onnx`)) {
+  // Listed, not exists(): sources that know only files (the page's UrlSource, MemorySource) answer
+  // exists() for files alone.
+  if ((await files.list(dir)).some((e) => e.isDir && e.name === 'onnx')) {
     for (const e of await files.list(`${dir}/onnx`)) {
       const m = /^(.+)\.onnx$/.exec(e.name);
       if (!e.isDir && m) present.push(m[1]!);
     }
+    present.sort();
   }
   if (config.default_model_filename) {
     const path = `${dir}/${config.default_model_filename}`;
@@ -111,7 +114,7 @@ export async function modelFile(files: ModelFiles, dir: string, config: ModelCon
     return { path: `${dir}/onnx/${v}.onnx`, variant: v, present, reason: 'the config\'s variant' };
   }
   if (await files.exists(`${dir}/model.onnx`)) return { path: `${dir}/model.onnx`, present };
-  const best = rule.order.find((v) => present.includes(v)) ?? present.sort()[0];
+  const best = rule.order.find((v) => present.includes(v)) ?? present[0];
   if (!best) throw new TsiError('INVALID_ARG', `unable to find '${dir}/model.onnx' or '${dir}/onnx/*.onnx' for model '${name}'`);
   return { path: `${dir}/onnx/${best}.onnx`, variant: best, present, reason: `the best present for ${rule.device}: ${rule.why}` };
 }
