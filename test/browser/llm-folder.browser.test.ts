@@ -4,15 +4,18 @@
  * `model.onnx_data` loads on onnxruntime-web with the external data read from the same repository
  * URL, and gives greedily the Node server's tokens for the same files, alone and batched; without a
  * `variant` the page takes the best present for wasm (int4 before fp32: the smaller download), says
- * why in its log, and gives the Node server's int4 tokens. The folders are served by the Node server
- * of llm-folder-setup.ts.
+ * why in its log, and gives the Node server's int4 tokens; on WebGPU (SwiftShader) it takes the
+ * WebGPU order for the adapter's shader-f16. The folders are served by the Node server of
+ * llm-folder-setup.ts.
  */
 
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { VARIANT_RULES, createLogger } from '../../core/index.js';
 import { createServer, type BrowserServer } from '../../runtime-browser/index.js';
+import { requireCapability } from '../helpers/capability.js';
 
 const NODE = inject('llmFolderUrl');
+const CI = inject('ci');
 type Obj = Record<string, any>;
 
 function within<T>(ms: number, p: Promise<T>, what: string): Promise<T> {
@@ -50,6 +53,27 @@ describe('an onnx-community folder in the page', () => {
     const line = logs.find((l) => l.includes("model 'llama': serving"));
     expect(line).toContain(`serving 1/onnx/model_q4.onnx (variant 'model_q4', the best present for wasm in the page: ${VARIANT_RULES['page-wasm'].why}; present: model, model_q4)`);
     expect(logs.find((l) => l.includes("model 'llama_fp32': serving"))).toContain("variant 'model', the config's variant");
+  });
+
+  it('takes the WebGPU order on WebGPU, by the adapter\'s shader-f16, and gives the Node server\'s int4 tokens', async (ctx) => {
+    const webgpu = page.environment.webgpu;
+    requireCapability(ctx, CI, 'WebGPU adapter in Chromium', webgpu.available ? undefined : webgpu.reason);
+    const gpuLogs: string[] = [];
+    const files = (await (await fetch(`${NODE}/repository/tsi-index.json`)).json()).models.llama.files as string[];
+    const gpu = await within(90_000, createServer({
+      repository: `${NODE}/repository/`, models: { llama: files }, device: 'webgpu', log: createLogger((_l, line) => gpuLogs.push(line), 1),
+    }), 'createServer(webgpu)');
+    try {
+      const rule = webgpu.available && webgpu.shaderF16 ? VARIANT_RULES['page-webgpu'] : VARIANT_RULES['page-webgpu-no-f16'];
+      expect(gpuLogs.find((l) => l.includes("model 'llama': serving"))).toContain(`(variant 'model_q4', the best present for ${rule.device}: ${rule.why}`);
+      expect(gpu.instances('llama')).toMatchObject([{ device: 'webgpu' }]);
+      const req = { text_input: promptOf(4, 2), max_tokens: 5, temperature: 0, exclude_input_in_output: true };
+      const want = await (await fetch(`${NODE}/v2/models/llama_q4/generate`, post(req))).json();
+      const got = await (await within(60_000, gpu.fetch('/v2/models/llama/generate', post(req)), 'webgpu generate')).json();
+      expect(got.text_output).toBe(want.text_output);
+    } finally {
+      await gpu.stop(5000);
+    }
   });
 
   for (const [model, node] of [['llama_fp32', 'llama_fp32'], ['llama', 'llama_q4']] as const) {
