@@ -58,8 +58,8 @@ export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode
 export { generate, generateRequest, generateResponseJson } from './protocol/generate.js';
 export { createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling } from './embedding.js';
 export {
-  createLlmBackend, llmModelOf, KvBatch, Tokenizer, TextStream, ChatTemplate, LlmStats, layoutOf, kvBytesPerToken, VARIANTS,
-  type DecoderRuntime, type DecoderSession, type DecoderLayout, type StepRequest, type StepResult, type LlmModelInfo, type TensorKit, type KvArray, type KvGroup, type MemoryFacts,
+  createLlmBackend, llmModelOf, KvBatch, Tokenizer, TextStream, ChatTemplate, LlmStats, layoutOf, kvBytesPerToken, VARIANTS, VARIANT_RULES, allGpu,
+  type DecoderRuntime, type DecoderSession, type DecoderLayout, type StepRequest, type StepResult, type LlmModelInfo, type TensorKit, type KvArray, type KvGroup, type MemoryFacts, type VariantRule,
 } from './llm/index.js';
 export {
   JsModelHost, ModelRequest, ModelTensor, InferError, instantiateModel, toTensor, toTensors, errorOf, findModelFile,

@@ -12,15 +12,20 @@
  * WebGPU out: a decoder's int64 token ids and positions go in from the CPU, and ORT keeps the ops that
  * need them there. Caches round-trip through the CPU each step (KvBatch re-lays them out when the
  * batch changes), which costs little next to the step for the small models a page runs.
+ *
+ * A downloaded onnx-community folder serves as it is: without a `variant` parameter the file is the
+ * best present for where the instances will run (core's VARIANT_RULES: WebGPU with or without
+ * shader-f16, or wasm), and weights kept as external data (`model.onnx_data`, named inside the
+ * model) are read from the same source and handed to onnxruntime-web as `externalData`.
  */
 
 import type * as Ort from 'onnxruntime-web';
 import {
-  KvBatch, TsiError, createLlmBackend,
+  KvBatch, TsiError, VARIANT_RULES, allGpu, createLlmBackend,
   type Backend, type DecoderLayout, type DecoderRuntime, type DecoderSession, type InstancePlacement,
   type KvArray, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult, type TensorKit,
 } from '../core/index.js';
-import { readOnnxIo } from './onnx-io.js';
+import { externalDataFiles, readOnnxIo } from './onnx-io.js';
 import { loadOrt, probeEnvironment, runLock, type OnnxWebOptions, type OrtModule } from './onnx-web-backend.js';
 
 export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
@@ -28,17 +33,33 @@ export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
     async describe(files: ModelFiles, path: string): Promise<ModelIoInfo> {
       return readOnnxIo(await files.read(path));
     },
+    // The instances' device as open() will pick it; a WebGPU decoder that then fails its self-test
+    // runs this file on wasm.
+    async variantRule(config) {
+      const pref = opts.device ?? 'auto';
+      const webgpu = (await probeEnvironment()).webgpu;
+      if (!webgpu.available || pref === 'wasm' || (pref === 'auto' && !allGpu(config))) return VARIANT_RULES['page-wasm'];
+      return webgpu.shaderF16 ? VARIANT_RULES['page-webgpu'] : VARIANT_RULES['page-webgpu-no-f16'];
+    },
     async open({ ctx, spec, path, layout }) {
       const ort = await loadOrt(opts);
       const name = ctx.config.name ?? 'llm';
-      let bytes: Uint8Array;
-      try {
-        bytes = await ctx.files.read(path);
-      } catch (err) {
-        throw new TsiError('INVALID_ARG', `unable to read '${path}' for model '${name}': ${(err as Error).message}`);
-      }
-      // ORT may keep the buffer it is given; each session gets its own copy.
-      const create = (ep: 'webgpu' | 'wasm') => ort.InferenceSession.create(bytes.slice(), { logSeverityLevel: 3, executionProviders: [ep] });
+      const read = async (p: string) => {
+        try {
+          return await ctx.files.read(p);
+        } catch (err) {
+          throw new TsiError('INVALID_ARG', `unable to read '${p}' for model '${name}': ${(err as Error).message}`);
+        }
+      };
+      const bytes = await read(path);
+      const dir = path.slice(0, path.lastIndexOf('/') + 1);
+      const externalData: { path: string; data: Uint8Array }[] = [];
+      for (const file of externalDataFiles(bytes)) externalData.push({ path: file, data: await read(dir + file) });
+      // ORT may keep the buffers it is given; each session gets its own copies.
+      const create = (ep: 'webgpu' | 'wasm') => ort.InferenceSession.create(bytes.slice(), {
+        logSeverityLevel: 3, executionProviders: [ep],
+        ...(externalData.length > 0 ? { externalData: externalData.map((e) => ({ path: e.path, data: e.data.slice() })) } : {}),
+      });
       const env = await probeEnvironment();
       const pref = opts.device ?? 'auto';
       let fallback: string | undefined;

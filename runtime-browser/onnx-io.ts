@@ -1,6 +1,7 @@
 /**
  * Reads an ONNX model's graph inputs and outputs (names, element types, dims) straight from the
- * protobuf bytes, for Triton-style auto-complete in the browser. The Node runtime uses protobufjs for
+ * protobuf bytes, for Triton-style auto-complete in the browser, and the external data files its
+ * weights live in (which onnxruntime-web cannot read by itself: it is handed their bytes). The Node runtime uses protobufjs for
  * this; here a ~100-line wire-format walker does the same job so the browser bundle carries no
  * protobuf library and never copies the weights (initializers are skipped by length, not decoded).
  */
@@ -108,24 +109,52 @@ function initializerName(r: Reader): string {
   return '';
 }
 
-/** ModelProto.graph (7) → GraphProto.initializer (5), input (11), output (12). */
-export function readOnnxIo(bytes: Uint8Array): ModelIoInfo {
+/** The fields of ModelProto.graph (7). */
+function* graphFields(bytes: Uint8Array): Generator<ReturnType<Reader['field']>> {
   const model = new Reader(bytes);
-  const inputs: Io[] = [];
-  const outputs: Io[] = [];
-  const inits = new Set<string>();
   while (!model.done()) {
     const f = model.field();
     if (f.no !== 7 || !f.sub) continue;
-    const g = f.sub;
-    while (!g.done()) {
-      const gf = g.field();
-      if (!gf.sub) continue;
-      if (gf.no === 5) inits.add(initializerName(gf.sub));
-      else if (gf.no === 11) inputs.push(valueInfo(gf.sub));
-      else if (gf.no === 12) outputs.push(valueInfo(gf.sub));
-    }
+    while (!f.sub.done()) yield f.sub.field();
+  }
+}
+
+/** GraphProto.initializer (5), input (11), output (12). */
+export function readOnnxIo(bytes: Uint8Array): ModelIoInfo {
+  const inputs: Io[] = [];
+  const outputs: Io[] = [];
+  const inits = new Set<string>();
+  for (const gf of graphFields(bytes)) {
+    if (!gf.sub) continue;
+    if (gf.no === 5) inits.add(initializerName(gf.sub));
+    else if (gf.no === 11) inputs.push(valueInfo(gf.sub));
+    else if (gf.no === 12) outputs.push(valueInfo(gf.sub));
   }
   // Older exporters list initializers among the inputs; they are not real inputs.
   return { inputs: inputs.filter((i) => !inits.has(i.name)), outputs };
+}
+
+/**
+ * The files an ONNX model keeps its weights in beside it (TensorProto.external_data (13), key
+ * `location`), in order of first use: `model.onnx_data`, or `_1`, `_2`... when an export is split.
+ */
+export function externalDataFiles(bytes: Uint8Array): string[] {
+  const out = new Set<string>();
+  for (const gf of graphFields(bytes)) {
+    if (gf.no !== 5 || !gf.sub) continue;
+    while (!gf.sub.done()) {
+      const tf = gf.sub.field();
+      if (tf.no !== 13 || !tf.sub) continue;
+      // StringStringEntryProto: key (1), value (2).
+      let key = '';
+      let value = '';
+      while (!tf.sub.done()) {
+        const e = tf.sub.field();
+        if (e.no === 1 && e.sub) key = e.sub.string();
+        else if (e.no === 2 && e.sub) value = e.sub.string();
+      }
+      if (key === 'location' && value) out.add(value);
+    }
+  }
+  return [...out];
 }

@@ -44,11 +44,13 @@ export interface WebEnvironment {
   threadsBlocked?: string;
   hardwareConcurrency: number;
   /** The WebGPU adapter's description, or why there is none. */
-  webgpu: { available: true; vendor: string; architecture: string; fallback: boolean } | { available: false; reason: string };
+  webgpu: { available: true; vendor: string; architecture: string; fallback: boolean; shaderF16: boolean } | { available: false; reason: string };
 }
 
 interface GpuLike {
-  requestAdapter(): Promise<{ info?: { vendor?: string; architecture?: string; isFallbackAdapter?: boolean }; isFallbackAdapter?: boolean } | null>;
+  requestAdapter(): Promise<{
+    info?: { vendor?: string; architecture?: string; isFallbackAdapter?: boolean }; isFallbackAdapter?: boolean; features?: { has(f: string): boolean };
+  } | null>;
 }
 
 let envPromise: Promise<WebEnvironment> | undefined;
@@ -64,6 +66,8 @@ export function probeEnvironment(): Promise<WebEnvironment> {
         webgpu = {
           available: true, vendor: info.vendor ?? '', architecture: info.architecture ?? '',
           fallback: info.isFallbackAdapter ?? adapter.isFallbackAdapter ?? false,
+          // fp16 arithmetic in shaders: what an fp16 model needs on WebGPU (the llm backend's variant choice).
+          shaderF16: adapter.features?.has('shader-f16') ?? false,
         };
       } else {
         webgpu = { available: false, reason: g.navigator?.gpu ? 'no WebGPU adapter (requestAdapter() returned null)' : 'this browser has no WebGPU (navigator.gpu is undefined)' };

@@ -350,14 +350,20 @@ export function buildCli(): Command {
     .command('pull')
     .description('fetch an onnx-community model folder from the Hugging Face Hub (HF_ENDPOINT, HF_TOKEN) with only the files one variant needs, resumably, and write the config.pbtxt that serves it')
     .argument('<repo>', 'the Hub repo id, e.g. onnx-community/Qwen2.5-0.5B-Instruct')
-    .option('--variant <variant>', 'the weights to fetch: q4, fp16, fp32, quantized, q4f16... or a file name under onnx/ (default: the first present of model, model_q4, model_quantized...)')
+    .option('--variant <variant>', 'the weights to fetch: q4, fp16, fp32, quantized, q4f16... or a file name under onnx/ (default: the best present for --device: on cpu model, model_q4, model_quantized...; on gpu model_fp16, model, model_q4f16, model_q4...)')
+    .option('--device <device>', 'where it will be served: cpu, or gpu (also writes instance_group [{ kind: KIND_GPU }])', 'cpu')
     .option('--repository <dir>', 'the model repository to write into', 'models')
     .option('--name <name>', 'the model name in the repository (default: the repo\'s name, lowercased)')
     .option('--revision <rev>', 'branch, tag or commit on the Hub', 'main')
-    .action(async (repo: string, o: { variant?: string; repository: string; name?: string; revision: string }) => {
+    .action(async (repo: string, o: { variant?: string; device: string; repository: string; name?: string; revision: string }) => {
       const tty = process.stderr.isTTY;
+      if (o.device !== 'cpu' && o.device !== 'gpu') {
+        process.stderr.write(`tsi-node pull: --device must be cpu or gpu, not '${o.device}'\n`);
+        process.exitCode = 1;
+        return;
+      }
       const r = await pullModel({
-        repo, variant: o.variant, repository: o.repository, name: o.name, revision: o.revision,
+        repo, variant: o.variant, device: o.device, repository: o.repository, name: o.name, revision: o.revision,
         progress: (line, done) => {
           if (tty) process.stderr.write(`\r\x1b[K${line}${done ? '\n' : ''}`);
           else if (done) process.stderr.write(`${line}\n`);
@@ -367,7 +373,7 @@ export function buildCli(): Command {
         process.stderr.write(`${tty ? '\n' : ''}tsi-node pull: ${err.message}\n`);
         process.exitCode = 1;
       });
-      if (r) process.stdout.write(`pulled ${repo} (${r.variant}, ${r.commit.slice(0, 12)}) into ${r.dir}\n`);
+      if (r) process.stdout.write(`pulled ${repo} (${r.variant}: ${r.reason}; ${r.commit.slice(0, 12)}) into ${r.dir}\n`);
     });
 
   program.addCommand(perfCommand());

@@ -8,6 +8,8 @@
  *   onnx/model.onnx + onnx/model.onnx_data   fp32, its weights as external data
  *   onnx/model_fp16.onnx                     fp16 weights, fp16 KV cache and logits
  *   onnx/model_q4.onnx                       int4 weights (com.microsoft MatMulNBits, blocks of 32)
+ *   onnx/model_q4f16.onnx                    int4 weights with fp16 scales and activations into MatMulNBits,
+ *                                            fp16 elsewhere, fp16 KV cache and logits (written when asked)
  *
  * The graphs take `input_ids`, `attention_mask`, `position_ids` and `past_key_values.{i}.key/value`
  * ([batch, kv_heads, past, head_dim]) and give `logits` and `present.{i}.key/value`, as the exports do;
@@ -21,7 +23,7 @@ import { attentionAllowed } from './llm-model.js';
 import { GraphBuilder, encodeModelParts, fillUniform } from './onnx-builder.js';
 
 export type Family = 'llama' | 'qwen2' | 'phi3' | 'gemma';
-export type Variant = 'model' | 'model_fp16' | 'model_q4';
+export type Variant = 'model' | 'model_fp16' | 'model_q4' | 'model_q4f16';
 
 export interface FamilySpec {
   family: Family;
@@ -131,7 +133,8 @@ function quantize4(w: Float32Array, K: number, N: number): { b: Uint8Array; scal
 export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8Array; data?: Uint8Array } {
   const { vocab: V, dModel: D, heads: H, kvHeads: KVH, headDim: hd, layers, ffn, family } = spec;
   const rep = H / KVH;
-  const half = variant === 'model_fp16';
+  const half = variant === 'model_fp16' || variant === 'model_q4f16';
+  const q4 = variant === 'model_q4' || variant === 'model_q4f16';
   const g = new GraphBuilder(`tiny_${family}`, { opset: 17, docString: `${family} decoder (${variant}): ${layers} layers, d=${D}, ${H} heads / ${KVH} KV heads × ${hd}, vocab ${V}, seed ${spec.seed}` });
   let seed = spec.seed * 1000;
   const rand = (n: number, scale: number) => fillUniform(new Float32Array(n), seed++, -scale, scale);
@@ -144,11 +147,18 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
   const linear = (x: string, name: string, K: number, N: number, scale: number, bias?: Float32Array): string => {
     const w = rand(K * N, scale);
     let y: string;
-    if (variant === 'model_q4') {
+    if (q4) {
       const { b, scales } = quantize4(w, K, N);
       const bT = g.initializer(`${name}.weight_Q4`, 'UINT8', [N, K / 32, 16], b);
-      const sT = g.initializer(`${name}.weight_scales`, 'FLOAT', [N * (K / 32)], scales);
-      y = g.op('MatMulNBits', [x, bT, sT], { K, N, bits: 4, block_size: 32 }, undefined, 'com.microsoft');
+      const nbits = { K, N, bits: 4, block_size: 32 };
+      if (half) {
+        // q4f16: MatMulNBits in fp16 (its T1), the rest of the graph computing in float32 as the other variants do.
+        const sT = g.initializer(`${name}.weight_scales`, 'FLOAT16', [N * (K / 32)], toHalf(scales));
+        y = g.op('Cast', [g.op('MatMulNBits', [g.op('Cast', [x], { to: 10 }), bT, sT], nbits, undefined, 'com.microsoft')], { to: 1 });
+      } else {
+        const sT = g.initializer(`${name}.weight_scales`, 'FLOAT', [N * (K / 32)], scales);
+        y = g.op('MatMulNBits', [x, bT, sT], nbits, undefined, 'com.microsoft');
+      }
     } else y = g.op('MatMul', [x, weight(`${name}.weight`, [K, N], w)]);
     return bias ? g.op('Add', [y, weight(`${name}.bias`, [N], bias)]) : y;
   };
@@ -228,7 +238,7 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
   }
   const last = rmsNorm(x, 'model.norm');
   let logits: string;
-  if (family === 'gemma' && variant !== 'model_q4') {
+  if (family === 'gemma' && !q4) {
     // Tied output: the embedding table, transposed.
     const t = new Float32Array(D * V);
     for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) t[d * V + v] = embedData[v * D + d]!;
@@ -250,7 +260,7 @@ export function familyConfig(spec: FamilySpec): Record<string, unknown> {
     rms_norm_eps: 1e-6, rope_theta: ROPE_THETA, bos_token_id: spec.bos, eos_token_id: spec.eos,
     tie_word_embeddings: spec.family === 'gemma', torch_dtype: 'float32',
     ...(spec.llama3Rope ? { rope_scaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 64 } } : {}),
-    'transformers.js_config': { use_external_data_format: { 'model.onnx': 1 }, kv_cache_dtype: { fp16: 'float16' } },
+    'transformers.js_config': { use_external_data_format: { 'model.onnx': 1 }, kv_cache_dtype: { fp16: 'float16', q4f16: 'float16' } },
   };
 }
 

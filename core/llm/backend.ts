@@ -33,7 +33,7 @@ import type { ModelStats } from '../stats.js';
 import { decodeString } from '../tensor.js';
 import { ChatTemplate } from './chat.js';
 import { kvBytesPerToken, layoutOf, type DecoderLayout, type DecoderSession } from './decoder.js';
-import { checkMemory, modelFile, type MemoryFacts } from './model-folder.js';
+import { checkMemory, modelFile, type MemoryFacts, type VariantRule } from './model-folder.js';
 import { generationDefaults, type GenerationDefaults } from './params.js';
 import { LlmScheduler } from './scheduler.js';
 import type { LlmModelInfo } from './model-info.js';
@@ -44,8 +44,8 @@ import { Tokenizer } from './tokenizer.js';
 export interface DecoderRuntime {
   describe(files: ModelFiles, path: string): Promise<ModelIoInfo>;
   open(args: { ctx: ModelLoadContext; spec: InstanceSpec; path: string; layout: DecoderLayout; instanceCount: number }): Promise<DecoderSession>;
-  /** The variants (`model`, `model_fp16`, `model_q4`...) in this runtime's order of preference. */
-  variantOrder?: readonly string[];
+  /** Which variant (`model`, `model_fp16`, `model_q4`...) the device `config`'s instances run on prefers; default: the CPU's. */
+  variantRule?(config: ModelConfig): VariantRule | Promise<VariantRule>;
   /** What the memory check needs to know, where the runtime can tell. */
   memory?(ctx: ModelLoadContext, path: string): Promise<MemoryFacts | undefined>;
 }
@@ -137,9 +137,9 @@ class LlmModel implements BackendModel {
       throw new TsiError('INVALID_ARG', `model '${config.name}': an llm model takes 'text_input' and returns 'text_output' (TYPE_STRING)`);
     }
     const dir = String(version);
-    const file = await modelFile(files, dir, config, runtime.variantOrder);
+    const file = await modelFile(files, dir, config, await runtime.variantRule?.(config));
     const path = file.path;
-    if (file.variant) ctx.log.info(`model '${config.name}': serving ${path} (variant '${file.variant}'${config.parameters?.variant ? '' : ', the best present for the device'}; present: ${file.present.join(', ')})`);
+    if (file.variant) ctx.log.info(`model '${config.name}': serving ${path} (variant '${file.variant}', ${file.reason}; present: ${file.present.join(', ')})`);
     const tokJson = await readJson(files, `${dir}/tokenizer.json`, true);
     const tokCfg = await readJson(files, `${dir}/tokenizer_config.json`, false);
     const tokenizer = new Tokenizer(tokJson!, tokCfg ?? {});

@@ -10,6 +10,6 @@ export { kvBytesPerToken, layoutOf, type DecoderLayout, type DecoderSession, typ
 export { KvBatch, type KvArray, type KvGroup, type TensorKit } from './kv-batch.js';
 export { completions, getModel, listModels, openAiError } from '../protocol/openai.js';
 export { Tokenizer, TextStream } from './tokenizer.js';
-export { VARIANTS, type MemoryFacts } from './model-folder.js';
+export { VARIANTS, VARIANT_RULES, allGpu, type MemoryFacts, type VariantRule } from './model-folder.js';
 export { ChatTemplate, type ChatMessage } from './chat.js';
 export { LlmStats } from './stats.js';

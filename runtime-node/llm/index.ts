@@ -20,7 +20,7 @@ import { availableParallelism, totalmem } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import {
-  TsiError, VARIANTS, createLlmBackend,
+  TsiError, VARIANT_RULES, allGpu, createLlmBackend,
   type Backend, type InstancePlacement, type MemoryFacts, type DecoderRuntime, type DecoderSession, type KvGroup, type ModelConfig, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult,
 } from '../../core/index.js';
 import { candidateProviders, vulkanHint } from '../gpu/index.js';
@@ -37,8 +37,8 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
     async describe(files: ModelFiles, path: string): Promise<ModelIoInfo> {
       return readOnnxIo(await files.read(path));
     },
-    // On CPU fp32 is exact and fast; int4 next (MatMulNBits has CPU kernels); fp16 runs slowly on CPU.
-    variantOrder: VARIANTS,
+    // A model's file serves all its instances: the GPU's order only when every group is KIND_GPU.
+    variantRule: (config) => (allGpu(config) ? VARIANT_RULES.gpu : VARIANT_RULES.cpu),
     async memory(ctx, path): Promise<MemoryFacts | undefined> {
       const local = ctx.files.localPath?.(path);
       if (!local) return undefined;

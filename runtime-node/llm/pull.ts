@@ -21,13 +21,19 @@ import { existsSync } from 'node:fs';
 import { mkdir, open, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { downloadFile, fileDownloadInfo, listFiles, modelInfo, type ListFileEntry } from '@huggingface/hub';
-import { Tokenizer, VARIANTS } from '../../core/index.js';
+import { Tokenizer, VARIANT_RULES, type VariantRule } from '../../core/index.js';
 
 export interface PullOptions {
   /** `owner/name` on the Hub. */
   repo: string;
-  /** `q4`, `fp16`, `fp32`, `model_q4`...; default: the first of VARIANTS the repo holds. */
+  /** `q4`, `fp16`, `fp32`, `model_q4`...; default: the first the repo holds in the order of `device`. */
   variant?: string;
+  /**
+   * Where the model will be served: `cpu` (default) or `gpu`, which also writes
+   * `instance_group [{ kind: KIND_GPU }]`; without `variant`, that device's order picks the file
+   * (the backend's VARIANT_RULES: fp32 first on a CPU, fp16 first on a GPU).
+   */
+  device?: 'cpu' | 'gpu';
   /** The model repository folder. */
   repository: string;
   /** The model's name in the repository; default: the repo's name, lowercased, `[^a-z0-9_-]` → `_`. */
@@ -45,6 +51,8 @@ export interface PullResult {
   dir: string;
   name: string;
   variant: string;
+  /** Why that variant: asked for, or the device's rule. */
+  reason: string;
   commit: string;
   files: { path: string; bytes: number; fetched: number }[];
 }
@@ -68,15 +76,18 @@ export function variantName(asked: string): string {
   return v.startsWith('model') || v.startsWith('decoder') ? v : `model_${v}`;
 }
 
-/** The files `variant` needs from the listing, and the variants the repo holds. */
-export function planFiles(entries: ListFileEntry[], variant: string | undefined): { variant: string; present: string[]; files: ListFileEntry[] } {
+/** The files `variant` (default: the best present by `rule`) needs from the listing, and the variants the repo holds. */
+export function planFiles(
+  entries: ListFileEntry[], variant: string | undefined, rule: VariantRule = VARIANT_RULES.cpu,
+): { variant: string; reason: string; present: string[]; files: ListFileEntry[] } {
   const files = entries.filter((e) => e.type === 'file');
   const present = files.map((e) => /^onnx\/([^/]+)\.onnx$/.exec(e.path)?.[1]).filter((v): v is string => v !== undefined).sort();
-  const chosen = variant ? variantName(variant) : VARIANTS.find((v) => present.includes(v)) ?? present[0];
-  if (!chosen || !present.includes(chosen)) return { variant: chosen ?? '', present, files: [] };
+  const chosen = variant ? variantName(variant) : rule.order.find((v) => present.includes(v)) ?? present[0];
+  const reason = variant ? 'asked for' : `the best present for ${rule.device}: ${rule.why}`;
+  if (!chosen || !present.includes(chosen)) return { variant: chosen ?? '', reason, present, files: [] };
   // External data: `<variant>.onnx_data`, and `_1`, `_2`... when a big export is split.
   const weights = new RegExp(`^onnx/${chosen.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\.onnx(_data(_\\d+)?)?$`);
-  return { variant: chosen, present, files: files.filter((e) => SMALL.test(e.path) || weights.test(e.path)) };
+  return { variant: chosen, reason, present, files: files.filter((e) => SMALL.test(e.path) || weights.test(e.path)) };
 }
 
 /** Checks the small files as the backend will at load; throws saying why the folder cannot be served. */
@@ -157,7 +168,8 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
   const commit = (info as { sha?: string }).sha ?? o.revision ?? 'main';
   const entries: ListFileEntry[] = [];
   for await (const e of listFiles({ repo: o.repo, recursive: true, revision: commit, hubUrl, accessToken })) entries.push(e);
-  const plan = planFiles(entries, o.variant);
+  const gpu = o.device === 'gpu';
+  const plan = planFiles(entries, o.variant, gpu ? VARIANT_RULES.gpu : VARIANT_RULES.cpu);
   if (plan.present.length === 0) throw refuse(o.repo, 'it has no ONNX export under onnx/ (tsi serves the onnx-community layout: onnx/model*.onnx)');
   if (plan.files.length === 0) throw refuse(o.repo, `variant '${plan.variant}' is not in onnx/ (present: ${plan.present.join(', ')})`);
 
@@ -167,7 +179,7 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
   const small = plan.files.filter((f) => !f.path.startsWith('onnx/'));
   const weights = plan.files.filter((f) => f.path.startsWith('onnx/'));
   const total = plan.files.reduce((s, f) => s + f.size, 0);
-  progress(`${o.repo}@${commit.slice(0, 12)} → ${dir}: variant ${plan.variant} (present: ${plan.present.join(', ')}), ${plan.files.length} files, ${size(total)}`, true);
+  progress(`${o.repo}@${commit.slice(0, 12)} → ${dir}: variant ${plan.variant} (${plan.reason}; present: ${plan.present.join(', ')}), ${plan.files.length} files, ${size(total)}`, true);
   const files: PullResult['files'] = [];
   for (const f of small) files.push({ path: f.path, bytes: f.size, fetched: await fetchFile(hub, f, join(dir, f.path), () => {}) });
   await checkServable(o.repo, dir);
@@ -191,7 +203,7 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
     before += f.size;
     files.push({ path: f.path, bytes: f.size, fetched });
   }
-  await writeFile(join(entry, 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "${plan.variant}" } }\n`);
+  await writeFile(join(entry, 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "${plan.variant}" } }\n${gpu ? 'instance_group [{ kind: KIND_GPU }]\n' : ''}`);
   progress(`wrote ${join(entry, 'config.pbtxt')}; serve it with: tsi-node serve --model-repository ${resolve(o.repository)}`, true);
-  return { dir, name, variant: plan.variant, commit, files };
+  return { dir, name, variant: plan.variant, reason: plan.reason, commit, files };
 }

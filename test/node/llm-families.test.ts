@@ -1,7 +1,8 @@
 /**
  * The architectures people serve, as tiny models built by the project's ONNX builder in the
  * onnx-community layout (config.json, tokenizer files, onnx/model.onnx with external data,
- * onnx/model_fp16.onnx with an fp16 KV cache, onnx/model_q4.onnx with MatMulNBits int4 weights):
+ * onnx/model_fp16.onnx with an fp16 KV cache, onnx/model_q4.onnx with MatMulNBits int4 weights, and
+ * for Llama onnx/model_q4f16.onnx, MatMulNBits in fp16):
  * Llama (RoPE with Llama 3 scaling, grouped-query attention, RMSNorm, SwiGLU), Qwen2 (q/k/v biases),
  * Phi-3 and Gemma (embedding scale, (1 + w) RMSNorm, GELU-tanh, SentencePiece tokenizer). Each is
  * served by the real Node server from the folder as it is, and gives at 1, 4 and 16 concurrent
@@ -44,7 +45,7 @@ beforeAll(async () => {
     const spec = tinySpec(family, tokenizer.vocabSize, tokenizer.bosId ?? tokenizer.eosId!, tokenizer.eosId!);
     // The downloaded folder, once; each variant's model entry serves it as it is.
     const folder = join(root, 'downloads', family);
-    await writeFamilyFolder(folder, spec, tok);
+    await writeFamilyFolder(folder, spec, tok, family === 'llama' ? ['model', 'model_fp16', 'model_q4', 'model_q4f16'] : undefined);
     for (const [variant] of VARIANTS) {
       const entry = join(root, 'repo', `${family}_${variant}`);
       mkdirSync(entry, { recursive: true });
@@ -52,13 +53,17 @@ beforeAll(async () => {
       writeFileSync(join(entry, 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "${variant}" } }\n${SMALL}`);
     }
   }
+  // int4 with fp16 scales and activations (MatMulNBits' fp16 kernel), on one family.
+  mkdirSync(join(root, 'repo', 'llama_model_q4f16'), { recursive: true });
+  symlinkSync(join(root, 'downloads', 'llama'), join(root, 'repo', 'llama_model_q4f16', '1'));
+  writeFileSync(join(root, 'repo', 'llama_model_q4f16', 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "q4f16" } }\n${SMALL}`);
   // No variant: the best one present for the device (fp32 on CPU).
   mkdirSync(join(root, 'repo', 'llama_default'), { recursive: true });
   symlinkSync(join(root, 'downloads', 'llama'), join(root, 'repo', 'llama_default', '1'));
   writeFileSync(join(root, 'repo', 'llama_default', 'config.pbtxt'), `backend: "llm"\n${SMALL}`);
   server = await startTestServer({
     modelRepositories: [join(root, 'repo')], modelControlMode: 'explicit',
-    loadModels: FAMILIES.flatMap((f) => VARIANTS.map(([v]) => `${f}_${v}`)),
+    loadModels: [...FAMILIES.flatMap((f) => VARIANTS.map(([v]) => `${f}_${v}`)), 'llama_model_q4f16'],
   });
 }, 300_000);
 
@@ -68,7 +73,7 @@ afterAll(async () => {
 });
 
 /** transformers.js's greedy tokens for each prompt, decoded alone. */
-async function reference(family: Family, dtype: 'fp32' | 'fp16' | 'q4', prompts: string[]): Promise<number[][]> {
+async function reference(family: Family, dtype: 'fp32' | 'fp16' | 'q4' | 'q4f16', prompts: string[]): Promise<number[][]> {
   env.localModelPath = join(root, 'downloads') + '/';
   const model = await AutoModelForCausalLM.from_pretrained(family, { dtype, device: 'cpu' });
   const tok = tokenizers.get(family)!;
@@ -88,7 +93,8 @@ async function reference(family: Family, dtype: 'fp32' | 'fp16' | 'q4', prompts:
 }
 
 describe.each(FAMILIES)('%s', (family) => {
-  it.each(VARIANTS)('%s gives transformers.js\'s greedy tokens at 1, 4 and 16 concurrent requests', async (variant, dtype) => {
+  const variants: (readonly [string, 'fp32' | 'fp16' | 'q4' | 'q4f16'])[] = family === 'llama' ? [...VARIANTS, ['model_q4f16', 'q4f16']] : [...VARIANTS];
+  it.each(variants)('%s gives transformers.js\'s greedy tokens at 1, 4 and 16 concurrent requests', async (variant, dtype) => {
     const tok = tokenizers.get(family)!;
     const expected = await reference(family, dtype, PROMPTS);
     // Random weights still make real answers: most prompts run to max_tokens.
@@ -115,16 +121,16 @@ describe('the downloaded folder', () => {
   }, 120_000);
 
   it('refuses a variant the folder lacks, and a model bigger than the machine, saying how much', async () => {
-    writeFileSync(join(root, 'repo', 'llama_default', 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "q4f16" } }\n${SMALL}`);
+    writeFileSync(join(root, 'repo', 'llama_default', 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "int8" } }\n${SMALL}`);
     const missing = await load('llama_default');
     expect(missing.status).toBe(400);
-    expect(missing.body.error).toContain("variant 'q4f16' is not in '1/onnx' (present: model, model_fp16, model_q4)");
+    expect(missing.body.error).toContain("variant 'int8' is not in '1/onnx' (present: model, model_fp16, model_q4, model_q4f16)");
     writeFileSync(join(root, 'repo', 'llama_default', 'config.pbtxt'), `backend: "llm"\n${SMALL}`);
     process.env.TSI_MACHINE_MEMORY_BYTES = String(8 * 1024 * 1024);
     try {
       const big = await load('llama_default');
       expect(big.status).toBe(400);
-      expect(big.body.error).toMatch(/model 'llama_default' needs about 0\.02 GiB of memory but the machine has 0\.01 GiB: 1 instance\(s\) × \(0\.00 GiB of weights × 1 session\(s\) \+ 0\.02 GiB KV cache budget\).*present: model_fp16, model_q4/);
+      expect(big.body.error).toMatch(/model 'llama_default' needs about 0\.02 GiB of memory but the machine has 0\.01 GiB: 1 instance\(s\) × \(0\.00 GiB of weights × 1 session\(s\) \+ 0\.02 GiB KV cache budget\).*present: model_fp16, model_q4, model_q4f16/);
     } finally {
       delete process.env.TSI_MACHINE_MEMORY_BYTES;
     }

@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildCli } from '../../runtime-node/cli.js';
 import { pullModel } from '../../runtime-node/llm/pull.js';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
+import { VARIANT_RULES } from '../../core/llm/model-folder.js';
 import { tinySpec, writeFamilyFolder } from '../../scripts/llm-families.js';
 import { startFakeHub, type FakeHub } from '../helpers/fake-hub.js';
 import { MODELS, postJson, startTestServer } from '../helpers/server.js';
@@ -40,6 +41,10 @@ beforeAll(async () => {
   };
   variantOf('acme/t5-small', (d) => writeFileSync(join(d, 'config.json'), JSON.stringify({ architectures: ['T5ForConditionalGeneration'], model_type: 't5', is_encoder_decoder: true })));
   variantOf('acme/no-onnx', (d) => { rmSync(join(d, 'onnx'), { recursive: true }); writeFileSync(join(d, 'model.safetensors'), 'weights'); });
+  // Three precisions, for the choice without --variant.
+  const three = join(root, 'hub', 'three');
+  await writeFamilyFolder(three, tinySpec('llama', t.vocabSize, t.bosId ?? t.eosId!, t.eosId!), tok, ['model', 'model_fp16', 'model_q4']);
+  hub.add('onnx-community/Tiny-Llama-Three', three);
   variantOf('acme/odd-tokenizer', (d) => writeFileSync(join(d, 'tokenizer.json'), JSON.stringify({ model: { type: 'CharacterLevel', vocab: {} } })));
 }, 120_000);
 
@@ -92,7 +97,7 @@ describe('tsi-node pull', () => {
     // Finished files are not fetched again: only the rest of the cut one came down.
     expect(weightRequests().some((r) => r.path.endsWith('onnx/model.onnx'))).toBe(false);
     const text = lines.join('');
-    expect(text).toMatch(/variant model \(present: model, model_q4\), 6 files, [\d.]+ (KiB|MiB)/);
+    expect(text).toMatch(/variant model \(asked for; present: model, model_q4\), 6 files, [\d.]+ (KiB|MiB)/);
     expect(text).toMatch(/onnx\/model\.onnx_data {2}[\d.]+ (KiB|MiB) \/ [\d.]+ (KiB|MiB) {2}total [\d.]+ (KiB|MiB) \/ [\d.]+ (KiB|MiB) \(100%\)/);
     expect(readFileSync(join(repository, 'tiny-llama-test', 'config.pbtxt'), 'utf8')).toContain('string_value: "model"');
 
@@ -126,9 +131,24 @@ describe('tsi-node pull', () => {
       .rejects.toThrow("variant 'model_fp16' is not in onnx/ (present: model, model_q4)");
   }, 60_000);
 
+  it('without --variant takes the best present for --device: fp32 on the CPU, fp16 (and KIND_GPU) on a GPU', async () => {
+    const repository = join(root, 'devices');
+    const lines: string[] = [];
+    const pull = (device: 'cpu' | 'gpu', name: string) => pullModel({ repo: 'onnx-community/Tiny-Llama-Three', device, name, repository, hubUrl: hub.url, progress: (l) => lines.push(l) });
+    const cpu = await pull('cpu', 'on_cpu');
+    expect(cpu).toMatchObject({ variant: 'model', reason: `the best present for the CPU: ${VARIANT_RULES.cpu.why}` });
+    expect(readFileSync(join(repository, 'on_cpu', 'config.pbtxt'), 'utf8')).not.toContain('KIND_GPU');
+    const gpu = await pull('gpu', 'on_gpu');
+    expect(gpu).toMatchObject({ variant: 'model_fp16', reason: `the best present for KIND_GPU (a GPU provider): ${VARIANT_RULES.gpu.why}` });
+    expect(readdirSync(join(repository, 'on_gpu', '1', 'onnx'))).toEqual(['model_fp16.onnx']);
+    expect(readFileSync(join(repository, 'on_gpu', 'config.pbtxt'), 'utf8')).toBe('backend: "llm"\nparameters { key: "variant" value { string_value: "model_fp16" } }\ninstance_group [{ kind: KIND_GPU }]\n');
+    expect(lines.join('\n')).toContain('variant model_fp16 (the best present for KIND_GPU (a GPU provider): fp16 first (with its fp16 KV cache), then fp32');
+  }, 60_000);
+
   it('has --help', () => {
     const help = buildCli().commands.find((c) => c.name() === 'pull')!.helpInformation();
     expect(help).toContain('--variant <variant>');
+    expect(help).toContain('--device <device>');
     expect(help).toContain('HF_TOKEN');
   });
 });
