@@ -35,10 +35,10 @@ export interface ToolPlan {
   /** For the chat template's `tools` variable (undefined: no tools offered). */
   templateTools?: Json[];
   /**
-   * The grammar forcing a call (tool_choice `required` or a named function), as the request
-   * parameter `guided_tool_call` carries it (params.ts).
+   * The grammar forcing a call (tool_choice `required` or a named function), as the parameter
+   * `guided_tool_call` gives it (params.ts).
    */
-  guided?: string;
+  guided?: Json;
   /** Whether the output is parsed for calls. */
   parse: boolean;
   parallel: boolean;
@@ -68,7 +68,7 @@ export function planTools(body: Json, parser: ToolParser): ToolPlan {
   const parallel = body.parallel_tool_calls !== false;
   if (choice === 'none') return { parse: false, parallel: false };
   const format = FORMATS[parser];
-  const forced = (list: Json[]) => JSON.stringify({ ...format, functions: list.map((f) => ({ name: f.name, parameters: f.parameters ?? { type: 'object' } })) });
+  const forced = (list: Json[]) => ({ ...format, functions: list.map((f) => ({ name: f.name, parameters: f.parameters ?? { type: 'object' } })) });
   const templateTools = tools as Json[];
   if (choice === 'auto') return { templateTools, parse: true, parallel };
   if (choice === 'required') return { templateTools, guided: forced(fns), parse: true, parallel };
