@@ -230,7 +230,11 @@ export class ToolCallStream {
         // llama3_json: a call is the whole answer, so an answer that starts like one is held.
         const rest = t.slice(this.at);
         const lead = rest.trimStart();
-        if (lead.length === 0) return false;
+        if (lead.length === 0) {
+          if (!final) return false;
+          this.mode = 'text';
+          return true;
+        }
         this.callFrom = this.at;
         if (lead.startsWith('{')) {
           this.at += rest.length - lead.length;

@@ -35,6 +35,7 @@ const CASES: [ToolParser, string][] = [
   ['llama3_json', '{"name": "a", "parameters": {"x": 1.50}}'],
   ['llama3_json', ' <|python_tag|>{"name": "a", "parameters": {}} ; {"name": "b", "parameters": {"c": true}}'],
   ['llama3_json', '<|python'],
+  ['llama3_json', ' \n '],
   ['llama3_json', 'The answer is {"name": "a"}'],
   ['mistral', 'ok [TOOL_CALLS] [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"t": "x"}}]'],
   ['mistral', '[TOOL_CALLS]{"name": "a", "arguments": {"t": 1}}'],
