@@ -200,7 +200,9 @@ export class ModelVersion {
     const now = this.clock.nowNs();
     pending.receivedNs = now;
     pending.trace = req.trace;
-    if (this.cache) {
+    pending.generation = req.generation;
+    // The cache's key is the request's tensors and parameters: parsed generation parameters are neither.
+    if (this.cache && !req.generation) {
       if (this.cache.serve(this.name, this.version, pending, this.stats, this.clock)) return pending;
       // The lookup took time (it hashes the inputs): the queue start is a reading of its own.
       this.scheduler.enqueue(pending);

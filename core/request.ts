@@ -12,6 +12,7 @@ import { UINT64, describeValue, jsonKinds } from './protocol/request-params.js';
 import { dataLength, shapeToString } from './tensor.js';
 import { putEntry, type DataType, type InferRequest, type Parameters, type ParamValue, type Tensor, type TraceStamps } from './types.js';
 import { configTypeToDatatype } from './config/pipeline.js';
+import type { GenerationRequest } from './llm/params.js';
 
 export type SequenceId = bigint | string;
 
@@ -62,6 +63,8 @@ export class PendingRequest implements BackendRequest {
   deadlineNs = 0;
   /** The client's request's trace, when traced (ModelVersion hands it over; a derived request has none). */
   trace?: TraceStamps;
+  /** An `llm` request's parsed generation parameters, when its front end parsed them (InferRequest.generation). */
+  generation?: GenerationRequest;
   private done = false;
   /** Set by the backend (`reschedule`) during an execution; runExecution reads and clears it. */
   rescheduled = false;

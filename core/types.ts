@@ -4,6 +4,8 @@
  * the gRPC messages and the in-process API map onto each other field for field.
  */
 
+import type { GenerationRequest } from './llm/params.js';
+
 export const DATATYPES = [
   'BOOL', 'UINT8', 'UINT16', 'UINT32', 'UINT64', 'INT8', 'INT16', 'INT32', 'INT64',
   'FP16', 'FP32', 'FP64', 'BYTES', 'BF16',
@@ -62,6 +64,11 @@ export interface InferRequest {
   outputs?: RequestedOutput[];
   /** The request's trace when it is traced (the transport sets it with attachTrace); never on the wire. */
   trace?: TraceStamps;
+  /**
+   * An `llm` request's generation parameters, parsed by a front end that read them from its own
+   * fields (the OpenAI API); the llm scheduler then reads these instead of `parameters`. Never on the wire.
+   */
+  generation?: GenerationRequest;
 }
 
 /**

@@ -5,8 +5,8 @@
  * protocol itself as `fetch(request)` — core's own handler, so a Service Worker (service-worker.ts)
  * can answer `/v2/...` for unmodified HTTP clients. Queueing, dynamic batching, sequences and
  * statistics are core's and apply here unchanged, and so do ensembles (core's), JavaScript models
- * (js-backend.ts) and `llm` language models (llm-backend.ts: core's in-flight batching and OpenAI
- * API). Further backends plug in through `backends`, by the name a config's `backend` selects.
+ * (js-backend.ts), `llm` language models (llm-backend.ts: core's in-flight batching and OpenAI
+ * API) and `embedding` sentence encoders (core/embedding.ts over this runtime's onnxruntime backend). Further backends plug in through `backends`, by the name a config's `backend` selects.
  */
 
 import {

@@ -1,9 +1,9 @@
 /**
  * Service Worker mode: a module Service Worker that answers `/v2/...` requests in the page's origin
  * with core's v2 HTTP handler, so unmodified v2 clients (fetch-, curl- or tritonclient-shaped) work
- * against a page with no server behind it, and the OpenAI routes of `llm` models (`/v1/models`,
- * `/v1/completions`, `/v1/chat/completions`, streamed) for OpenAI clients given the site as their base
- * URL. Everything else passes through untouched.
+ * against a page with no server behind it, and the OpenAI routes of `llm` and `embedding` models
+ * (`/v1/models`, `/v1/completions`, `/v1/chat/completions`, streamed, and `/v1/embeddings`) for OpenAI
+ * clients given the site as their base URL. Everything else passes through untouched.
  *
  * Two ways to use it:
  * - register the built `tsi-sw.js` directly, configured by its query string:
@@ -43,8 +43,8 @@ export interface ServiceWorkerOptions extends BrowserServerOptions {
   openai?: boolean;
 }
 
-/** The OpenAI-compatible paths core's handler answers (core/protocol/openai.ts); nothing else under /v1. */
-const OPENAI_PATH = /^\/v1\/(?:models(?:\/.+)?|completions|chat\/completions)$/;
+/** The OpenAI-compatible paths core's handler answers (core/protocol/openai*.ts); nothing else under /v1. */
+const OPENAI_PATH = /^\/v1\/(?:models(?:\/.+)?|completions|chat\/completions|embeddings)$/;
 
 export function isServiceWorker(): boolean {
   const g = globalThis as { ServiceWorkerGlobalScope?: new () => unknown };

@@ -5,7 +5,9 @@
  * string), and the names of both of Triton's LLM backends (vLLM's `max_tokens`, `seed`, `stop`,
  * `stop_token_ids`; TensorRT-LLM's `random_seed`, `stop_words`, `end_id`, `runtime_top_k`...). Defaults
  * come from the model's `generation_config.json`. Every bad value is an INVALID_ARG naming the
- * parameter and what it must be.
+ * parameter and what it must be. A front end that reads the fields itself (the OpenAI API) parses
+ * them here too, once, and hands the result on the request (`InferRequest.generation`) instead of
+ * writing them back into request parameters.
  */
 
 import { TsiError } from '../errors.js';
@@ -130,8 +132,36 @@ function list(get: ParamSource, names: string[], kind: 'string' | 'int'): unknow
 
 const isInt = (v: number) => Number.isInteger(v);
 
-/** The parameters of one request; `get` looks a name up in the request (see the file comment). */
-export function parseGenerationParams(get: ParamSource, d: GenerationDefaults): GenerationParams {
+/**
+ * What one request asks for, parsed and checked, before the model's defaults fill the rest: what a
+ * front end that parsed a request's fields itself (the OpenAI API) hands the llm scheduler on the
+ * request (`InferRequest.generation`), and what request parameters read as (`readGenerationRequest`).
+ */
+export interface GenerationRequest {
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  repetitionPenalty?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  maxTokens?: number;
+  minTokens?: number;
+  seed?: number;
+  stop?: string[];
+  stopTokenIds?: number[];
+  ignoreEos?: boolean;
+  stream?: boolean;
+  excludeInput?: boolean;
+  skipSpecialTokens?: boolean;
+  n?: number;
+  logprobs?: number;
+  grammar?: GrammarSpec;
+  /** False: the prompt is encoded without the tokenizer's special tokens (a chat template wrote its own). */
+  addSpecialTokens?: boolean;
+}
+
+/** A request's generation parameters, by any of their names (see the file comment); none filled in. */
+export function readGenerationRequest(get: ParamSource): GenerationRequest {
   // vLLM's `sampling_parameters` input: a JSON object whose keys read like parameters.
   const sp = get('sampling_parameters');
   let fromJson: Json = {};
@@ -145,35 +175,70 @@ export function parseGenerationParams(get: ParamSource, d: GenerationDefaults): 
     if (typeof fromJson !== 'object' || fromJson === null || Array.isArray(fromJson)) throw bad('sampling_parameters', 'a JSON object in a string', sp);
   }
   const look: ParamSource = (n) => get(n) ?? fromJson[n];
-  const temperature = number(look, ['temperature'], (v) => v >= 0, 'a number >= 0') ?? d.temperature;
-  const topK = number(look, ['top_k', 'runtime_top_k'], (v) => isInt(v) && v >= -1, 'an integer >= 0 (0 or -1: off)') ?? d.topK;
-  const topP = number(look, ['top_p', 'runtime_top_p'], (v) => v > 0 && v <= 1, 'a number in (0, 1]') ?? d.topP;
-  const stream = bool(look, ['stream']) ?? false;
+  const temperature = number(look, ['temperature'], (v) => v >= 0, 'a number >= 0');
+  const topK = number(look, ['top_k', 'runtime_top_k'], (v) => isInt(v) && v >= -1, 'an integer >= 0 (0 or -1: off)');
+  const topP = number(look, ['top_p', 'runtime_top_p'], (v) => v > 0 && v <= 1, 'a number in (0, 1]');
+  const stream = bool(look, ['stream']);
   const excludeInput = bool(look, ['exclude_input_in_output']);
+  const addSpecial = get('add_special_tokens');
   return {
-    temperature,
-    topK: topK < 0 ? 0 : topK,
-    topP,
-    repetitionPenalty: number(look, ['repetition_penalty'], (v) => v > 0, 'a number > 0') ?? d.repetitionPenalty,
-    presencePenalty: number(look, ['presence_penalty'], (v) => v >= -2 && v <= 2, 'a number in [-2, 2]') ?? 0,
-    frequencyPenalty: number(look, ['frequency_penalty'], (v) => v >= -2 && v <= 2, 'a number in [-2, 2]') ?? 0,
-    maxTokens: number(look, ['max_tokens', 'max_new_tokens'], (v) => isInt(v) && v >= 1, 'an integer >= 1') ?? d.maxTokens,
-    minTokens: number(look, ['min_tokens', 'min_length'], (v) => isInt(v) && v >= 0, 'an integer >= 0') ?? 0,
+    temperature, topK, topP,
+    repetitionPenalty: number(look, ['repetition_penalty'], (v) => v > 0, 'a number > 0'),
+    presencePenalty: number(look, ['presence_penalty'], (v) => v >= -2 && v <= 2, 'a number in [-2, 2]'),
+    frequencyPenalty: number(look, ['frequency_penalty'], (v) => v >= -2 && v <= 2, 'a number in [-2, 2]'),
+    maxTokens: number(look, ['max_tokens', 'max_new_tokens'], (v) => isInt(v) && v >= 1, 'an integer >= 1'),
+    minTokens: number(look, ['min_tokens', 'min_length'], (v) => isInt(v) && v >= 0, 'an integer >= 0'),
     seed: number(look, ['seed', 'random_seed'], (v) => isInt(v), 'an integer'),
-    stop: (list(look, ['stop', 'stop_words'], 'string') as string[] | undefined) ?? [],
-    stopTokenIds: [
-      ...((list(look, ['stop_token_ids'], 'int') as number[] | undefined) ?? []),
-      ...((list(look, ['end_id'], 'int') as number[] | undefined) ?? []),
-    ],
-    ignoreEos: bool(look, ['ignore_eos']) ?? false,
+    stop: list(look, ['stop', 'stop_words'], 'string') as string[] | undefined,
+    stopTokenIds: stopTokenIds(look),
+    ignoreEos: bool(look, ['ignore_eos']),
     stream,
-    // As Triton's vLLM backend: the prompt is part of text_output unless streaming or asked otherwise.
-    excludeInput: excludeInput ?? stream,
-    skipSpecialTokens: bool(look, ['skip_special_tokens']) ?? true,
-    n: number(look, ['n'], (v) => isInt(v) && v >= 1 && v <= MAX_N, `an integer in [1, ${MAX_N}]`) ?? 1,
+    excludeInput,
+    skipSpecialTokens: bool(look, ['skip_special_tokens']),
+    n: number(look, ['n'], (v) => isInt(v) && v >= 1 && v <= MAX_N, `an integer in [1, ${MAX_N}]`),
     logprobs: number(look, ['logprobs'], (v) => isInt(v) && v >= 0 && v <= MAX_TOP_LOGPROBS, `an integer in [0, ${MAX_TOP_LOGPROBS}]`),
     grammar: grammarOf(look),
+    addSpecialTokens: addSpecial === undefined || addSpecial === null ? undefined : addSpecial !== false && addSpecial !== 'false',
   };
+}
+
+/** `stop_token_ids` and TensorRT-LLM's `end_id` together; undefined when neither is given. */
+function stopTokenIds(look: ParamSource): number[] | undefined {
+  const ids = list(look, ['stop_token_ids'], 'int') as number[] | undefined;
+  const end = list(look, ['end_id'], 'int') as number[] | undefined;
+  return ids || end ? [...(ids ?? []), ...(end ?? [])] : undefined;
+}
+
+/** A request's parameters with the model's defaults where it gave none. */
+export function withDefaults(r: GenerationRequest, d: GenerationDefaults): GenerationParams {
+  const topK = r.topK ?? d.topK;
+  const stream = r.stream ?? false;
+  return {
+    temperature: r.temperature ?? d.temperature,
+    topK: topK < 0 ? 0 : topK,
+    topP: r.topP ?? d.topP,
+    repetitionPenalty: r.repetitionPenalty ?? d.repetitionPenalty,
+    presencePenalty: r.presencePenalty ?? 0,
+    frequencyPenalty: r.frequencyPenalty ?? 0,
+    maxTokens: r.maxTokens ?? d.maxTokens,
+    minTokens: r.minTokens ?? 0,
+    seed: r.seed,
+    stop: r.stop ?? [],
+    stopTokenIds: r.stopTokenIds ?? [],
+    ignoreEos: r.ignoreEos ?? false,
+    stream,
+    // As Triton's vLLM backend: the prompt is part of text_output unless streaming or asked otherwise.
+    excludeInput: r.excludeInput ?? stream,
+    skipSpecialTokens: r.skipSpecialTokens ?? true,
+    n: r.n ?? 1,
+    logprobs: r.logprobs,
+    grammar: r.grammar,
+  };
+}
+
+/** The parameters of one request; `get` looks a name up in the request (see the file comment). */
+export function parseGenerationParams(get: ParamSource, d: GenerationDefaults): GenerationParams {
+  return withDefaults(readGenerationRequest(get), d);
 }
 
 /** An object given as itself or as JSON text. */

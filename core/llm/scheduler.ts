@@ -17,7 +17,7 @@ import { decodeString, encodeString } from '../tensor.js';
 import type { Parameters, Tensor } from '../types.js';
 import { Engine, type EngineLimits, type EngineSequence, type StepStats } from './engine.js';
 import { Generation, type Accepted } from './generation.js';
-import { parseGenerationParams, type GenerationDefaults } from './params.js';
+import { readGenerationRequest, withDefaults, type GenerationDefaults } from './params.js';
 import type { TokenLogprob } from './sampling.js';
 import type { LlmStats } from './stats.js';
 import type { Tokenizer } from './tokenizer.js';
@@ -217,9 +217,10 @@ export class LlmScheduler implements Scheduler {
       }
       return request.parameters[name];
     };
-    const params = parseGenerationParams(get, this.opts.defaults);
-    const addSpecial = get('add_special_tokens');
-    const ids = this.opts.tokenizer.encode(prompt, { addSpecialTokens: addSpecial !== false && addSpecial !== 'false' });
+    // Parsed already when a front end read them from its own fields (the OpenAI API); else from the request's parameters.
+    const asked = request.generation ?? readGenerationRequest(get);
+    const params = withDefaults(asked, this.opts.defaults);
+    const ids = this.opts.tokenizer.encode(prompt, { addSpecialTokens: asked.addSpecialTokens !== false });
     const ctxLen = this.opts.maxContext;
     if (ids.length === 0) throw new TsiError('INVALID_ARG', 'the prompt is empty');
     if (ids.length >= ctxLen) {

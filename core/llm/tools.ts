@@ -5,7 +5,8 @@
  * parsed back into `tool_calls`. Models write calls in their own format, which the model's config
  * parameter `tool_call_parser` names (vLLM's `--tool-call-parser` names): `hermes` (Hermes, Qwen:
  * `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, the default), `llama3_json` (Llama 3.x:
- * the answer is `{"name": …, "parameters": {…}}`) and `mistral` (`[TOOL_CALLS][{"name": …, "arguments": {…}}]`).
+ * the answer is `{"name": …, "parameters": {…}}`) and `mistral` (`[TOOL_CALLS][{"name": …, "arguments": {…}}]`);
+ * tool-stream.ts reads them, as they are generated or whole.
  */
 
 import { TsiError } from '../errors.js';
@@ -34,10 +35,10 @@ export interface ToolPlan {
   /** For the chat template's `tools` variable (undefined: no tools offered). */
   templateTools?: Json[];
   /**
-   * The grammar forcing a call (tool_choice `required` or a named function), as the request
-   * parameter `guided_tool_call` carries it (params.ts).
+   * The grammar forcing a call (tool_choice `required` or a named function), as the parameter
+   * `guided_tool_call` gives it (params.ts).
    */
-  guided?: string;
+  guided?: Json;
   /** Whether the output is parsed for calls. */
   parse: boolean;
   parallel: boolean;
@@ -67,7 +68,7 @@ export function planTools(body: Json, parser: ToolParser): ToolPlan {
   const parallel = body.parallel_tool_calls !== false;
   if (choice === 'none') return { parse: false, parallel: false };
   const format = FORMATS[parser];
-  const forced = (list: Json[]) => JSON.stringify({ ...format, functions: list.map((f) => ({ name: f.name, parameters: f.parameters ?? { type: 'object' } })) });
+  const forced = (list: Json[]) => ({ ...format, functions: list.map((f) => ({ name: f.name, parameters: f.parameters ?? { type: 'object' } })) });
   const templateTools = tools as Json[];
   if (choice === 'auto') return { templateTools, parse: true, parallel };
   if (choice === 'required') return { templateTools, guided: forced(fns), parse: true, parallel };
@@ -79,23 +80,6 @@ export function planTools(body: Json, parser: ToolParser): ToolPlan {
   throw bad(`'tool_choice' must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`, 'tool_choice');
 }
 
-export interface ToolCall {
-  id: string;
-  type: 'function';
-  function: { name: string; arguments: string };
-}
-
-const callId = () => `call_${crypto.randomUUID().replace(/-/g, '').slice(0, 24)}`;
-
-/** A parsed call object ({name, arguments|parameters}) as OpenAI's tool call, or undefined. */
-function toCall(v: unknown): ToolCall | undefined {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return undefined;
-  const o = v as Json;
-  if (typeof o.name !== 'string') return undefined;
-  const args = o.arguments ?? o.parameters ?? {};
-  return { id: callId(), type: 'function', function: { name: o.name, arguments: typeof args === 'string' ? args : JSON.stringify(args) } };
-}
-
 const parseJson = (text: string): unknown => {
   try {
     return JSON.parse(text);
@@ -103,57 +87,6 @@ const parseJson = (text: string): unknown => {
     return undefined;
   }
 };
-
-/**
- * The calls in a model's output and the text around them (null when there is none). Output that
- * does not parse as calls stays content, as vLLM's parsers leave it.
- */
-export function parseToolCalls(text: string, parser: ToolParser): { content: string | null; calls: ToolCall[] } {
-  const none = { content: text, calls: [] };
-  if (parser === 'hermes') {
-    const calls: ToolCall[] = [];
-    const re = /<tool_call>([\s\S]*?)(?:<\/tool_call>|$)/g;
-    for (const m of text.matchAll(re)) {
-      const c = toCall(parseJson(m[1]!.trim()));
-      if (!c) return none;
-      calls.push(c);
-    }
-    if (calls.length === 0) return none;
-    const rest = text.replace(re, '').trim();
-    return { content: rest.length > 0 ? rest : null, calls };
-  }
-  if (parser === 'mistral') {
-    const at = text.indexOf('[TOOL_CALLS]');
-    if (at < 0) return none;
-    const v = parseJson(text.slice(at + '[TOOL_CALLS]'.length).trim());
-    const list = Array.isArray(v) ? v.map(toCall) : [toCall(v)];
-    if (list.length === 0 || list.some((c) => !c)) return none;
-    const rest = text.slice(0, at).trim();
-    return { content: rest.length > 0 ? rest : null, calls: list as ToolCall[] };
-  }
-  // llama3_json: the whole answer is one call (or several joined by ';'), after an optional <|python_tag|>.
-  const body = text.replace(/^\s*<\|python_tag\|>/, '').trim();
-  if (!body.startsWith('{')) return none;
-  const list = body.split(/\}\s*;\s*\{/).map((p, i, all) => (all.length === 1 ? p : `${i > 0 ? '{' : ''}${p}${i < all.length - 1 ? '}' : ''}`));
-  const calls = list.map((p) => toCall(parseJson(p)));
-  if (calls.some((c) => !c)) return none;
-  return { content: null, calls: calls as ToolCall[] };
-}
-
-/** The text where a call may begin: streamed content stops there, and the rest waits for the finish. */
-export function callStart(text: string, parser: ToolParser): number {
-  const marker = parser === 'hermes' ? '<tool_call>' : parser === 'mistral' ? '[TOOL_CALLS]' : undefined;
-  if (!marker) {
-    // llama3_json: a call is the whole answer, so an answer that starts like one is held.
-    const lead = text.trimStart();
-    return lead.length === 0 || lead.startsWith('{') || '<|python_tag|>'.startsWith(lead.slice(0, 14)) || lead.startsWith('<|python_tag|>') ? 0 : -1;
-  }
-  const at = text.indexOf(marker);
-  if (at >= 0) return at;
-  // A marker's beginning at the end may still become one.
-  for (let k = Math.min(marker.length - 1, text.length); k > 0; k--) if (text.endsWith(marker.slice(0, k))) return text.length - k;
-  return -1;
-}
 
 /** Messages for the chat template: tool calls' arguments as objects, tool results as they came. */
 export function templateMessage(m: Json): Json {

@@ -2,7 +2,8 @@
  * The answers of the OpenAI API (openai.ts builds the request): what the scheduler sends back —
  * each choice's text pieces, log-probabilities and finish — shaped as OpenAI's completions and chat
  * completions, whole (n choices, best_of's pick, tool calls parsed) or as server-sent events (each
- * choice's chunks by its index, tool calls as `tool_calls` deltas, the usage chunk, `[DONE]`), and
+ * choice's chunks by its index, tool calls as `tool_calls` deltas — each call's name, then its
+ * arguments in pieces as they are generated (core/llm/tool-stream.ts) — the usage chunk, `[DONE]`), and
  * OpenAI's error body.
  */
 
@@ -11,7 +12,8 @@ import type { InferenceServer } from '../server.js';
 import { SSE_HEADERS, SseStream, cancelOn } from './sse.js';
 import { decodeString } from '../tensor.js';
 import type { InferRequest, InferResponse } from '../types.js';
-import { callStart, parseToolCalls, type ToolCall, type ToolParser } from '../llm/tools.js';
+import type { ToolParser } from '../llm/tools.js';
+import { ToolCallStream, parseToolCalls, type ToolCall, type ToolEvent } from '../llm/tool-stream.js';
 
 type Json = Record<string, any>;
 
@@ -149,8 +151,15 @@ export interface Answer {
 
 /** A choice's text as content and tool calls (only the first unless parallel calls are allowed). */
 function toolSplit(text: string, t: NonNullable<Answer['tools']>): { content: string | null; calls: ToolCall[] } {
-  const r = parseToolCalls(text, t.parser);
-  return { content: r.content, calls: t.parallel ? r.calls : r.calls.slice(0, 1) };
+  return parseToolCalls(text, t.parser, t.parallel);
+}
+
+/** One event of a choice's tool-call reader as a chunk's choice, in OpenAI's delta shapes. */
+function toolDelta(i: number, e: ToolEvent): Json {
+  const delta = e.kind === 'content' ? { content: e.text }
+    : e.kind === 'call' ? { tool_calls: [{ index: e.index, id: e.id, type: 'function', function: { name: e.name, arguments: '' } }] }
+    : { tool_calls: [{ index: e.index, function: { arguments: e.text } }] };
+  return { index: i, delta, logprobs: null, finish_reason: null };
 }
 
 /** One choice as it accumulates in a non-streamed answer. */
@@ -227,7 +236,7 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
   const started = new Array<boolean>(n).fill(false);
   const offsets = new Array<number>(n).fill(a.echo.length);
   const finishes: Finish[] = [];
-  const toolText: { full: string; sent: number }[] = [];
+  const toolReaders: ToolCallStream[] = [];
   return new Promise<Response>((resolve) => {
     let begun = false;
     const begin = () => {
@@ -250,44 +259,23 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
         const first = !started[i];
         let text = piece.text;
         if (first && a.echo) text = a.echo + text;
-        const finishReason = piece.finish?.reason ?? null;
-        if (a.tools) {
-          // Content streams up to where a call may begin; the rest is parsed at the finish.
-          const t = (toolText[i] ??= { full: '', sent: 0 });
-          t.full += text;
-          if (piece.finish) {
-            const { calls } = toolSplit(t.full, a.tools);
-            if (calls.length > 0) {
-              const at = callStart(t.full, a.tools.parser);
-              text = at > t.sent ? t.full.slice(t.sent, at) : '';
-              if (first) events += chunkOpen + JSON.stringify(a.shape.chunkChoices(i, '', null, true, null)[0]) + chunkClose;
-              if (text) events += chunkOpen + JSON.stringify({ index: i, delta: { content: text }, logprobs: null, finish_reason: null }) + chunkClose;
-              calls.forEach((c, k) => {
-                events += chunkOpen + JSON.stringify({ index: i, delta: { tool_calls: [{ index: k, ...c }] }, logprobs: null, finish_reason: null }) + chunkClose;
-              });
-              events += chunkOpen + JSON.stringify({ index: i, delta: {}, logprobs: null, finish_reason: 'tool_calls' }) + chunkClose;
-              started[i] = true;
-              finishes.push(piece.finish);
-              if (includeUsage && finishes.length === n) event({ ...head, choices: [], usage: usageOf(finishes) });
-              if (final) event('[DONE]');
-              flush();
-              if (final) sse.close();
-              return;
-            }
-            text = t.full.slice(t.sent);
-            t.sent = t.full.length;
-          } else {
-            const at = callStart(t.full, a.tools.parser);
-            const end = at < 0 ? t.full.length : Math.max(at, t.sent);
-            text = t.full.slice(t.sent, end);
-            t.sent = end;
-          }
-        }
         const lp = a.wants.logprobs !== undefined && piece.logprobs?.length ? a.shape.logprobs(piece.logprobs, offsets[i]!) : null;
         offsets[i]! += piece.text.length;
-        if (text.length > 0 || piece.finish || first || lp) {
+        if (a.tools) {
+          // Content and calls as they are generated: a call's first delta once its name is whole, then its arguments piece by piece.
+          const reader = (toolReaders[i] ??= new ToolCallStream(a.tools.parser, a.tools.parallel));
+          const chunks = reader.push(text, piece.finish !== undefined).map((e) => toolDelta(i, e));
+          if (lp) {
+            if (chunks.length > 0) chunks[0]!.logprobs = lp;
+            else chunks.push({ index: i, delta: { content: '' }, logprobs: lp, finish_reason: null });
+          }
+          if (first) chunks.unshift(a.shape.chunkChoices(i, '', null, true, null)[0]!);
+          if (piece.finish) chunks.push({ index: i, delta: {}, logprobs: null, finish_reason: reader.called ? 'tool_calls' : piece.finish.reason });
           started[i] = true;
-          for (const c of a.shape.chunkChoices(i, text, finishReason, first, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
+          for (const c of chunks) events += chunkOpen + JSON.stringify(c) + chunkClose;
+        } else if (text.length > 0 || piece.finish || first || lp) {
+          started[i] = true;
+          for (const c of a.shape.chunkChoices(i, text, piece.finish?.reason ?? null, first, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
         }
         if (piece.finish) finishes.push(piece.finish);
         if (piece.finish && includeUsage && finishes.length === n) event({ ...head, choices: [], usage: usageOf(finishes) });

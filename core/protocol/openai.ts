@@ -4,8 +4,8 @@
  * server-sent-event streaming (`data: {chunk}\n\n` ... `data: [DONE]\n\n`) and `usage` counts, the
  * field names and shapes OpenAI's clients parse (as Triton's OpenAI frontend and vLLM serve them).
  * A request becomes one generate request to the model's scheduler (the prompt in `text_input`, the
- * sampling fields as request parameters, always streamed inside so each token goes out as it
- * comes); chat messages go through the model's chat template first. Sampling fields a client leaves
+ * sampling fields parsed by params.ts and carried on the request as `generation`, always streamed
+ * inside so each token goes out as it comes); chat messages go through the model's chat template first. Sampling fields a client leaves
  * out take the model's `generation_config.json` defaults (vLLM's behaviour), not OpenAI's temperature 1.
  * Here: the request (fields checked, unknown ones ignored, known unsupported ones refused by name,
  * tools planned); openai-answer.ts shapes the answer.
@@ -15,11 +15,11 @@ import { TsiError } from '../errors.js';
 import type { InferenceServer } from '../server.js';
 import { readWebBody } from './http-body.js';
 import { decodeString, encodeString } from '../tensor.js';
-import type { InferRequest, Parameters } from '../types.js';
+import type { InferRequest } from '../types.js';
 import { llmModelOf, type LlmModelInfo } from '../llm/backend.js';
 import type { ChatMessage } from '../llm/chat.js';
 import { CHAT, COMPLETION, openAiError, streamed, whole, type Answer, type Wants } from './openai-answer.js';
-import { MAX_N, MAX_TOP_LOGPROBS } from '../llm/params.js';
+import { MAX_N, MAX_TOP_LOGPROBS, readGenerationRequest } from '../llm/params.js';
 import { isEmbeddingModel } from './openai-embeddings.js';
 import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
 
@@ -104,8 +104,11 @@ function intField(body: Json, name: string, min: number, max: number): number | 
 }
 
 
-/** Sampling fields → request parameters the llm scheduler reads (params.ts); absent ones stay absent. */
-function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number | undefined): { p: Parameters; wants: Wants } {
+/**
+ * Sampling fields under the names params.ts reads, as the client gave them (lists as lists); absent
+ * ones stay absent.
+ */
+function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number | undefined): { p: Json; wants: Wants } {
   // Features a client relies on for the answer's content: refused rather than ignored. Their empty
   // forms (what some clients send by default) change nothing and pass.
   if (body.suffix !== undefined && body.suffix !== null && body.suffix !== '') throw bad(`'suffix' is not supported`, 'suffix');
@@ -125,12 +128,11 @@ function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number 
   const bestOf = chat ? n : intField(body, 'best_of', 1, MAX_N) ?? n;
   if (bestOf < n) throw bad(`'best_of' must be at least 'n' (${n})`, 'best_of');
   if (bestOf > n && body.stream === true) throw bad(`'best_of' greater than 'n' cannot be streamed`, 'best_of');
-  const p: Parameters = {};
+  const p: Json = {};
   const copy = (from: string, to = from) => {
     const v = body[from];
     if (v === undefined || v === null) return;
-    if (typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean') p[to] = v;
-    else if (Array.isArray(v)) p[to] = JSON.stringify(v);
+    if (typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean' || Array.isArray(v)) p[to] = v;
     else throw bad(`'${from}' must be a number, string, boolean or list, got ${JSON.stringify(v)}`, from);
   };
   for (const k of ['temperature', 'top_p', 'top_k', 'seed', 'stop', 'stop_token_ids', 'presence_penalty', 'frequency_penalty',
@@ -143,7 +145,7 @@ function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number 
   const format = body.response_format;
   if (format !== undefined && format !== null) {
     if (typeof format !== 'object' || Array.isArray(format)) throw bad(`'response_format' must be an object such as {"type": "json_object"}`, 'response_format');
-    if (format.type !== 'text') p.response_format = JSON.stringify(format);
+    if (format.type !== 'text') p.response_format = format;
   }
   return { p, wants: { n, bestOf, logprobs } };
 }
@@ -218,10 +220,11 @@ export async function completions(server: InferenceServer, req: Request, chat: b
     if (body.echo === true && !chat) echo = prompt;
     // A chat template writes its own special tokens.
     if (chat) parameters.add_special_tokens = false;
+    // Parsed once, here (the same checks and messages as Triton's generate), and carried typed to the scheduler.
     request = {
       model_name: name,
       inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1], data: [encodeString(prompt)] }],
-      parameters,
+      generation: readGenerationRequest((k) => parameters[k]),
     };
   } catch (err) {
     return openAiError(err);

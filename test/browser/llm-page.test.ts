@@ -8,11 +8,8 @@
 
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger } from '../../core/index.js';
-import { startServer, type RunningServer } from '../../runtime-node/index.js';
-import { MODELS } from '../helpers/server.js';
 import { describeWith } from '../helpers/capability.js';
-import { chromiumMissing, launchChromium, startStaticSite, within, type StaticSite } from './static-server.js';
+import { chromiumMissing, serviceWorkerPage, startRig, within, type Rig, type StaticSite } from './static-server.js';
 
 const withChromium = describeWith(!!process.env.CI, 'Chromium', chromiumMissing());
 
@@ -22,33 +19,17 @@ const CHAT = {
 };
 
 withChromium('tiny_gpt in the browser build', () => {
-  let running: RunningServer;
+  let rig: Rig;
   let site: StaticSite;
   let browser: Browser;
   let node: string;
 
   beforeAll(async () => {
-    running = await startServer({
-      modelRepositories: [MODELS], httpPort: 0, httpAddress: '127.0.0.1', browserDemo: true, log: createLogger(() => {}),
-      modelControlMode: 'explicit', loadModels: ['tiny_gpt', 'simple'],
-    });
-    node = `http://127.0.0.1:${running.http!.port}`;
-    site = await startStaticSite({
-      '/sw.html': {
-        body: `<!doctype html><meta charset="utf-8"><title>sw</title><script type="module">
-          await navigator.serviceWorker.register('/tsi/tsi-sw.js?repository=/models/&models=tiny_gpt', { type: 'module', scope: '/' });
-          await navigator.serviceWorker.ready;
-          if (!navigator.serviceWorker.controller) await new Promise((r) => navigator.serviceWorker.addEventListener('controllerchange', r, { once: true }));
-          window.controlled = true;
-        </script>`,
-      },
-    });
-    browser = await launchChromium();
+    rig = await startRig(['tiny_gpt', 'simple'], { '/sw.html': serviceWorkerPage('tiny_gpt') }, true);
+    ({ node, site, browser } = rig);
   });
   afterAll(async () => {
-    await browser?.close();
-    await site?.close();
-    await running?.stop(5000);
+    await rig?.close();
   });
 
   async function demo(): Promise<Page> {

@@ -12,6 +12,8 @@ import { Hono } from 'hono';
 import { chromium, type Browser } from 'playwright-core';
 import { ISOLATION_HEADERS, INDEX_FILE, repositoryIndex, staticFile } from '../../runtime-node/browser-assets.js';
 import { listen, type Listener } from '../../runtime-node/http/server.js';
+import { createLogger } from '../../core/index.js';
+import { startServer } from '../../runtime-node/index.js';
 import { MODELS, ROOT } from '../helpers/server.js';
 import { CHROMIUM, CHROMIUM_ARGS } from './chromium.js';
 
@@ -52,6 +54,47 @@ export async function startStaticSite(pages: Record<string, Page>, repo = MODELS
   app.all('*', (c) => c.text('not found', 404));
   const l: Listener = await listen(0, '127.0.0.1', { fetch: app.fetch });
   return { url: `http://127.0.0.1:${l.port}`, close: () => l.close() };
+}
+
+/**
+ * A page that registers the built Service Worker (`tsi-sw.js`, scope `/`) serving `models` from the
+ * site's `/models/`, and sets `window.controlled` once the worker controls it.
+ */
+export function serviceWorkerPage(models: string): Page {
+  return {
+    body: `<!doctype html><meta charset="utf-8"><title>sw</title><script type="module">
+      await navigator.serviceWorker.register('/tsi/tsi-sw.js?repository=/models/&models=${models}', { type: 'module', scope: '/' });
+      await navigator.serviceWorker.ready;
+      if (!navigator.serviceWorker.controller) await new Promise((r) => navigator.serviceWorker.addEventListener('controllerchange', r, { once: true }));
+      window.controlled = true;
+    </script>`,
+  };
+}
+
+/** A test's rig: the Node server (its answers are what the page's must equal), a static site, Chromium. */
+export interface Rig {
+  node: string;
+  site: StaticSite;
+  browser: Browser;
+  close(): Promise<void>;
+}
+
+/** Starts a Rig: the Node server with `models` of the default repository loaded, the site with `pages`. */
+export async function startRig(models: string[], pages: Record<string, Page>, browserDemo = false): Promise<Rig> {
+  const running = await startServer({
+    modelRepositories: [MODELS], httpPort: 0, httpAddress: '127.0.0.1', browserDemo, log: createLogger(() => {}),
+    modelControlMode: 'explicit', loadModels: models,
+  });
+  const site = await startStaticSite(pages);
+  const browser = await launchChromium();
+  return {
+    node: `http://127.0.0.1:${running.http!.port}`, site, browser,
+    close: async () => {
+      await browser.close();
+      await site.close();
+      await running.stop(5000);
+    },
+  };
 }
 
 /** Why Chromium-driven tests cannot run here, or undefined when they can. */

@@ -86,7 +86,7 @@ describe('tools', () => {
     expect(back.choices[0]!.finish_reason).not.toBe('tool_calls');
   });
 
-  it('forces some call with required, one per choice, and streams it as tool-call deltas', async () => {
+  it('forces some call with required, one per choice, and streams its arguments in pieces as tool-call deltas', async () => {
     const body = { model: 'hermes_gpt', messages: user, tools: [WEATHER, TIME], tool_choice: 'required' as const, temperature: 1, seed: 3, max_tokens: 80, n: 4 };
     const whole = await client.chat.completions.create(body);
     for (const c of whole.choices) {
@@ -97,6 +97,7 @@ describe('tools', () => {
     }
     const stream = await client.chat.completions.create({ ...body, stream: true });
     const calls: { name: string; arguments: string }[][] = [[], [], [], []];
+    const argPieces = [0, 0, 0, 0];
     const reasons: (string | null)[] = [];
     for await (const chunk of stream) {
       for (const c of chunk.choices) {
@@ -104,11 +105,14 @@ describe('tools', () => {
           const slot = (calls[c.index]![d.index] ??= { name: '', arguments: '' });
           slot.name += d.function?.name ?? '';
           slot.arguments += d.function?.arguments ?? '';
+          if (d.function?.arguments) argPieces[c.index]!++;
         }
         if (c.finish_reason) reasons[c.index] = c.finish_reason;
       }
     }
     expect(reasons).toEqual(['tool_calls', 'tool_calls', 'tool_calls', 'tool_calls']);
+    // The arguments arrive as the model writes them, token by token, not whole at the finish.
+    for (const k of argPieces) expect(k).toBeGreaterThan(1);
     expect(calls).toEqual(whole.choices.map((c) => c.message.tool_calls!.map((t) => ({ name: (t as OpenAI.ChatCompletionMessageFunctionToolCall).function.name, arguments: (t as OpenAI.ChatCompletionMessageFunctionToolCall).function.arguments }))));
   });
 
