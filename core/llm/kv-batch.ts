@@ -22,6 +22,9 @@ import { PrefixCache, type KvArray, type PrefixHit } from './prefix-cache.js';
 
 export type { KvArray };
 
+/** A decode batch's slot whose sequence left (its row is computed and thrown away until one joins there). */
+const HOLE = Number.MIN_SAFE_INTEGER;
+
 /**
  * The caches of a group of sequences laid out together. A prefill-only session hands its groups to
  * the session that decodes them (`takeAll` → `adopt`): plain typed arrays, so they can cross a thread
@@ -79,7 +82,7 @@ export class KvBatch {
   /** Sequences held (freed ones excluded). */
   held(): number {
     let n = 0;
-    for (const g of this.live ? [this.live, ...this.staged] : this.staged) for (const s of g.seqs) if (s >= 0 && !this.dead.has(s)) n++;
+    for (const g of this.live ? [this.live, ...this.staged] : this.staged) for (const s of g.seqs) if (s !== HOLE && !this.dead.has(s)) n++;
     return n;
   }
 
@@ -100,7 +103,7 @@ export class KvBatch {
 
   free(seqs: readonly number[]): void {
     for (const s of seqs) this.dead.add(s);
-    const alive = (g: KvGroup) => g.seqs.some((s) => s >= 0 && !this.dead.has(s));
+    const alive = (g: KvGroup) => g.seqs.some((s) => s !== HOLE && !this.dead.has(s));
     if (this.live && !alive(this.live)) {
       for (const s of this.live.seqs) this.dead.delete(s);
       this.live = undefined;
@@ -206,7 +209,7 @@ export class KvBatch {
       req.rows.forEach((r, k) => (ids[order[k]!] = BigInt(r.token)));
       for (let b = 0; b < B; b++) {
         // A hole attends to its own position only: its output is thrown away, and no row is all masked.
-        const real = cur.seqs[b]! < 0 ? 0 : cur.real[b]!;
+        const real = cur.seqs[b] === HOLE ? 0 : cur.real[b]!;
         mask.fill(1n, b * T + (past - real), (b + 1) * T);
         pos[b] = BigInt(real);
       }
@@ -217,7 +220,7 @@ export class KvBatch {
         feeds[L.past[l]!.key] = kit.kv(cur.kv[2 * l]!, [B, H, past, D]);
         feeds[L.past[l]!.value] = kit.kv(cur.kv[2 * l + 1]!, [B, H, past, D]);
       }
-      group = { seqs: cur.seqs, len: T, real: cur.real.map((r, b) => (cur.seqs[b]! < 0 ? 0 : r + 1)), kv: [] };
+      group = { seqs: cur.seqs, len: T, real: cur.real.map((r, b) => (cur.seqs[b] === HOLE ? 0 : r + 1)), kv: [] };
     }
     if (L.useCacheBranch) feeds[L.useCacheBranch] = kit.bool(Uint8Array.of(past > 0 ? 1 : 0), [1]);
     if (L.logitsToKeep) feeds[L.logitsToKeep] = kit.int64(BigInt64Array.of(1n), []);
@@ -304,7 +307,7 @@ export class KvBatch {
     const live = this.live;
     if (live && this.staged.length === 0 && live.seqs.length === seqs.length && live.seqs.every((s, i) => s === seqs[i])) return { group: live, order: seqs.map((_, i) => i) };
     const where = new Map<number, { g: KvGroup; row: number }>();
-    for (const g of live ? [live, ...this.staged] : this.staged) g.seqs.forEach((s, row) => s >= 0 && where.set(s, { g, row }));
+    for (const g of live ? [live, ...this.staged] : this.staged) g.seqs.forEach((s, row) => s !== HOLE && where.set(s, { g, row }));
     const src = seqs.map((s) => {
       const w = where.get(s);
       if (!w || this.dead.has(s)) throw new TsiError('INTERNAL', `decoder session holds no cache for sequence ${s}`);
@@ -338,7 +341,7 @@ export class KvBatch {
     if (joining.some(({ g, row }) => g.real[row]! > live.len)) return undefined;
     const kept = new Set(seqs);
     const holes: number[] = [];
-    live.seqs.forEach((s, b) => s >= 0 && kept.has(s) || holes.push(b));
+    live.seqs.forEach((s, b) => (s !== HOLE && kept.has(s)) || holes.push(b));
     const slots = Math.max(live.seqs.length, seqs.length);
     const longest = Math.max(...src.map(({ g, row }) => g.real[row]!));
     if (slots - seqs.length > Math.max(1, slots >> 2) || live.len > 1.5 * longest + 16) return undefined;
@@ -352,11 +355,11 @@ export class KvBatch {
     });
     const group: KvGroup = { seqs: [...live.seqs], len: live.len, real: [...live.real], kv };
     for (let b = live.seqs.length; b < slots; b++) {
-      group.seqs.push(-1);
+      group.seqs.push(HOLE);
       group.real.push(0);
       holes.push(b);
     }
-    for (const b of holes) group.seqs[b] = -1;
+    for (const b of holes) group.seqs[b] = HOLE;
     let h = 0;
     const order = src.map(({ g, row }, k) => {
       if (g === live) return row;
