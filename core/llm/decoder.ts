@@ -22,8 +22,20 @@ export type StepRequest =
    * `prefixRoom`: prefix caching is on, and its cache may hold this many tokens' worth (prefix-cache.ts).
    */
   | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[]; forks?: number[] }[]; greedy?: boolean; prefixRoom?: number }
-  | { kind: 'decode'; free: number[]; rows: { seq: number; token: number }[]; greedy?: boolean }
+  | { kind: 'decode'; free: number[]; rows: { seq: number; token: number }[]; greedy?: boolean; auto?: AutoDecode }
   | { kind: 'free'; free: number[] };
+
+/**
+ * A greedy decode the session runs step after step by itself (a session with `autoDecode`): each row
+ * leaves after `remaining[k]` more tokens or at one of `endIds[k]`, the rest when steered (`steer`).
+ */
+export interface AutoDecode {
+  remaining: number[];
+  endIds: number[][];
+}
+
+/** One step of an auto decode: the rows that were in it, each one's token, and the step's times. */
+export type AutoTokens = (seqs: readonly number[], tokens: Int32Array, step: { inferNs: number; inputNs: number; kvBytes: number }) => void;
 
 export interface StepResult {
   /** rows × vocab float32 logits of each row's last position (absent for `free`, and with `tokens`). */
@@ -63,7 +75,16 @@ export interface DecoderSession {
    * prompt's first token need not wait for the longer prompts beside it; or it may ignore `onPart`
    * and answer every row at the end.
    */
-  step(req: StepRequest, onPart?: PrefillPart): Promise<StepResult>;
+  step(req: StepRequest, onPart?: PrefillPart, onTokens?: AutoTokens): Promise<StepResult>;
+  /**
+   * The session runs a decode with `auto` step after step where the model is, reporting each step's
+   * tokens through `onTokens` and resolving when every row has left or it was told to stop; the
+   * engine steers it meanwhile (rows to drop: a stop string, a cancellation; stop after the step in
+   * flight: new rows want to join). Without it, the engine sends every decode step itself.
+   */
+  readonly autoDecode?: boolean;
+  /** During an auto decode: drop these rows, and/or stop after the step in flight. */
+  steer?(msg: { free?: number[]; stop?: boolean }): void;
   close(): Promise<void>;
 }
 

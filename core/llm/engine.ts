@@ -17,11 +17,16 @@
  * prefill run in a loop of their own: a new request is prefilled at once, not after the decode step
  * in flight, and joins the running batch at the next decode step.
  *
+ * When every running sequence is greedy and the session can (`autoDecode`), the decode steps run
+ * back to back where the model is and the engine only accepts and hands out each step's tokens as
+ * they come, steering that loop: a sequence ended here (stop string) or cancelled is dropped from it,
+ * and sequences that want to join stop it after its current step (autoRun).
+ *
  * The engine is platform-neutral; the session behind it runs the model wherever the runtime put it.
  */
 
 import { TsiError, asTsiError } from '../errors.js';
-import type { DecoderSession, PrefillPart, StepRequest, StepResult } from './decoder.js';
+import type { AutoTokens, DecoderSession, PrefillPart, StepRequest, StepResult } from './decoder.js';
 import type { Accepted, Generation } from './generation.js';
 
 /**
@@ -93,6 +98,8 @@ export class Engine {
   /** The prefill loop of a `concurrentPrefill` session runs. */
   private prefilling = false;
   private stopped = false;
+  /** An auto decode (the session steps by itself) is in flight. */
+  private auto = false;
   private idleWaiters: (() => void)[] = [];
   kvBytes = 0;
   /** Bytes the session's prefix cache holds (as its last prefill said). */
@@ -120,9 +127,23 @@ export class Engine {
   wake(): void {
     if (this.stopped) return;
     this.wakePrefill();
+    this.yieldToAdmission();
     if (this.looping) return;
     this.looping = true;
     void this.loop();
+  }
+
+  /**
+   * A session that prefills in the step loop admits only between its steps: an auto decode in flight
+   * ends after its current step when the oldest waiting request could be admitted.
+   */
+  private yieldToAdmission(): void {
+    if (!this.auto || this.session.concurrentPrefill) return;
+    const s = this.source.peek();
+    if (!s) return;
+    const group = withFollowers(s);
+    const fits = this.running.length + group.length <= this.limits.maxNumSeqs && this.reserved + group.reduce((n, x) => n + x.reserve, 0) <= this.limits.kvTokens;
+    if (fits || s.cancelled) this.session.steer?.({ stop: true });
   }
 
   private wakePrefill(): void {
@@ -140,6 +161,7 @@ export class Engine {
   /** No more steps after the current ones. */
   stop(): void {
     this.stopped = true;
+    if (this.auto) this.session.steer?.({ stop: true });
   }
 
   private settled(): void {
@@ -172,6 +194,12 @@ export class Engine {
         if (admit.length > 0) {
           req = { kind: 'prefill', free: this.takeFree(), rows: admit.map(prefillRow), greedy: allGreedy(admit.flatMap(withFollowers)), ...this.prefixRoom() };
           seqs = admit;
+        } else if (this.running.length > 0 && this.session.autoDecode && this.running.every((s) => s.gen.argmaxOnly)) {
+          deliver?.();
+          deliver = undefined;
+          await this.autoRun();
+          this.wakePrefill();
+          continue;
         } else if (this.running.length > 0) {
           req = { kind: 'decode', free: this.takeFree(), rows: this.running.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })), greedy: allGreedy(this.running) };
           seqs = [...this.running];
@@ -228,6 +256,73 @@ export class Engine {
     }
   }
 
+  /**
+   * Every running sequence is greedy (its token is its argmax): the session decodes them step after
+   * step by itself and reports each step's tokens, which are accepted and handed out as they come.
+   * A sequence that ends here (a stop string) or was cancelled is dropped from the session's loop;
+   * sequences that want to join (prefilled meanwhile, or waiting for admission) stop it after the
+   * step in flight, and the next iteration of the step loop takes them in.
+   */
+  private async autoRun(): Promise<void> {
+    const seqs = [...this.running];
+    const by = new Map(seqs.map((s) => [s.id, s]));
+    const req: StepRequest = {
+      kind: 'decode', free: this.takeFree(), rows: seqs.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })), greedy: true,
+      auto: { remaining: seqs.map((s) => s.gen.maxTokens - s.gen.tokens.length), endIds: seqs.map((s) => [...s.gen.endIds]) },
+    };
+    const leave = (s: EngineSequence) => {
+      by.delete(s.id);
+      this.running.splice(this.running.indexOf(s), 1);
+      this.release(s);
+    };
+    const onTokens: AutoTokens = (ids, tokens, step) => {
+      const t0 = performance.now();
+      const drop: number[] = [];
+      ids.forEach((id, k) => {
+        const s = by.get(id);
+        if (!s) return;
+        if (s.cancelled) {
+          leave(s);
+          drop.push(id);
+          s.dropped();
+          return;
+        }
+        const acc = s.gen.accept(tokens[k]!);
+        if (acc.finish) {
+          leave(s);
+          drop.push(id);
+        }
+        s.accepted(acc, false);
+      });
+      if (drop.length > 0) {
+        this.session.steer?.({ free: drop });
+        // Their reservations are free: waiting requests may fit now.
+        this.wakePrefill();
+        this.yieldToAdmission();
+      }
+      this.kvBytes = step.kvBytes;
+      this.onStep({ kind: 'decode', rows: ids.length, inputNs: step.inputNs, inferNs: step.inferNs, outputNs: (performance.now() - t0) * 1e6, kvBytes: step.kvBytes });
+    };
+    this.auto = true;
+    let outcome: StepResult | { error: unknown };
+    try {
+      const running = this.run(req, undefined, onTokens);
+      this.yieldToAdmission();
+      outcome = await running;
+    } finally {
+      this.auto = false;
+    }
+    if ('error' in outcome) {
+      const message = `the decoder failed: ${asTsiError(outcome.error).message}`;
+      for (const s of [...by.values()]) {
+        leave(s);
+        s.dropped(new TsiError('INTERNAL', message));
+      }
+      return;
+    }
+    this.kvBytes = outcome.kvBytes;
+  }
+
   private admit(): EngineSequence[] {
     const out: EngineSequence[] = [];
     let longest = 0;
@@ -268,8 +363,8 @@ export class Engine {
     return f;
   }
 
-  private run(req: StepRequest, onPart?: PrefillPart): Promise<StepResult | { error: unknown }> {
-    return this.session.step(req, onPart).catch((error: unknown) => ({ error }));
+  private run(req: StepRequest, onPart?: PrefillPart, onTokens?: AutoTokens): Promise<StepResult | { error: unknown }> {
+    return this.session.step(req, onPart, onTokens).catch((error: unknown) => ({ error }));
   }
 
   /**
@@ -326,7 +421,11 @@ export class Engine {
         token = g.choose(shared ? row.slice() : row);
       }
       const acc = g.accept(token);
-      if (first && !acc.finish) this.running.push(s);
+      if (first && !acc.finish) {
+        this.running.push(s);
+        // It joins at the next decode step: an auto decode in flight ends after its current step.
+        if (this.auto) this.session.steer?.({ stop: true });
+      }
       else if (!first && acc.finish) this.running.splice(this.running.indexOf(s), 1);
       if (acc.finish) this.release(s);
       out.push(acc);

@@ -22,6 +22,9 @@ import { PrefixCache, type KvArray, type PrefixHit } from './prefix-cache.js';
 
 export type { KvArray };
 
+/** A decode batch's slot whose sequence left (its row is computed and thrown away until one joins there). */
+const HOLE = Number.MIN_SAFE_INTEGER;
+
 /**
  * The caches of a group of sequences laid out together. A prefill-only session hands its groups to
  * the session that decodes them (`takeAll` → `adopt`): plain typed arrays, so they can cross a thread
@@ -56,6 +59,9 @@ export class KvBatch {
   private readonly tokenBytes: number;
   /** Prompts' caches kept for later prompts that start the same way (while requests ask for it). */
   private prefix?: PrefixCache;
+  /** Decode batches laid out anew (every row copied), and member changes done by copying only the joining rows. */
+  relayouts = 0;
+  holeFills = 0;
 
   constructor(private readonly layout: DecoderLayout) {
     this.rowBytes = layout.kvHeads * layout.headDim * (layout.kvType === 'float16' ? 2 : 4);
@@ -76,7 +82,7 @@ export class KvBatch {
   /** Sequences held (freed ones excluded). */
   held(): number {
     let n = 0;
-    for (const g of this.live ? [this.live, ...this.staged] : this.staged) for (const s of g.seqs) if (!this.dead.has(s)) n++;
+    for (const g of this.live ? [this.live, ...this.staged] : this.staged) for (const s of g.seqs) if (s !== HOLE && !this.dead.has(s)) n++;
     return n;
   }
 
@@ -97,7 +103,7 @@ export class KvBatch {
 
   free(seqs: readonly number[]): void {
     for (const s of seqs) this.dead.add(s);
-    const alive = (g: KvGroup) => g.seqs.some((s) => !this.dead.has(s));
+    const alive = (g: KvGroup) => g.seqs.some((s) => s !== HOLE && !this.dead.has(s));
     if (this.live && !alive(this.live)) {
       for (const s of this.live.seqs) this.dead.delete(s);
       this.live = undefined;
@@ -145,6 +151,8 @@ export class KvBatch {
     let B: number;
     let S: number;
     let past: number;
+    /** A decode's slot of each request row, when the batch has holes or another order. */
+    let slots: number[] | undefined;
     if (req.kind === 'prefill' && hit) {
       const tokens = req.rows[0]!.tokens;
       B = 1;
@@ -189,20 +197,22 @@ export class KvBatch {
       }
       group = { seqs: req.rows.map((r) => r.seq), len: S, real: req.rows.map((r) => r.tokens.length), kv: [] };
     } else {
-      const cur = this.gather(req.rows.map((r) => r.seq));
-      B = req.rows.length;
+      const { group: cur, order } = this.gather(req.rows.map((r) => r.seq));
+      slots = order;
+      B = cur.seqs.length;
       S = 1;
       past = cur.len;
       const T = past + 1;
       const ids = new BigInt64Array(B);
       const mask = new BigInt64Array(B * T);
       const pos = new BigInt64Array(B);
-      req.rows.forEach((r, b) => {
-        ids[b] = BigInt(r.token);
-        const real = cur.real[b]!;
+      req.rows.forEach((r, k) => (ids[order[k]!] = BigInt(r.token)));
+      for (let b = 0; b < B; b++) {
+        // A hole attends to its own position only: its output is thrown away, and no row is all masked.
+        const real = cur.seqs[b] === HOLE ? 0 : cur.real[b]!;
         mask.fill(1n, b * T + (past - real), (b + 1) * T);
         pos[b] = BigInt(real);
-      });
+      }
       feeds[L.inputIds] = kit.int64(ids, [B, 1]);
       if (L.attentionMask) feeds[L.attentionMask] = kit.int64(mask, [B, T]);
       if (L.positionIds) feeds[L.positionIds] = kit.int64(pos, [B, 1]);
@@ -210,7 +220,7 @@ export class KvBatch {
         feeds[L.past[l]!.key] = kit.kv(cur.kv[2 * l]!, [B, H, past, D]);
         feeds[L.past[l]!.value] = kit.kv(cur.kv[2 * l + 1]!, [B, H, past, D]);
       }
-      group = { seqs: cur.seqs, len: T, real: cur.real.map((r) => r + 1), kv: [] };
+      group = { seqs: cur.seqs, len: T, real: cur.real.map((r, b) => (cur.seqs[b] === HOLE ? 0 : r + 1)), kv: [] };
     }
     if (L.useCacheBranch) feeds[L.useCacheBranch] = kit.bool(Uint8Array.of(past > 0 ? 1 : 0), [1]);
     if (L.logitsToKeep) feeds[L.logitsToKeep] = kit.int64(BigInt64Array.of(1n), []);
@@ -239,7 +249,8 @@ export class KvBatch {
     const ld = kit.dims(logitsT);
     const vocab = ld[ld.length - 1]!;
     const positions = ld.length === 3 ? ld[1]! : 1;
-    const logits = lastRows(kit.data(logitsT), B, positions, vocab, L.logitsType === 'float16');
+    let logits = lastRows(kit.data(logitsT), B, positions, vocab, L.logitsType === 'float16');
+    if (slots && (slots.length !== B || slots.some((b, k) => b !== k))) logits = pickRows(logits, slots, vocab);
     return { logits, vocab, kvBytes: this.bytes(), ...prefix, inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 };
   }
 
@@ -286,42 +297,96 @@ export class KvBatch {
   }
 
   /**
-   * The decode batch for `seqs`, in that order: the live group as it is when it already is exactly
-   * that, else a new group with every row copied right-aligned into the shortest common length.
+   * The decode batch for `seqs` and each one's slot in it. While the members stay the same that is the
+   * live group as it is. When they change, rows that left become holes and new rows are copied into
+   * holes (or appended), so a change copies only the rows that join; a full re-layout (every row
+   * copied right-aligned into the shortest common length, no holes) happens only when new rows do not
+   * fit the live length, or holes or padding would waste too much of a step.
    */
-  private gather(seqs: number[]): KvGroup {
+  private gather(seqs: number[]): { group: KvGroup; order: number[] } {
     const live = this.live;
-    if (live && this.staged.length === 0 && live.seqs.length === seqs.length && live.seqs.every((s, i) => s === seqs[i])) return live;
+    if (live && this.staged.length === 0 && live.seqs.length === seqs.length && live.seqs.every((s, i) => s === seqs[i])) return { group: live, order: seqs.map((_, i) => i) };
     const where = new Map<number, { g: KvGroup; row: number }>();
-    for (const g of live ? [live, ...this.staged] : this.staged) g.seqs.forEach((s, row) => where.set(s, { g, row }));
+    for (const g of live ? [live, ...this.staged] : this.staged) g.seqs.forEach((s, row) => s !== HOLE && where.set(s, { g, row }));
     const src = seqs.map((s) => {
       const w = where.get(s);
       if (!w || this.dead.has(s)) throw new TsiError('INTERNAL', `decoder session holds no cache for sequence ${s}`);
       return w;
     });
+    const grown = live && this.fillHoles(live, seqs, src);
+    if (grown) return grown;
     const real = src.map(({ g, row }) => g.real[row]!);
     const len = Math.max(...real);
-    const H = this.layout.kvHeads;
-    const D = this.layout.headDim;
     const kv: KvArray[] = [];
     for (let a = 0; a < 2 * this.layout.past.length; a++) {
-      const dst = this.alloc(seqs.length * H * len * D);
-      src.forEach(({ g, row }, r) => {
-        const n = g.real[row]! * D;
-        const from = g.kv[a]!;
-        for (let h = 0; h < H; h++) {
-          const s0 = ((row * H + h) * g.len + g.len) * D - n;
-          const d0 = ((r * H + h) * len + len) * D - n;
-          dst.set(from.subarray(s0, s0 + n), d0);
-        }
-      });
+      const dst = this.alloc(seqs.length * this.layout.kvHeads * len * this.layout.headDim);
+      src.forEach(({ g, row }, r) => this.copyRow(g, row, a, dst, r, len));
       kv.push(dst);
     }
     // Everything now lives in the new group: the old ones (and their freed rows) go.
+    this.relayouts++;
     this.live = undefined;
     this.staged = [];
     this.dead.clear();
-    return { seqs, len, real, kv };
+    return { group: { seqs, len, real, kv }, order: seqs.map((_, i) => i) };
+  }
+
+  /**
+   * The live group with its left rows made holes and the new rows in holes or appended, or undefined
+   * when a full re-layout is better: a new row longer than the live length, more than a quarter of
+   * the slots left as holes, or positions padded past half again the longest row.
+   */
+  private fillHoles(live: KvGroup, seqs: number[], src: { g: KvGroup; row: number }[]): { group: KvGroup; order: number[] } | undefined {
+    const joining = src.filter(({ g }) => g !== live);
+    if (joining.some(({ g, row }) => g.real[row]! > live.len)) return undefined;
+    const kept = new Set(seqs);
+    const holes: number[] = [];
+    live.seqs.forEach((s, b) => (s !== HOLE && kept.has(s)) || holes.push(b));
+    const slots = Math.max(live.seqs.length, seqs.length);
+    const longest = Math.max(...src.map(({ g, row }) => g.real[row]!));
+    if (slots - seqs.length > Math.max(1, slots >> 2) || live.len > 1.5 * longest + 16) return undefined;
+    const appended = slots - live.seqs.length;
+    const rowSize = this.layout.kvHeads * live.len * this.layout.headDim;
+    // Appending makes the arrays longer: the live rows move over once, as one block per array.
+    const kv = appended === 0 ? live.kv : live.kv.map((a) => {
+      const dst = this.alloc(slots * rowSize);
+      dst.set(a);
+      return dst;
+    });
+    const group: KvGroup = { seqs: [...live.seqs], len: live.len, real: [...live.real], kv };
+    for (let b = live.seqs.length; b < slots; b++) {
+      group.seqs.push(HOLE);
+      group.real.push(0);
+      holes.push(b);
+    }
+    for (const b of holes) group.seqs[b] = HOLE;
+    let h = 0;
+    const order = src.map(({ g, row }, k) => {
+      if (g === live) return row;
+      const b = holes[h++]!;
+      for (let a = 0; a < kv.length; a++) this.copyRow(g, row, a, kv[a]!, b, live.len);
+      group.seqs[b] = seqs[k]!;
+      group.real[b] = g.real[row]!;
+      return b;
+    });
+    this.live = group;
+    this.staged = [];
+    this.dead.clear();
+    this.holeFills++;
+    return { group, order };
+  }
+
+  /** Row `row` of `g`'s array `a`, its real tokens right-aligned into row `r` of `dst` (`len` positions). */
+  private copyRow(g: KvGroup, row: number, a: number, dst: KvArray, r: number, len: number): void {
+    const H = this.layout.kvHeads;
+    const D = this.layout.headDim;
+    const n = g.real[row]! * D;
+    const from = g.kv[a]!;
+    for (let h = 0; h < H; h++) {
+      const s0 = ((row * H + h) * g.len + g.len) * D - n;
+      const d0 = ((r * H + h) * len + len) * D - n;
+      dst.set(from.subarray(s0, s0 + n), d0);
+    }
   }
 }
 
@@ -355,6 +420,13 @@ export function prefillParts(lengths: readonly number[]): number[][] {
   }
   if (part.length > 0) parts.push(part);
   return parts;
+}
+
+/** The rows `slots` of [*, vocab] logits, in that order. */
+function pickRows(logits: Float32Array, slots: readonly number[], vocab: number): Float32Array {
+  const out = new Float32Array(slots.length * vocab);
+  slots.forEach((b, k) => out.set(logits.subarray(b * vocab, (b + 1) * vocab), k * vocab));
+  return out;
 }
 
 /**

@@ -4,7 +4,11 @@
  * and accepting requests meanwhile. The worker owns the KV caches (core's KvBatch): they never cross
  * the thread boundary; a step message carries token ids in and one row of logits per sequence out
  * (transferred, not copied), or, when every row is greedy, only each row's argmax (so sampling is
- * off the server's thread). The exception is a prefill worker (an instance whose prefills run apart
+ * off the server's thread). When every running sequence is greedy the engine asks for an *auto*
+ * decode (core/llm/auto-decode.ts): steps run back to back here, each step's tokens posted as it
+ * ends (`tokens` messages), while the engine steers the loop with `steer` messages read between
+ * steps (rows to drop, stop so new rows can join): no round trip to the server's thread per step.
+ * The exception is a prefill worker (an instance whose prefills run apart
  * from its decoding): it hands the caches its prefill made back with the result (`handOff`),
  * and the decoding worker takes them over with its next step (`adopt`), transferred both ways. A
  * prefill run in parts (prompts of unlike lengths) answers part by part (`part` messages, each with
@@ -23,7 +27,7 @@ import * as ort from 'onnxruntime-node';
 // Direct module imports, not core/index.js: the worker needs only these.
 import type { DecoderLayout, StepRequest, StepResult } from '../../core/llm/decoder.js';
 import { KvBatch, type KvArray, type KvGroup, type TensorKit } from '../../core/llm/kv-batch.js';
-import { argmax } from '../../core/llm/sampling.js';
+import { argmaxRows, autoDecode } from '../../core/llm/auto-decode.js';
 import type { ProviderChoice } from '../gpu/providers.js';
 import { gpuLocked } from '../gpu/lock.js';
 import { openSession } from '../onnx/session-options.js';
@@ -44,12 +48,15 @@ export interface DecoderInit {
 
 /** `parts`: a prefill run in parts answers part by part (only with `handOff`: each part's caches go with it). */
 export type DecoderWorkerRequest = { id: number; req: StepRequest; adopt?: KvGroup[]; handOff?: boolean; parts?: boolean };
+/** To the auto decode `id` while it runs (messages for one that ended are ignored). */
+export type DecoderWorkerSteer = { kind: 'steer'; id: number; free?: number[]; stop?: boolean };
 
 export type DecoderWorkerReply =
   | { kind: 'ready'; provider: string; failures: string[] }
   | { kind: 'init-error'; message: string }
   | { kind: 'result'; id: number; result: StepResult; groups?: KvGroup[] }
   | { kind: 'part'; id: number; rows: readonly number[]; result: StepResult; groups: KvGroup[] }
+  | { kind: 'tokens'; id: number; seqs: number[]; tokens: Int32Array; inferNs: number; inputNs: number; kvBytes: number }
   | { kind: 'error'; id: number; message: string };
 
 const port = parentPort!;
@@ -92,7 +99,18 @@ async function start(): Promise<void> {
 // behind a running step.
 let chain: Promise<void> = Promise.resolve();
 
-port.on('message', (msg: DecoderWorkerRequest | 'close') => {
+/** The auto decode running, and what the engine said to it since its last step. */
+let steering: { id: number; free: number[]; stop: boolean } | undefined;
+
+port.on('message', (msg: DecoderWorkerRequest | DecoderWorkerSteer | 'close') => {
+  if (typeof msg === 'object' && 'kind' in msg) {
+    // Not chained: it is for the decode running now, read between its steps.
+    if (steering?.id === msg.id) {
+      if (msg.free) steering.free.push(...msg.free);
+      if (msg.stop) steering.stop = true;
+    }
+    return;
+  }
   chain = chain.then(() => handle(msg));
 });
 
@@ -124,7 +142,8 @@ async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
         port.postMessage({ kind: 'part', id, rows, result, groups: groups! } satisfies DecoderWorkerReply, transfer);
       }
       : undefined;
-    const { result, groups, transfer } = reply(await batch.step(req, kit, onPart));
+    const stepped = req.kind === 'decode' && req.auto ? await runAuto(id, req) : await batch.step(req, kit, onPart);
+    const { result, groups, transfer } = reply(stepped);
     port.postMessage({ kind: 'result', id, result, groups } satisfies DecoderWorkerReply, transfer);
   } catch (err) {
     // A prefill that failed part-way hands nothing over: the sequences it had done fail with it.
@@ -133,10 +152,17 @@ async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
   }
 }
 
-function argmaxRows(logits: Float32Array, vocab: number): Int32Array {
-  const out = new Int32Array(logits.length / vocab);
-  for (let r = 0; r < out.length; r++) out[r] = argmax(logits.subarray(r * vocab, (r + 1) * vocab));
-  return out;
+/** The auto decode `id`: steps back to back here, each step's tokens posted as it ends. */
+async function runAuto(id: number, req: Extract<StepRequest, { kind: 'decode' }>): Promise<StepResult> {
+  const steer = { id, free: [] as number[], stop: false };
+  steering = steer;
+  try {
+    return await autoDecode(batch, kit, req, steer, (seqs, tokens, r) => {
+      port.postMessage({ kind: 'tokens', id, seqs, tokens, inferNs: r.inferNs, inputNs: r.inputNs, kvBytes: r.kvBytes } satisfies DecoderWorkerReply);
+    }, () => new Promise((resolve) => setImmediate(resolve)));
+  } finally {
+    steering = undefined;
+  }
 }
 
 /** Cache groups ready to post: their arrays transferred (copied first only when a view shares its buffer). */

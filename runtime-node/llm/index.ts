@@ -29,8 +29,8 @@ import { placementOf } from '../onnx/backend.js';
 import { sessionOptions } from '../onnx/session-options.js';
 import { readOnnxIo } from '../onnx/info.js';
 import { startWorkerInstance, stopWorker } from '../worker-instance.js';
-import type { PrefillPart } from '../../core/llm/decoder.js';
-import type { DecoderInit, DecoderWorkerReply, DecoderWorkerRequest } from './decoder-worker.js';
+import type { AutoTokens, PrefillPart } from '../../core/llm/decoder.js';
+import type { DecoderInit, DecoderWorkerReply, DecoderWorkerRequest, DecoderWorkerSteer } from './decoder-worker.js';
 
 export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
   const runtime: DecoderRuntime = {
@@ -67,10 +67,13 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
         layout,
       };
       const name = ctx.config.name ?? 'llm';
+      const decodeThreads = threadCount(ctx.config, 'decode_thread_count');
+      if (decodeThreads) init.sessionOptions = { ...init.sessionOptions, intraOpNumThreads: decodeThreads };
+      const prefillThreads = threadCount(ctx.config, 'prefill_thread_count') ?? init.sessionOptions.intraOpNumThreads;
       const start = (i: DecoderInit) => startWorkerInstance<DecoderWorkerReply>('llm/decoder-worker', i, `failed to create the decoder session of '${name}'`);
       // The prefill session takes the decoder's threads too (a prompt is the most parallel work
       // there is), but they sleep between prompts instead of spinning against the decoding ones.
-      const prefillInit: DecoderInit = { ...init, sessionOptions: { ...init.sessionOptions, extra: { session: { intra_op: { allow_spinning: '0' } } } } };
+      const prefillInit: DecoderInit = { ...init, sessionOptions: { ...init.sessionOptions, intraOpNumThreads: prefillThreads, extra: { session: { intra_op: { allow_spinning: '0' } } } } };
       const [decode, prefill] = await Promise.allSettled(separate ? [start({ ...init, nice: DECODE_NICE }), start(prefillInit)] : [start(init)]);
       if (decode.status === 'rejected' || prefill?.status === 'rejected') {
         for (const r of [decode, prefill]) if (r?.status === 'fulfilled') await stopWorker(r.value.worker);
@@ -112,6 +115,15 @@ function machineBytes(): number {
  */
 const DECODE_NICE = 10;
 
+/** A config parameter giving one session's intra-op threads (over intra_op_thread_count), if set. */
+function threadCount(config: ModelConfig, key: string): number | undefined {
+  const v = config.parameters?.[key]?.string_value?.trim();
+  if (v === undefined || v === '') return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new TsiError('INVALID_ARG', `model '${config.name ?? ''}': config parameter ${key} must be a whole number of threads >= 1, not '${v}'`);
+  return n;
+}
+
 function separatePrefill(config: ModelConfig): boolean {
   const v = config.parameters?.separate_prefill?.string_value?.trim().toLowerCase();
   if (v === undefined || v === '' || v === 'true' || v === '1') return true;
@@ -126,15 +138,19 @@ class WorkerSteps {
     resolve: (r: Extract<DecoderWorkerReply, { kind: 'result' }>) => void;
     reject: (e: Error) => void;
     part?: (p: Extract<DecoderWorkerReply, { kind: 'part' }>) => void;
+    tokens?: (t: Extract<DecoderWorkerReply, { kind: 'tokens' }>) => void;
   }>();
+  /** The id of the last call made. */
+  lastId = 0;
   private dead?: Error;
 
   constructor(readonly worker: Worker, model: string) {
     worker.on('message', (m: DecoderWorkerReply) => {
-      if (m.kind !== 'result' && m.kind !== 'error' && m.kind !== 'part') return;
+      if (m.kind !== 'result' && m.kind !== 'error' && m.kind !== 'part' && m.kind !== 'tokens') return;
       const p = this.pending.get(m.id);
       if (!p) return;
       if (m.kind === 'part') return p.part?.(m);
+      if (m.kind === 'tokens') return p.tokens?.(m);
       this.pending.delete(m.id);
       if (m.kind === 'result') p.resolve(m);
       else p.reject(new TsiError('INTERNAL', m.message));
@@ -150,13 +166,20 @@ class WorkerSteps {
 
   call(
     msg: Omit<DecoderWorkerRequest, 'id'>, transfer: ArrayBuffer[] = [], part?: (p: Extract<DecoderWorkerReply, { kind: 'part' }>) => void,
+    tokens?: (t: Extract<DecoderWorkerReply, { kind: 'tokens' }>) => void,
   ): Promise<Extract<DecoderWorkerReply, { kind: 'result' }>> {
     if (this.dead) return Promise.reject(this.dead);
     const id = this.nextId++;
+    this.lastId = id;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, part });
+      this.pending.set(id, { resolve, reject, part, tokens });
       this.worker.postMessage({ id, ...msg } satisfies DecoderWorkerRequest, transfer);
     });
+  }
+
+  /** To the call `id` while it runs. */
+  steer(msg: DecoderWorkerSteer): void {
+    if (!this.dead && this.pending.has(msg.id)) this.worker.postMessage(msg);
   }
 
   async close(): Promise<void> {
@@ -172,7 +195,11 @@ class WorkerSteps {
 class WorkerDecoderSession implements DecoderSession {
   readonly device: string;
   readonly concurrentPrefill: boolean;
+  // Greedy decode steps run back to back in the decoding worker (see core/llm/decoder.ts).
+  readonly autoDecode = true;
   private readonly decoder: WorkerSteps;
+  /** The call id of the auto decode in flight. */
+  private auto?: number;
   private readonly prefiller?: WorkerSteps;
   private handed: KvGroup[] = [];
   private handedBytes = 0;
@@ -185,7 +212,7 @@ class WorkerDecoderSession implements DecoderSession {
     this.concurrentPrefill = prefill !== undefined;
   }
 
-  async step(req: StepRequest, onPart?: PrefillPart): Promise<StepResult> {
+  async step(req: StepRequest, onPart?: PrefillPart, onTokens?: AutoTokens): Promise<StepResult> {
     if (req.kind === 'prefill' && this.prefiller) {
       if (req.free.length > 0) throw new TsiError('INTERNAL', 'a prefill beside decoding carries no frees');
       const hand = (groups: KvGroup[]) => {
@@ -207,9 +234,23 @@ class WorkerDecoderSession implements DecoderSession {
     this.handed = [];
     this.handedBytes = 0;
     const transfer = adopt.flatMap((g) => g.kv.map((a) => a.buffer as ArrayBuffer));
-    const { result } = await this.decoder.call(adopt.length > 0 ? { req, adopt } : { req }, transfer);
-    this.heldBytes = result.kvBytes;
-    return { ...result, kvBytes: this.heldBytes + this.handedBytes };
+    const tokens = onTokens && ((t: Extract<DecoderWorkerReply, { kind: 'tokens' }>) => {
+      this.heldBytes = t.kvBytes;
+      onTokens(t.seqs, t.tokens, { inferNs: t.inferNs, inputNs: t.inputNs, kvBytes: this.heldBytes + this.handedBytes });
+    });
+    const call = this.decoder.call(adopt.length > 0 ? { req, adopt } : { req }, transfer, undefined, tokens);
+    if (req.kind === 'decode' && req.auto) this.auto = this.decoder.lastId;
+    try {
+      const { result } = await call;
+      this.heldBytes = result.kvBytes;
+      return { ...result, kvBytes: this.heldBytes + this.handedBytes };
+    } finally {
+      this.auto = undefined;
+    }
+  }
+
+  steer(msg: { free?: number[]; stop?: boolean }): void {
+    if (this.auto !== undefined) this.decoder.steer({ kind: 'steer', id: this.auto, ...msg });
   }
 
   async close(): Promise<void> {
