@@ -21,7 +21,7 @@ import type { MetricsRegistry } from './metrics.js';
 import type { TsiError } from './errors.js';
 import type { ModelConfig } from './config/model-config.js';
 import type { BackendInstance, InstanceSpec, ModelIoInfo } from './execution.js';
-import type { Scheduler, SchedulerContext } from './scheduler.js';
+import type { Scheduler, SchedulerContext } from './scheduling/scheduler.js';
 import type { InferRequest, InferResponse, Logger } from './types.js';
 
 export type { BackendInstance, BackendRequest, ExecutionTimes, InstancePlacement, InstanceSpec, ModelIoInfo, ResponsePayload } from './execution.js';

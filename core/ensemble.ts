@@ -18,10 +18,10 @@ import { isCompletionOnly, type Backend, type BackendModel } from './backend.js'
 import { ensembleComposingModels, validateEnsemble } from './config/ensemble-validate.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelConfig } from './config/model-config.js';
-import type { ModelVersion } from './model.js';
+import type { ModelVersion } from './repository/model.js';
 import type { PendingRequest } from './request.js';
-import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from './scheduler.js';
-import type { ModelRepository } from './repository.js';
+import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from './scheduling/scheduler.js';
+import type { ModelRepository } from './repository/repository.js';
 import { retainBuffer } from './tensor.js';
 import type { InferInput, InferResponse, Parameters, Tensor } from './types.js';
 

@@ -11,7 +11,7 @@
 
 import { TsiError } from './errors.js';
 import { controllableLogger, LogSettings } from './settings.js';
-import { ModelControl, memoryStager, type ModelCodePolicy, type ModelFileStager } from './model-control.js';
+import { ModelControl, memoryStager, type ModelCodePolicy, type ModelFileStager } from './repository/model-control.js';
 import type { InferenceServer } from './server.js';
 import { SharedMemoryManager, type SystemShmProvider } from './shared-memory.js';
 import { TraceManager, type TraceSetting, type TraceWriter } from './trace.js';

@@ -11,11 +11,11 @@ export type * from './config/model-config.js';
 export * from './config/pipeline.js';
 export * from './tensor.js';
 export { InferenceServer, TSI_VERSION, type ServerOptions, type ModelControlMode } from './server.js';
-export { ModelRepository, NOT_LOADED_BUDGET, type RepositorySource, type IndexEntry, type LoadOverrides } from './repository.js';
+export { ModelRepository, NOT_LOADED_BUDGET, type RepositorySource, type IndexEntry, type LoadOverrides } from './repository/repository.js';
 export {
   PIN_PARAMETER, Residency, parseMemoryBudget, versionMemory, type LoadReason, type ResidencyCounts, type ResidencyOptions, type UnloadReason,
-} from './residency.js';
-export { ModelVersion, type ModelState } from './model.js';
+} from './repository/residency.js';
+export { ModelVersion, type ModelState } from './repository/model.js';
 export { ModelStats, type FailureReason } from './stats.js';
 export { PendingRequest, validateRequest, requestPrefix, type SequenceFlags } from './request.js';
 export {
@@ -29,11 +29,11 @@ export {
 } from './protocol/http.js';
 export { readRequestBody, readWebBody, tooLarge, type BodySource, type BodyOptions } from './protocol/http-body.js';
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './protocol/v2-codec.js';
-export { InstancePool, runExecution, type Scheduler, type SchedulerContext, type SchedulerDelay } from './scheduler.js';
-export { createScheduler } from './schedulers.js';
-export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './batcher.js';
-export { RequestQueue, queuePolicy, type QueuePolicy } from './queue.js';
-export { SequenceBatcher, sequenceInternalInputs } from './sequence.js';
+export { InstancePool, runExecution, type Scheduler, type SchedulerContext, type SchedulerDelay } from './scheduling/scheduler.js';
+export { createScheduler } from './scheduling/schedulers.js';
+export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './scheduling/batcher.js';
+export { RequestQueue, queuePolicy, type QueuePolicy } from './scheduling/queue.js';
+export { SequenceBatcher, sequenceInternalInputs } from './scheduling/sequence.js';
 export { createLogger, type LogLevel } from './logger.js';
 export {
   ServerExtensions, parseRestrictions, httpCategory, grpcCategory, API_CATEGORIES,
@@ -48,13 +48,13 @@ export { LogSettings, controllableLogger, parseTraceConfig, parseTraceUpdate, tr
 export {
   ModelControl, RepositoryPoller, checkOverridePath, checkModelName, memoryStager, CODE_UPLOAD_FLAG,
   type ModelFileStager, type StagedFiles, type LoadParamValue, type ModelCodePolicy,
-} from './model-control.js';
+} from './repository/model-control.js';
 export { checkTraceModel } from './protocol/http-admin.js';
 export { createEnsembleBackend, ensembleComposingModels, validateEnsemble } from './ensemble.js';
 export { CustomMetrics, type MetricKind } from './custom-metrics.js';
 export { MetricsRegistry, MetricFamily, MetricSeries, type MetricSample, type MetricSource, type MetricType } from './metrics.js';
 export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
-export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './rate-limiter.js';
+export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './scheduling/rate-limiter.js';
 export { generate, generateRequest, generateResponseJson } from './protocol/generate.js';
 export { createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling } from './embedding.js';
 export {

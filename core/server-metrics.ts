@@ -8,9 +8,9 @@
  */
 
 import type { MetricSample, MetricSource, MetricsRegistry } from './metrics.js';
-import type { ModelVersion } from './model.js';
-import type { ModelRepository } from './repository.js';
-import { versionMemory, type Residency, type ResidencyCounts } from './residency.js';
+import type { ModelVersion } from './repository/model.js';
+import type { ModelRepository } from './repository/repository.js';
+import { versionMemory, type Residency, type ResidencyCounts } from './repository/residency.js';
 import type { FailureReason, ModelStats } from './stats.js';
 
 const REASONS: FailureReason[] = ['REJECTED', 'CANCELED', 'BACKEND', 'OTHER'];

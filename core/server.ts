@@ -10,17 +10,17 @@
 
 import { BackendRegistry, type InferOptions, type InProcessServer } from './backend.js';
 import type { ResponseCache } from './cache.js';
-import { RateLimiter, type RateLimitMode, type ResourceLimit } from './rate-limiter.js';
+import { RateLimiter, type RateLimitMode, type ResourceLimit } from './scheduling/rate-limiter.js';
 import { modelConfigToJson } from './config/pipeline.js';
 import { createEnsembleBackend } from './ensemble.js';
 import { registerTestBackends } from './test-backends.js';
 import { TsiError, asTsiError } from './errors.js';
-import type { ModelVersion } from './model.js';
+import type { ModelVersion } from './repository/model.js';
 import { MetricsRegistry } from './metrics.js';
-import { ModelRepository, type IndexEntry, type LoadOverrides, type RepositorySource } from './repository.js';
-import { Residency, type ResidencyOptions } from './residency.js';
+import { ModelRepository, type IndexEntry, type LoadOverrides, type RepositorySource } from './repository/repository.js';
+import { Residency, type ResidencyOptions } from './repository/residency.js';
 import { registerServerMetrics } from './server-metrics.js';
-import type { SchedulerDelay } from './scheduler.js';
+import type { SchedulerDelay } from './scheduling/scheduler.js';
 import { systemClock, type Clock, type InferRequest, type InferResponse, type Logger, silentLogger } from './types.js';
 
 export type ModelControlMode = 'none' | 'poll' | 'explicit';

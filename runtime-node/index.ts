@@ -42,7 +42,7 @@ export interface NodeServerOptions {
   defaultMaxBatchSize?: number;
   /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
   modelLoadThreadCount?: number;
-  /** `--max-loaded-models`: load models on demand, at most this many at once (core/residency.ts). */
+  /** `--max-loaded-models`: load models on demand, at most this many at once (core/repository/residency.ts). */
   maxLoadedModels?: number;
   /** `--model-memory-budget`: load models on demand within this memory (bytes, `2G`, or `50%` of the machine's). */
   modelMemoryBudget?: string;

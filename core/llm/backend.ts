@@ -28,7 +28,7 @@ import type {
 } from '../backend.js';
 import { TsiError } from '../errors.js';
 import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
-import type { Scheduler, SchedulerContext } from '../scheduler.js';
+import type { Scheduler, SchedulerContext } from '../scheduling/scheduler.js';
 import type { ModelStats } from '../stats.js';
 import { decodeString } from '../tensor.js';
 import { ChatTemplate } from './chat.js';

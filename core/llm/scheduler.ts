@@ -12,7 +12,7 @@
 
 import { TsiError, asTsiError } from '../errors.js';
 import { requestPrefix, type PendingRequest } from '../request.js';
-import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from '../scheduler.js';
+import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from '../scheduling/scheduler.js';
 import { decodeString, encodeString } from '../tensor.js';
 import type { Parameters, Tensor } from '../types.js';
 import { Engine, type EngineLimits, type EngineSequence, type StepStats } from './engine.js';

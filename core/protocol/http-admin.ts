@@ -10,7 +10,7 @@ import type { Context, Hono } from 'hono';
 import { TsiError, invalidArg } from '../errors.js';
 import { httpCategory, type Restrictions, type ServerExtensions } from '../extensions.js';
 import { errorResponse, isObj, json } from './http-common.js';
-import { decodeBase64, type LoadParamValue } from '../model-control.js';
+import { decodeBase64, type LoadParamValue } from '../repository/model-control.js';
 import type { InferenceServer } from '../server.js';
 import { parseTraceUpdate, traceSettingsJson } from '../settings.js';
 

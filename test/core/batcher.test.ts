@@ -6,7 +6,7 @@
  */
 
 import { describe, expect, it } from 'vitest';
-import { batchPolicy, decideBatch, type BatchCandidate, type BatchPolicy } from '../../core/batcher.js';
+import { batchPolicy, decideBatch, type BatchCandidate, type BatchPolicy } from '../../core/scheduling/batcher.js';
 import type { ModelConfig } from '../../core/config/model-config.js';
 import type { Tensor } from '../../core/types.js';
 import { flush, harness, request, values } from '../helpers/fake-backend.js';

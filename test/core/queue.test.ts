@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { TsiError } from '../../core/errors.js';
 import type { ModelConfig, ModelDynamicBatching } from '../../core/config/model-config.js';
-import { RequestQueue } from '../../core/queue.js';
+import { RequestQueue } from '../../core/scheduling/queue.js';
 import { flush, harness, request } from '../helpers/fake-backend.js';
 
 const r = (id: string, priority = 0, timeoutUs = 0) => request({ id, inputs: { INPUT0: [0, 0] }, batch: 1, priority, timeoutUs }).req;

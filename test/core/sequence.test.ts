@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { TsiError } from '../../core/errors.js';
 import type { ModelConfig, SequenceControl } from '../../core/config/model-config.js';
-import { SequenceBatcher, sequenceInternalInputs } from '../../core/sequence.js';
+import { SequenceBatcher, sequenceInternalInputs } from '../../core/scheduling/sequence.js';
 import type { Tensor } from '../../core/types.js';
 import { flush, harness, request, values, type ExecutedBatch } from '../helpers/fake-backend.js';
 

@@ -11,8 +11,8 @@ import type {
 import { TsiError } from '../../core/errors.js';
 import type { ModelConfig } from '../../core/config/model-config.js';
 import { PendingRequest, type ResponseSink, type SequenceFlags } from '../../core/request.js';
-import type { SchedulerContext, SchedulerDelay } from '../../core/scheduler.js';
-import { createScheduler } from '../../core/schedulers.js';
+import type { SchedulerContext, SchedulerDelay } from '../../core/scheduling/scheduler.js';
+import { createScheduler } from '../../core/scheduling/schedulers.js';
 import { ModelStats } from '../../core/stats.js';
 import { concatBatch, splitBatch } from '../../core/tensor.js';
 import type { Clock, Logger, Tensor } from '../../core/types.js';

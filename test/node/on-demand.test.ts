@@ -1,5 +1,5 @@
 /**
- * On-demand loading within a budget (core/residency.ts) through the real server: models registered
+ * On-demand loading within a budget (core/repository/residency.ts) through the real server: models registered
  * and listed as "not loaded: budget", loaded by their first request, the least recently used idle
  * model unloaded to make room, never one with a request in flight, an open sequence or a pin; a
  * failed load answered with its error until the model's folder changes; loads, unloads and memory in

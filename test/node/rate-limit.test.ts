@@ -1,5 +1,5 @@
 /**
- * The rate limiter's decisions (core/rate-limiter.ts) with core's fake backend and clock: instances
+ * The rate limiter's decisions (core/scheduling/rate-limiter.ts) with core's fake backend and clock: instances
  * of different models contend for shared resources, priorities weight the turns, per-device and
  * global resources, explicit counts from `--rate-limit-resource`, and the waiting time in statistics.
  */
@@ -7,9 +7,9 @@
 import { describe, expect, it } from 'vitest';
 import { TsiError } from '../../core/errors.js';
 import type { ModelConfig, ModelInstanceGroup } from '../../core/config/model-config.js';
-import { RateLimiter, fits, nextStaged, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from '../../core/rate-limiter.js';
-import type { SchedulerContext } from '../../core/scheduler.js';
-import { createScheduler } from '../../core/schedulers.js';
+import { RateLimiter, fits, nextStaged, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from '../../core/scheduling/rate-limiter.js';
+import type { SchedulerContext } from '../../core/scheduling/scheduler.js';
+import { createScheduler } from '../../core/scheduling/schedulers.js';
 import { ModelStats } from '../../core/stats.js';
 import { FakeBackend, FakeClock, collectingLogger, flush, request, type TestRequest } from '../helpers/fake-backend.js';
 

@@ -12,8 +12,8 @@ import { describe, expect, it } from 'vitest';
 import type { BackendInstance, BackendRequest } from '../../core/backend.js';
 import { formatPbtxt, parsePbtxt } from '../../core/config/pipeline.js';
 import type { ModelConfig } from '../../core/config/model-config.js';
-import type { SchedulerContext } from '../../core/scheduler.js';
-import { createScheduler } from '../../core/schedulers.js';
+import type { SchedulerContext } from '../../core/scheduling/scheduler.js';
+import { createScheduler } from '../../core/scheduling/schedulers.js';
 import { ModelStats } from '../../core/stats.js';
 import {
   applyKnobs, buildSpace, canonical, knobKey, knobsOf, neighbours, nextConcurrency, paretoFront, scorePoints, search, sweepFloor,

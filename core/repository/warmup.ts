@@ -7,12 +7,12 @@
  * ("failed to run warmup sample '<name>': ..."), so the model is UNAVAILABLE with the reason.
  */
 
-import type { BackendInstance, BackendRequest, ModelFiles, ResponsePayload } from './backend.js';
-import { configTypeToDatatype } from './config/pipeline.js';
-import { TsiError, asTsiError } from './errors.js';
-import type { ModelConfig, ModelWarmup } from './config/model-config.js';
-import { allocate, decodeBytesElements, elementCount, elementSize, fromBytes } from './tensor.js';
-import type { DataType, Logger, NumericArray, Tensor, TensorData } from './types.js';
+import type { BackendInstance, BackendRequest, ModelFiles, ResponsePayload } from '../backend.js';
+import { configTypeToDatatype } from '../config/pipeline.js';
+import { TsiError, asTsiError } from '../errors.js';
+import type { ModelConfig, ModelWarmup } from '../config/model-config.js';
+import { allocate, decodeBytesElements, elementCount, elementSize, fromBytes } from '../tensor.js';
+import type { DataType, Logger, NumericArray, Tensor, TensorData } from '../types.js';
 
 /** The folder, inside the model's, where `input_data_file` names are looked up (Triton's kWarmupDataFolder). */
 export const WARMUP_FOLDER = 'warmup';

@@ -9,9 +9,9 @@
  * Single-threaded by construction (one scheduler owns one queue); nothing here awaits.
  */
 
-import { TsiError } from './errors.js';
-import type { ModelDynamicBatching, ModelQueuePolicy } from './config/model-config.js';
-import { requestPrefix, type PendingRequest } from './request.js';
+import { TsiError } from '../errors.js';
+import type { ModelDynamicBatching, ModelQueuePolicy } from '../config/model-config.js';
+import { requestPrefix, type PendingRequest } from '../request.js';
 
 export interface QueuePolicy {
   timeoutAction: 'REJECT' | 'DELAY';

@@ -17,10 +17,10 @@
  * event loop, so the bookkeeping needs no locks; a grant resolves a promise the waiting execution holds.
  */
 
-import { TsiError } from './errors.js';
-import type { ModelInstanceGroup } from './config/model-config.js';
-import type { Duration } from './stats.js';
-import type { Clock } from './types.js';
+import { TsiError } from '../errors.js';
+import type { ModelInstanceGroup } from '../config/model-config.js';
+import type { Duration } from '../stats.js';
+import type { Clock } from '../types.js';
 
 export type RateLimitMode = 'off' | 'execution_count';
 

@@ -12,13 +12,13 @@
  * Backends receive the requests of a batch and answer each one; nothing is split here.
  */
 
-import type { ResponsePayload } from './backend.js';
-import { TsiError } from './errors.js';
-import type { ModelConfig } from './config/model-config.js';
+import type { ResponsePayload } from '../backend.js';
+import { TsiError } from '../errors.js';
+import type { ModelConfig } from '../config/model-config.js';
 import { RequestQueue, timeoutExpiredError } from './queue.js';
-import type { PendingRequest, ResponseSink } from './request.js';
+import type { PendingRequest, ResponseSink } from '../request.js';
 import { InstancePool, STOPPING_MESSAGE, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
-import type { Clock, Tensor } from './types.js';
+import type { Clock, Tensor } from '../types.js';
 
 /** What the decision reads of a queued request. */
 export interface BatchCandidate {

@@ -7,19 +7,19 @@
  * loads the new versions first and swaps them in, so requests never see a gap; replaced versions drain.
  */
 
-import type { BackendRegistry, InProcessServer, ModelFiles } from './backend.js';
+import type { BackendRegistry, InProcessServer, ModelFiles } from '../backend.js';
 import {
   autoCompleteConfig, checkConfigAgainstModel, normalizeModelConfig, parseModelConfig, validateModelConfig,
-} from './config/pipeline.js';
-import { TsiError, asTsiError } from './errors.js';
-import { checkEnsembleSteps, type StepConfigs } from './config/ensemble-check.js';
-import type { ModelConfig } from './config/model-config.js';
+} from '../config/pipeline.js';
+import { TsiError, asTsiError } from '../errors.js';
+import { checkEnsembleSteps, type StepConfigs } from '../config/ensemble-check.js';
+import type { ModelConfig } from '../config/model-config.js';
 import { ModelVersion, type ModelState } from './model.js';
-import type { Clock, Logger } from './types.js';
-import type { ResponseCache } from './cache.js';
-import type { MetricsRegistry } from './metrics.js';
-import type { RateLimiter } from './rate-limiter.js';
-import type { SchedulerDelay } from './scheduler.js';
+import type { Clock, Logger } from '../types.js';
+import type { ResponseCache } from '../cache.js';
+import type { MetricsRegistry } from '../metrics.js';
+import type { RateLimiter } from '../scheduling/rate-limiter.js';
+import type { SchedulerDelay } from '../scheduling/scheduler.js';
 
 export interface RepositorySource {
   /** Where it is, for logs (a path or URL). */

@@ -5,22 +5,22 @@
  * every instance_group, then the scheduler — and unloading drains the scheduler before freeing.
  */
 
-import type { Backend, BackendInstance, BackendModel, InProcessServer, InstanceSpec, ModelFiles, ResponsePayload } from './backend.js';
-import { TsiError } from './errors.js';
-import type { ModelConfig } from './config/model-config.js';
-import { PendingRequest, validateRequest } from './request.js';
-import { sequenceInternalInputs } from './sequence.js';
-import type { Scheduler, SchedulerDelay } from './scheduler.js';
-import { createScheduler } from './schedulers.js';
-import { ModelStats } from './stats.js';
-import { decodeString, encodeString } from './tensor.js';
-import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTensor, Tensor } from './types.js';
-import { configTypeToDatatype } from './config/pipeline.js';
-import { tracedInstance } from './trace.js';
+import type { Backend, BackendInstance, BackendModel, InProcessServer, InstanceSpec, ModelFiles, ResponsePayload } from '../backend.js';
+import { TsiError } from '../errors.js';
+import type { ModelConfig } from '../config/model-config.js';
+import { PendingRequest, validateRequest } from '../request.js';
+import { sequenceInternalInputs } from '../scheduling/sequence.js';
+import type { Scheduler, SchedulerDelay } from '../scheduling/scheduler.js';
+import { createScheduler } from '../scheduling/schedulers.js';
+import { ModelStats } from '../stats.js';
+import { decodeString, encodeString } from '../tensor.js';
+import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTensor, Tensor } from '../types.js';
+import { configTypeToDatatype } from '../config/pipeline.js';
+import { tracedInstance } from '../trace.js';
 import { warmUpInstance, warmupSamples } from './warmup.js';
-import type { ResponseCache } from './cache.js';
-import type { MetricsRegistry } from './metrics.js';
-import type { ModelRateLimit, RateLimiter } from './rate-limiter.js';
+import type { ResponseCache } from '../cache.js';
+import type { MetricsRegistry } from '../metrics.js';
+import type { ModelRateLimit, RateLimiter } from '../scheduling/rate-limiter.js';
 
 export type ModelState = 'UNKNOWN' | 'LOADING' | 'READY' | 'UNAVAILABLE' | 'UNLOADING';
 

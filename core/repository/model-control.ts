@@ -18,12 +18,12 @@
  * cache — anywhere the repository's own config for that model does not.
  */
 
-import type { ModelFiles } from './backend.js';
-import { parseModelConfig } from './config/pipeline.js';
-import { TsiError, asTsiError } from './errors.js';
-import type { ModelConfig } from './config/model-config.js';
+import type { ModelFiles } from '../backend.js';
+import { parseModelConfig } from '../config/pipeline.js';
+import { TsiError, asTsiError } from '../errors.js';
+import type { ModelConfig } from '../config/model-config.js';
 import type { LoadOverrides } from './repository.js';
-import type { InferenceServer } from './server.js';
+import type { InferenceServer } from '../server.js';
 
 export interface StagedFiles {
   files: ModelFiles;

@@ -16,10 +16,10 @@
  * time (a chain), so two loads never evict for each other's count.
  */
 
-import { TsiError, asTsiError } from './errors.js';
+import { TsiError, asTsiError } from '../errors.js';
 import type { ModelVersion } from './model.js';
 import { NOT_LOADED_BUDGET, type ModelRepository } from './repository.js';
-import type { Clock, Logger } from './types.js';
+import type { Clock, Logger } from '../types.js';
 
 export interface ResidencyOptions {
   /** At most this many models loaded at once. */

@@ -13,14 +13,14 @@
  *   first, so one sequence never has two requests in a batch.
  */
 
-import type { BackendInstance, ResponsePayload } from './backend.js';
+import type { BackendInstance, ResponsePayload } from '../backend.js';
 import { decideBatch, batchPolicy, compatible, WakeTimer, type BatchPolicy } from './batcher.js';
-import { TsiError, invalidArg, unsupported } from './errors.js';
-import type { ConfigDataType, ModelConfig, SequenceControl } from './config/model-config.js';
-import { requestPrefix, type PendingRequest, type SequenceId } from './request.js';
+import { TsiError, invalidArg, unsupported } from '../errors.js';
+import type { ConfigDataType, ModelConfig, SequenceControl } from '../config/model-config.js';
+import { requestPrefix, type PendingRequest, type SequenceId } from '../request.js';
 import { InstancePool, STOPPING_MESSAGE, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
-import { allocate, elementCount, encodeString } from './tensor.js';
-import type { DataType, NumericArray, Tensor } from './types.js';
+import { allocate, elementCount, encodeString } from '../tensor.js';
+import type { DataType, NumericArray, Tensor } from '../types.js';
 
 type ControlKind = 'START' | 'END' | 'READY' | 'CORRID';
 

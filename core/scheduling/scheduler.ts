@@ -7,13 +7,13 @@
  * the dynamic batcher with batching off (schedulers.ts), as Triton builds its default scheduler.
  */
 
-import type { BackendInstance, ExecutionTimes, ResponsePayload } from './execution.js';
-import { TsiError, asTsiError } from './errors.js';
-import type { ModelConfig } from './config/model-config.js';
-import { requestPrefix, type ExecutionObserver, type PendingRequest } from './request.js';
+import type { BackendInstance, ExecutionTimes, ResponsePayload } from '../execution.js';
+import { TsiError, asTsiError } from '../errors.js';
+import type { ModelConfig } from '../config/model-config.js';
+import { requestPrefix, type ExecutionObserver, type PendingRequest } from '../request.js';
 import type { ModelRateLimit } from './rate-limiter.js';
-import type { ModelStats } from './stats.js';
-import type { Clock, Logger } from './types.js';
+import type { ModelStats } from '../stats.js';
+import type { Clock, Logger } from '../types.js';
 
 export interface Scheduler {
   /**
