@@ -105,7 +105,7 @@ withAdapter('the browser runtime on WebGPU under Node (Dawn)', () => {
 
   it('sees the adapter Dawn offers, and runs wasm on one thread (Node has no Worker global)', () => {
     const a = webgpu.adapter!;
-    expect(gpu.environment.webgpu).toEqual({ available: true, vendor: a.vendor, architecture: a.architecture, fallback: a.isFallbackAdapter });
+    expect(gpu.environment.webgpu).toEqual({ available: true, vendor: a.vendor, architecture: a.architecture, fallback: a.isFallbackAdapter, shaderF16: expect.any(Boolean) });
     expect(gpu.environment.numThreads).toBe(1);
     expect(gpu.index().map((e) => [e.name, e.state, e.reason ?? ''])).toEqual(MODELS.toSorted().map((m) => [m, 'READY', '']));
   });
