@@ -15,6 +15,7 @@
 
 import type { InstancePlacement, ModelIoInfo } from '../backend.js';
 import { TsiError } from '../errors.js';
+import type { SamplingParams } from './sampling.js';
 
 export type StepRequest =
   /**
@@ -26,16 +27,35 @@ export type StepRequest =
   | { kind: 'free'; free: number[] };
 
 /**
- * A greedy decode the session runs step after step by itself (a session with `autoDecode`): each row
+ * A decode the session runs step after step by itself (a session with `autoDecode`): each row
  * leaves after `remaining[k]` more tokens or at one of `endIds[k]`, the rest when steered (`steer`).
+ * Rows without `sample[k]` take their argmax; the others are sampled there as the engine would.
  */
 export interface AutoDecode {
   remaining: number[];
   endIds: number[][];
+  sample?: (AutoSample | null)[];
 }
 
-/** One step of an auto decode: the rows that were in it, each one's token, and the step's times. */
-export type AutoTokens = (seqs: readonly number[], tokens: Int32Array, step: { inferNs: number; inputNs: number; kvBytes: number }) => void;
+/**
+ * A sampled row's state, carried to the loop: its parameters, its PRNG's state, what it has seen
+ * (prompt and output: the repetition penalty) and its output counts (presence and frequency), and
+ * how many more tokens must not be end tokens (min_tokens). Copies: the loop updates its own.
+ */
+export interface AutoSample {
+  params: SamplingParams;
+  random: number;
+  seen: number[];
+  counts: [number, number][];
+  suppressEnd: number;
+}
+
+/**
+ * One step of an auto decode: the rows that were in it, each one's token, and the step's times;
+ * `random`: with sampled rows, each row's PRNG state after its token (so the engine's stays the
+ * loop's whenever the loop stops).
+ */
+export type AutoTokens = (seqs: readonly number[], tokens: Int32Array, step: { inferNs: number; inputNs: number; kvBytes: number; random?: Uint32Array }) => void;
 
 export interface StepResult {
   /** rows × vocab float32 logits of each row's last position (absent for `free`, and with `tokens`). */

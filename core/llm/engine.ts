@@ -17,8 +17,10 @@
  * prefill run in a loop of their own: a new request is prefilled at once, not after the decode step
  * in flight, and joins the running batch at the next decode step.
  *
- * When every running sequence is greedy and the session can (`autoDecode`), the decode steps run
- * back to back where the model is and the engine only accepts and hands out each step's tokens as
+ * When no running sequence needs a grammar mask or log-probabilities and the session can
+ * (`autoDecode`), the decode steps run back to back where the model is (sampled rows drawn there
+ * from their own copies of the PRNG and the penalties' history, the PRNG's state coming back with
+ * each step's tokens) and the engine only accepts and hands out each step's tokens as
  * they come, steering that loop: a sequence ended here (stop string) or cancelled is dropped from it,
  * and sequences that want to join stop it after its current step (autoRun).
  *
@@ -26,7 +28,7 @@
  */
 
 import { TsiError, asTsiError } from '../errors.js';
-import type { AutoTokens, DecoderSession, PrefillPart, StepRequest, StepResult } from './decoder.js';
+import type { AutoSample, AutoTokens, DecoderSession, PrefillPart, StepRequest, StepResult } from './decoder.js';
 import type { Accepted, Generation } from './generation.js';
 
 /**
@@ -34,6 +36,17 @@ import type { Accepted, Generation } from './generation.js';
  * worker thread: the logits then never cross to this one).
  */
 const allGreedy = (seqs: readonly EngineSequence[]) => seqs.every((s) => s.gen.argmaxOnly);
+
+/** A sampled sequence's state as an auto decode takes it (copies: the loop updates its own). */
+const autoSample = (s: EngineSequence): AutoSample | null => {
+  const g = s.gen;
+  if (g.argmaxOnly) return null;
+  const p = g.params;
+  return {
+    params: { temperature: p.temperature, topK: p.topK, topP: p.topP, repetitionPenalty: p.repetitionPenalty, presencePenalty: p.presencePenalty, frequencyPenalty: p.frequencyPenalty },
+    random: g.random.state, seen: [...g.history.seen], counts: [...g.history.counts], suppressEnd: Math.max(0, p.minTokens - g.tokens.length),
+  };
+};
 
 /** A prefill row: the prompt, once for a request's n sequences (its cache copied to the followers'). */
 const prefillRow = (s: EngineSequence) => ({ seq: s.id, tokens: [...s.gen.prompt], ...(s.followers?.length ? { forks: s.followers.map((f) => f.id) } : {}) });
@@ -194,7 +207,7 @@ export class Engine {
         if (admit.length > 0) {
           req = { kind: 'prefill', free: this.takeFree(), rows: admit.map(prefillRow), greedy: allGreedy(admit.flatMap(withFollowers)), ...this.prefixRoom() };
           seqs = admit;
-        } else if (this.running.length > 0 && this.session.autoDecode && this.running.every((s) => s.gen.argmaxOnly)) {
+        } else if (this.running.length > 0 && this.session.autoDecode && this.running.every((s) => s.gen.autoOk)) {
           deliver?.();
           deliver = undefined;
           await this.autoRun();
@@ -257,7 +270,7 @@ export class Engine {
   }
 
   /**
-   * Every running sequence is greedy (its token is its argmax): the session decodes them step after
+   * No running sequence needs a grammar mask or log-probabilities: the session decodes them step after
    * step by itself and reports each step's tokens, which are accepted and handed out as they come.
    * A sequence that ends here (a stop string) or was cancelled is dropped from the session's loop;
    * sequences that want to join (prefilled meanwhile, or waiting for admission) stop it after the
@@ -268,8 +281,12 @@ export class Engine {
     const by = new Map(seqs.map((s) => [s.id, s]));
     const req: StepRequest = {
       kind: 'decode', free: this.takeFree(), rows: seqs.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })), greedy: true,
-      auto: { remaining: seqs.map((s) => s.gen.maxTokens - s.gen.tokens.length), endIds: seqs.map((s) => [...s.gen.endIds]) },
+      auto: {
+        remaining: seqs.map((s) => s.gen.maxTokens - s.gen.tokens.length), endIds: seqs.map((s) => [...s.gen.endIds]),
+        ...(allGreedy(seqs) ? {} : { sample: seqs.map(autoSample) }),
+      },
     };
+    const sampled = new Set(seqs.filter((s, k) => req.kind === 'decode' && req.auto?.sample?.[k]).map((s) => s.id));
     const leave = (s: EngineSequence) => {
       by.delete(s.id);
       this.running.splice(this.running.indexOf(s), 1);
@@ -287,6 +304,8 @@ export class Engine {
           s.dropped();
           return;
         }
+        // The loop drew from its copy of the PRNG: this one goes on from where that one is.
+        if (step.random && sampled.has(id)) s.gen.random.state = step.random[k]!;
         const acc = s.gen.accept(tokens[k]!);
         if (acc.finish) {
           leave(s);

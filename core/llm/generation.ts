@@ -8,7 +8,7 @@
 
 import { GrammarMatcher } from './grammar.js';
 import type { GenerationParams } from './params.js';
-import { isGreedy, sampleToken, sampleWithLogprob, seededRandom, type TokenHistory, type TokenLogprob } from './sampling.js';
+import { isGreedy, sampleToken, sampleWithLogprob, seededRandom, type SeededRandom, type TokenHistory, type TokenLogprob } from './sampling.js';
 import { TextStream, type Tokenizer } from './tokenizer.js';
 
 export type FinishReason = 'stop' | 'length';
@@ -22,7 +22,7 @@ export interface Accepted {
 export class Generation {
   readonly tokens: number[] = [];
   readonly history: TokenHistory;
-  readonly random: () => number;
+  readonly random: SeededRandom;
   /** Token ids that end the sequence (EOS unless ignore_eos, and stop_token_ids). */
   readonly endIds: Set<number>;
   private readonly stream: TextStream;
@@ -57,6 +57,14 @@ export class Generation {
   /** Whether end tokens must not be chosen yet (min_tokens). */
   get suppressEnd(): boolean {
     return this.tokens.length < this.params.minTokens;
+  }
+
+  /**
+   * Whether a decode loop where the model is may choose its tokens (sampling and min_tokens travel
+   * with it, auto-decode.ts); grammar masks and log-probabilities stay on this thread.
+   */
+  get autoOk(): boolean {
+    return !this.grammar && this.params.logprobs === undefined;
   }
 
   /** Whether the next token is the row's argmax, so a session may choose it where the logits are. */

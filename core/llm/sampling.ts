@@ -24,16 +24,23 @@ export interface TokenHistory {
   counts: Map<number, number>;
 }
 
+/** A seeded PRNG whose state can be read and set (so a decode loop elsewhere can carry it on and hand it back). */
+export interface SeededRandom {
+  (): number;
+  state: number;
+}
+
 /** mulberry32: small, fast, seeded; floats in [0, 1). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
+export function seededRandom(seed: number): SeededRandom {
+  const next = (() => {
+    const a = (next.state = (next.state + 0x6d2b79f5) >>> 0);
     let t = a;
     t = Math.imul(t ^ (t >>> 15), t | 1);
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  }) as SeededRandom;
+  next.state = seed >>> 0;
+  return next;
 }
 
 export function argmax(logits: Float32Array): number {

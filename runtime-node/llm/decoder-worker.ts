@@ -4,8 +4,9 @@
  * and accepting requests meanwhile. The worker owns the KV caches (core's KvBatch): they never cross
  * the thread boundary; a step message carries token ids in and one row of logits per sequence out
  * (transferred, not copied), or, when every row is greedy, only each row's argmax (so sampling is
- * off the server's thread). When every running sequence is greedy the engine asks for an *auto*
- * decode (core/llm/auto-decode.ts): steps run back to back here, each step's tokens posted as it
+ * off the server's thread). When no running sequence needs a grammar mask or log-probabilities the
+ * engine asks for an *auto* decode (core/llm/auto-decode.ts): steps run back to back here, sampled
+ * rows drawn here too (their PRNG states posted back with the tokens), each step's tokens posted as it
  * ends (`tokens` messages), while the engine steers the loop with `steer` messages read between
  * steps (rows to drop, stop so new rows can join): no round trip to the server's thread per step.
  * The exception is a prefill worker (an instance whose prefills run apart
@@ -56,7 +57,7 @@ export type DecoderWorkerReply =
   | { kind: 'init-error'; message: string }
   | { kind: 'result'; id: number; result: StepResult; groups?: KvGroup[] }
   | { kind: 'part'; id: number; rows: readonly number[]; result: StepResult; groups: KvGroup[] }
-  | { kind: 'tokens'; id: number; seqs: number[]; tokens: Int32Array; inferNs: number; inputNs: number; kvBytes: number }
+  | { kind: 'tokens'; id: number; seqs: number[]; tokens: Int32Array; inferNs: number; inputNs: number; kvBytes: number; random?: Uint32Array }
   | { kind: 'error'; id: number; message: string };
 
 const port = parentPort!;
@@ -157,8 +158,8 @@ async function runAuto(id: number, req: Extract<StepRequest, { kind: 'decode' }>
   const steer = { id, free: [] as number[], stop: false };
   steering = steer;
   try {
-    return await autoDecode(batch, kit, req, steer, (seqs, tokens, r) => {
-      port.postMessage({ kind: 'tokens', id, seqs, tokens, inferNs: r.inferNs, inputNs: r.inputNs, kvBytes: r.kvBytes } satisfies DecoderWorkerReply);
+    return await autoDecode(batch, kit, req, steer, (seqs, tokens, r, random) => {
+      port.postMessage({ kind: 'tokens', id, seqs, tokens, inferNs: r.inferNs, inputNs: r.inputNs, kvBytes: r.kvBytes, random } satisfies DecoderWorkerReply);
     }, () => new Promise((resolve) => setImmediate(resolve)));
   } finally {
     steering = undefined;

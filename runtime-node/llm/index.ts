@@ -236,7 +236,7 @@ class WorkerDecoderSession implements DecoderSession {
     const transfer = adopt.flatMap((g) => g.kv.map((a) => a.buffer as ArrayBuffer));
     const tokens = onTokens && ((t: Extract<DecoderWorkerReply, { kind: 'tokens' }>) => {
       this.heldBytes = t.kvBytes;
-      onTokens(t.seqs, t.tokens, { inferNs: t.inferNs, inputNs: t.inputNs, kvBytes: this.heldBytes + this.handedBytes });
+      onTokens(t.seqs, t.tokens, { inferNs: t.inferNs, inputNs: t.inputNs, kvBytes: this.heldBytes + this.handedBytes, random: t.random });
     });
     const call = this.decoder.call(adopt.length > 0 ? { req, adopt } : { req }, transfer, undefined, tokens);
     if (req.kind === 'decode' && req.auto) this.auto = this.decoder.lastId;

@@ -1,12 +1,15 @@
 /**
- * The decode loop where the model is (core/llm/auto-decode.ts): greedy steps run back to back beside
+ * The decode loop where the model is (core/llm/auto-decode.ts): decode steps run back to back beside
  * the KV batch, the engine accepting each step's tokens as they come and steering the loop (rows
  * dropped at a stop string or cancellation, a stop when new rows join). Driven here in-process with
  * the real onnxruntime-node session of tiny_gpt, the same engine run twice — once with the session
  * stepping by itself, once step by step as before — with requests arriving while others run: every
  * request's tokens must be equal both ways and equal to the reference decoder's alone; a stop string
  * or a cancellation must end its stream with no token after it and the loop must stop computing it
- * within a step or two. (Served over the worker and HTTP: llm-serving.test.ts.)
+ * within a step or two. Seeded sampled requests (temperature, top-k, top-p, the penalties,
+ * min_tokens) drawn in the loop must give the step-by-step loop's tokens exactly: the loop carries
+ * each row's PRNG state and penalties' history on from the engine's and hands the state back, so
+ * a state reset or not taken back, a history or penalty left out, or min_tokens ignored there fails. (Served over the worker and HTTP: llm-serving.test.ts.)
  *
  * Beneath it, the decode batch's member changes (core/llm/kv-batch.ts): a sequence that leaves
  * becomes a hole, a new one is copied into a hole or appended, and the batch is laid out anew only
@@ -61,6 +64,8 @@ class InProcessSession implements DecoderSession {
   private steering?: Steering;
   /** Steps run by the loop, and how many tokens it computed per sequence. */
   autoSteps = 0;
+  /** Decode steps the engine asked for one at a time. */
+  steppedWith = 0;
   readonly computed = new Map<number, number>();
 
   constructor(readonly autoDecode: boolean) {}
@@ -70,16 +75,19 @@ class InProcessSession implements DecoderSession {
       const steer: Steering = { free: [], stop: false };
       this.steering = steer;
       try {
-        return await autoDecode(this.batch, kit, req, steer, (seqs, tokens, r) => {
+        return await autoDecode(this.batch, kit, req, steer, (seqs, tokens, r, random) => {
           this.autoSteps++;
           for (const s of seqs) this.computed.set(s, (this.computed.get(s) ?? 0) + 1);
-          onTokens!(seqs, tokens, { inferNs: r.inferNs, inputNs: r.inputNs, kvBytes: r.kvBytes });
+          onTokens!(seqs, tokens, { inferNs: r.inferNs, inputNs: r.inputNs, kvBytes: r.kvBytes, random });
         }, () => new Promise((resolve) => setImmediate(resolve)));
       } finally {
         this.steering = undefined;
       }
     }
-    if (req.kind === 'decode') for (const r of req.rows) this.computed.set(r.seq, (this.computed.get(r.seq) ?? 0) + 1);
+    if (req.kind === 'decode') {
+      this.steppedWith++;
+      for (const r of req.rows) this.computed.set(r.seq, (this.computed.get(r.seq) ?? 0) + 1);
+    }
     return this.batch.step(req, kit);
   }
 
@@ -183,6 +191,62 @@ describe('llm decode loop where the model is', () => {
       }
     }, 60_000);
   }
+
+  // Sampling of every kind, each request its own seed; min_tokens where the model tends to end early.
+  const SAMPLED = [
+    { temperature: 0.9 }, { temperature: 1.2, top_k: 8 }, { temperature: 0.8, top_p: 0.85 },
+    { temperature: 1, repetition_penalty: 1.6 }, { temperature: 0.7, presence_penalty: 1.5, frequency_penalty: 0.8 },
+    { temperature: 1.1, top_k: 20, top_p: 0.9, repetition_penalty: 1.3, min_tokens: 12 }, { temperature: 0, repetition_penalty: 1.8, min_tokens: 6 },
+    { temperature: 1.3, min_tokens: 20, frequency_penalty: 1.2 },
+  ];
+  const sampledReqs = (n: number, extra: (i: number) => Record<string, unknown> = () => ({})): Req[] => Array.from({ length: n }, (_, i) => ({
+    prompt: promptOf(1 + ((i * 5) % 23), i + n), maxTokens: 6 + ((i * 11) % 29), params: { ...SAMPLED[i % SAMPLED.length], seed: 1000 + i * 17, ...extra(i) },
+  }));
+
+  for (const n of [1, 4, 16]) {
+    it(`gives each of ${n} concurrent seeded sampled requests the tokens of the step-by-step loop`, async () => {
+      const reqs = sampledReqs(n);
+      const auto = new InProcessSession(true);
+      const got = await serve(auto, reqs);
+      const old = await serve(new InProcessSession(false), reqs);
+      // Every step ran in the loop, the prefills' first tokens aside.
+      expect(auto.autoSteps).toBeGreaterThan(0);
+      for (const [i] of reqs.entries()) {
+        expect({ i, tokens: got[i]!.tokens }).toEqual({ i, tokens: old[i]!.tokens });
+        expect(got[i]!.after).toBe(0);
+      }
+      // The requests really are sampled: another seed gives other tokens.
+      const reseeded = await serve(new InProcessSession(true), sampledReqs(n, (i) => ({ seed: 5 + i })));
+      expect(reseeded.map((o) => o.tokens)).not.toEqual(got.map((o) => o.tokens));
+    }, 120_000);
+  }
+
+  it('applies min_tokens in the loop: prompts the model soon ends go on past their end token, as step by step', async () => {
+    // Prompts whose greedy answer ends with EOS within 3-8 tokens.
+    const early = [[14, 16], [16, 18], [6, 19], [15, 8], [19, 8]] as const;
+    const reqs: Req[] = early.map(([n, seed], i) => ({ prompt: promptOf(n, seed), maxTokens: 30, params: { min_tokens: 20, ...(i % 2 ? { temperature: 0.3, seed: 7 + i } : {}) } }));
+    const auto = new InProcessSession(true);
+    const got = await serve(auto, reqs);
+    const old = await serve(new InProcessSession(false), reqs);
+    expect(auto.autoSteps).toBeGreaterThan(0);
+    for (const [i, r] of reqs.entries()) {
+      expect({ i, tokens: got[i]!.tokens }).toEqual({ i, tokens: old[i]!.tokens });
+      expect(got[i]!.tokens.length).toBeGreaterThanOrEqual(20);
+      if (i % 2 === 0) expect((await ref.greedy(r.prompt, 30)).length).toBeLessThan(10);
+    }
+  }, 120_000);
+
+  it('keeps a batch with a log-probabilities row on the per-step path, and sampled rows consistent as the paths alternate', async () => {
+    // The logprobs request is short: the batch changes path when it ends, and again as rows join.
+    const reqs = sampledReqs(8, (i) => (i === 1 ? { logprobs: 2 } : {}));
+    reqs[1]!.maxTokens = 5;
+    const auto = new InProcessSession(true);
+    const got = await serve(auto, reqs);
+    const old = await serve(new InProcessSession(false), reqs);
+    expect(auto.autoSteps).toBeGreaterThan(0);
+    expect(auto.steppedWith).toBeGreaterThan(0);
+    for (const [i] of reqs.entries()) expect({ i, tokens: got[i]!.tokens }).toEqual({ i, tokens: old[i]!.tokens });
+  }, 120_000);
 
   it('ends a stream at a stop string or a cancellation with nothing after it, and stops computing it', async () => {
     const prompt = 'a lazy dog';

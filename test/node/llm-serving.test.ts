@@ -84,6 +84,22 @@ describe('generation controls', () => {
     expect(a.body.text_output).not.toBe(greedy);
   });
 
+  it('gives seeded sampled requests that join a running decode loop the tokens they get alone', async () => {
+    // Drawn in the decoding worker's loop: a join stops it and the next one carries the PRNG on.
+    const kinds = [
+      { temperature: 0.9, top_k: 40 }, { temperature: 1.1, top_p: 0.9, repetition_penalty: 1.4 }, { temperature: 0.8, presence_penalty: 1, frequency_penalty: 0.6 },
+      { temperature: 1.2, min_tokens: 20 }, { temperature: 0, repetition_penalty: 1.7, min_tokens: 10 }, { temperature: 1, top_k: 5, top_p: 0.8 },
+    ];
+    const bodies = kinds.map((k, i) => ({ text_input: promptOf(2 + i * 3, i), max_tokens: 24 + i * 3, seed: 40 + i, exclude_input_in_output: true, ...k }));
+    const alone = [];
+    for (const b of bodies) alone.push((await generate(b)).body.text_output);
+    const together = await Promise.all(bodies.map(async (b, i) => {
+      await new Promise((r) => setTimeout(r, i * 15));
+      return (await generate(b)).body.text_output;
+    }));
+    expect(together).toEqual(alone);
+  });
+
   it('ends at a stop string, leaving it out, and at max_tokens', async () => {
     const full = await generate({ text_input: 'a lazy dog', max_tokens: 40, exclude_input_in_output: true });
     const text: string = full.body.text_output;
