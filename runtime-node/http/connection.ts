@@ -31,14 +31,17 @@ export interface RequestHandlers {
   authorize?: (method: string, target: string, header: (name: string) => string | undefined) => HttpReply | undefined;
 }
 
-export type ConnectionOptions = RequestHandlers & {
+/** What a connection is told besides the handlers; the listener's options hold the same, optional. */
+export interface ConnectionTiming {
   /** Errors no response can carry (a failing handler, a broken write). */
   onError: (err: Error) => void;
   /** How long a request's head may take to arrive from its first byte (node:http's headersTimeout). */
   headersTimeoutMs: number;
   /** How long a whole request (head and body) may take to arrive (node:http's requestTimeout). */
   requestTimeoutMs: number;
-};
+}
+
+export type ConnectionOptions = RequestHandlers & ConnectionTiming;
 
 /** node:http's default for how long an idle keep-alive connection stays open. */
 const KEEP_ALIVE_MS = 65_000;

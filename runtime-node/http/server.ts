@@ -26,7 +26,7 @@
 
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { createServer as createTlsServer } from 'node:tls';
-import { Connection, type ConnectionOptions, type RequestHandlers } from './connection.js';
+import { Connection, type ConnectionOptions, type ConnectionTiming, type RequestHandlers } from './connection.js';
 import type { ReloadableTls } from './tls.js';
 
 export interface Listener {
@@ -54,13 +54,7 @@ export function listenOn(server: Server, port: number, address: string): Promise
   });
 }
 
-export interface HttpServerOptions extends RequestHandlers {
-  /** Errors no response can carry (a failing handler, a broken write). */
-  onError?: (err: Error) => void;
-  /** How long a request's head may take to arrive from its first byte (node:http's headersTimeout). */
-  headersTimeoutMs?: number;
-  /** How long a whole request (head and body) may take to arrive (node:http's requestTimeout). */
-  requestTimeoutMs?: number;
+export interface HttpServerOptions extends RequestHandlers, Partial<ConnectionTiming> {
   /** Serve HTTPS with these credentials (reloaded when they change); unset: plain HTTP. */
   tls?: ReloadableTls;
   /** TLS handshakes that failed (wrong CA, no client certificate, plain HTTP on the HTTPS port). */
