@@ -40,6 +40,10 @@ export interface MetricSource {
 const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
 
+function checkName(name: string): void {
+  if (!NAME.test(name)) throw new TsiError('INVALID_ARG', `invalid metric family name '${name}' (Prometheus names match [a-zA-Z_:][a-zA-Z0-9_:]*)`);
+}
+
 export class MetricsRegistry {
   /** The Prometheus text format this registry writes. */
   readonly contentType = 'text/plain; version=0.0.4; charset=utf-8';
@@ -47,7 +51,7 @@ export class MetricsRegistry {
 
   /** Adds a scrape-time family; the returned function takes it off again. */
   register(source: MetricSource): () => void {
-    if (!NAME.test(source.name)) throw new TsiError('INVALID_ARG', `invalid metric family name '${source.name}' (Prometheus names match [a-zA-Z_:][a-zA-Z0-9_:]*)`);
+    checkName(source.name);
     if (this.families.has(source.name)) throw new TsiError('ALREADY_EXISTS', `metric family '${source.name}' is already registered`);
     this.families.set(source.name, source);
     return () => {
@@ -57,7 +61,7 @@ export class MetricsRegistry {
 
   /** The stored family of this name: created, or shared when it exists with the same type. */
   family(name: string, help: string, type: 'counter' | 'gauge' | 'histogram'): MetricFamily {
-    if (!NAME.test(name)) throw new TsiError('INVALID_ARG', `invalid metric family name '${name}' (Prometheus names match [a-zA-Z_:][a-zA-Z0-9_:]*)`);
+    checkName(name);
     if (type !== 'counter' && type !== 'gauge' && type !== 'histogram') throw new TsiError('INVALID_ARG', `unknown metric kind '${String(type)}'`);
     const existing = this.families.get(name);
     if (existing) {

@@ -58,10 +58,15 @@ export interface ServerMetricsView {
 
 /** Registers the server's families (Triton's `nv_inference_*`, `nv_cache_*`, and tsi's `tsi_*`) into `registry`. */
 export function registerServerMetrics(registry: MetricsRegistry, server: ServerMetricsView): void {
+  // Every per-version family walks the same list: it is made once per render (which runs in one
+  // go, so the list is dropped at the next microtask) rather than once per family.
+  let snapshot: ModelVersion[] | undefined;
   const loaded = (): ModelVersion[] => {
+    if (snapshot) return snapshot;
     const out: ModelVersion[] = [];
     for (const name of server.repository.names().sort()) out.push(...server.repository.readyVersions(name).reverse());
-    return out;
+    queueMicrotask(() => (snapshot = undefined));
+    return (snapshot = out);
   };
   const source = (name: string, help: string, type: 'counter' | 'gauge', samples: () => Iterable<MetricSample>): MetricSource => ({ name, help, type, samples });
   const labelsOf = (mv: ModelVersion) => ({ model: mv.name, version: String(mv.version) });
