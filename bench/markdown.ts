@@ -43,7 +43,7 @@ if (MARKDOWN) {
     const body = sectionBody(name);
     writeSection(name, body);
     process.stderr.write(`[bench] wrote the "${name}" section of ${PERFORMANCE_DOC}\n`);
-    if (existsSync(README_DOC) && readFileSync(README_DOC, 'utf8').includes(`<!-- bench:${name} -->`)) {
+    if (hasSection(README_DOC, name)) {
       writeSection(name, body, README_DOC);
       process.stderr.write(`[bench] wrote the "${name}" section of ${README_DOC}\n`);
     }
@@ -82,6 +82,14 @@ function sectionBody(name: string): string {
 }
 
 const stripAnsi = (s: string) => s.replace(/\u001b\[[0-9;]*[A-Za-z]/g, '');
+
+/** Whether `file` holds this bench's section, both markers in order (the README only gets one it shows). */
+function hasSection(file: string, name: string): boolean {
+  if (!existsSync(file)) return false;
+  const doc = readFileSync(file, 'utf8');
+  const i = doc.indexOf(`<!-- bench:${name} -->`);
+  return i >= 0 && doc.indexOf(`<!-- /bench:${name} -->`, i) > i;
+}
 
 /** Replaces (or appends) the text between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`. */
 export function writeSection(name: string, body: string, file = PERFORMANCE_DOC): void {
