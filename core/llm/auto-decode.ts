@@ -13,7 +13,7 @@
 
 import type { AutoSample, StepRequest, StepResult } from './decoder.js';
 import type { KvBatch, TensorKit } from './kv-batch.js';
-import { argmax, sampleToken, seededRandom, type SamplingParams, type SeededRandom, type TokenHistory } from './sampling.js';
+import { argmax, maskIds, recordToken, sampleToken, seededRandom, type SamplingParams, type SeededRandom, type TokenHistory } from './sampling.js';
 
 /** What the engine said to the running loop since its last step. */
 export interface Steering {
@@ -87,11 +87,10 @@ function samplerOf(a: AutoSample | null | undefined): { random: SeededRandom; ch
       // Generation.choose's order: end tokens masked (min_tokens), then the penalties and the draw.
       if (suppress > 0) {
         suppress--;
-        for (const id of end) if (id < row.length) row[id] = -Infinity;
+        maskIds(row, end);
       }
       const t = sampleToken(row, params, history, random);
-      history.seen.add(t);
-      history.counts.set(t, (history.counts.get(t) ?? 0) + 1);
+      recordToken(history, t);
       return t;
     },
   };

@@ -51,6 +51,9 @@ const autoSample = (s: EngineSequence): AutoSample | null => {
 /** A prefill row: the prompt, once for a request's n sequences (its cache copied to the followers'). */
 const prefillRow = (s: EngineSequence) => ({ seq: s.id, tokens: [...s.gen.prompt], ...(s.followers?.length ? { forks: s.followers.map((f) => f.id) } : {}) });
 
+/** The KV tokens a request's sequences reserve together. */
+const reserveOf = (group: readonly EngineSequence[]) => group.reduce((n, x) => n + x.reserve, 0);
+
 /** The sequences a prefill row's logits serve: the one admitted and its followers. */
 const withFollowers = (s: EngineSequence) => (s.followers?.length ? [s, ...s.followers] : [s]);
 
@@ -154,9 +157,7 @@ export class Engine {
     if (!this.auto || this.session.concurrentPrefill) return;
     const s = this.source.peek();
     if (!s) return;
-    const group = withFollowers(s);
-    const fits = this.running.length + group.length <= this.limits.maxNumSeqs && this.reserved + group.reduce((n, x) => n + x.reserve, 0) <= this.limits.kvTokens;
-    if (fits || s.cancelled) this.session.steer?.({ stop: true });
+    if (s.cancelled || this.joins(withFollowers(s), 0)) this.session.steer?.({ stop: true });
   }
 
   private wakePrefill(): void {
@@ -279,14 +280,15 @@ export class Engine {
   private async autoRun(): Promise<void> {
     const seqs = [...this.running];
     const by = new Map(seqs.map((s) => [s.id, s]));
+    const sample = allGreedy(seqs) ? undefined : seqs.map(autoSample);
     const req: StepRequest = {
       kind: 'decode', free: this.takeFree(), rows: seqs.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })), greedy: true,
       auto: {
         remaining: seqs.map((s) => s.gen.maxTokens - s.gen.tokens.length), endIds: seqs.map((s) => [...s.gen.endIds]),
-        ...(allGreedy(seqs) ? {} : { sample: seqs.map(autoSample) }),
+        ...(sample ? { sample } : {}),
       },
     };
-    const sampled = new Set(seqs.filter((s, k) => req.kind === 'decode' && req.auto?.sample?.[k]).map((s) => s.id));
+    const sampled = new Set(seqs.filter((_, k) => sample?.[k]).map((s) => s.id));
     const leave = (s: EngineSequence) => {
       by.delete(s.id);
       this.running.splice(this.running.indexOf(s), 1);
@@ -342,6 +344,15 @@ export class Engine {
     this.kvBytes = outcome.kvBytes;
   }
 
+  /**
+   * Whether a request's sequences (`group`) may join the running ones and `admitted` more: within
+   * max_num_seqs (a group larger than that still runs, alone) and the KV budget for its reservation.
+   */
+  private joins(group: readonly EngineSequence[], admitted: number): boolean {
+    const seqs = this.running.length + admitted;
+    return (seqs + group.length <= this.limits.maxNumSeqs || seqs === 0) && this.reserved + reserveOf(group) <= this.limits.kvTokens;
+  }
+
   private admit(): EngineSequence[] {
     const out: EngineSequence[] = [];
     let longest = 0;
@@ -354,9 +365,8 @@ export class Engine {
         continue;
       }
       const group = withFollowers(s);
-      if (this.running.length + seqCount(out) + group.length > this.limits.maxNumSeqs && out.length + this.running.length > 0) break;
-      const reserve = group.reduce((n, x) => n + x.reserve, 0);
-      if (this.reserved + reserve > this.limits.kvTokens) break;
+      if (!this.joins(group, seqCount(out))) break;
+      const reserve = reserveOf(group);
       const len = Math.max(longest, s.gen.prompt.length);
       if (out.length > 0 && (out.length + 1) * len > this.limits.maxPrefillTokens) break;
       this.source.shift();

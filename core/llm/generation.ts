@@ -8,7 +8,7 @@
 
 import { GrammarMatcher } from './grammar.js';
 import type { GenerationParams } from './params.js';
-import { isGreedy, sampleToken, sampleWithLogprob, seededRandom, type SeededRandom, type TokenHistory, type TokenLogprob } from './sampling.js';
+import { isGreedy, maskIds, recordToken, sampleToken, sampleWithLogprob, seededRandom, type SeededRandom, type TokenHistory, type TokenLogprob } from './sampling.js';
 import { TextStream, type Tokenizer } from './tokenizer.js';
 
 export type FinishReason = 'stop' | 'length';
@@ -75,7 +75,7 @@ export class Generation {
   /** Chooses the next token from this sequence's row of logits (modified). */
   choose(row: Float32Array): number {
     // A grammar's answer ends when it is complete, never by an end token.
-    if (this.suppressEnd || this.grammar) for (const id of this.endIds) if (id < row.length) row[id] = -Infinity;
+    if (this.suppressEnd || this.grammar) maskIds(row, this.endIds);
     this.grammar?.mask(row, this.maxTokens - this.tokens.length - 1);
     if (this.params.logprobs === undefined) return sampleToken(row, this.params, this.history, this.random);
     const lp = sampleWithLogprob(row, this.params, this.history, this.random, this.params.logprobs);
@@ -93,8 +93,7 @@ export class Generation {
 
   accept(token: number): Accepted {
     this.tokens.push(token);
-    this.history.seen.add(token);
-    this.history.counts.set(token, (this.history.counts.get(token) ?? 0) + 1);
+    recordToken(this.history, token);
     if (this.grammar) {
       this.grammar.accept(token);
       if (this.grammar.done) {

@@ -24,6 +24,17 @@ export interface TokenHistory {
   counts: Map<number, number>;
 }
 
+/** A chosen token into the history the penalties read (the engine and the worker's loop both keep one). */
+export function recordToken(history: TokenHistory, token: number): void {
+  history.seen.add(token);
+  history.counts.set(token, (history.counts.get(token) ?? 0) + 1);
+}
+
+/** Makes `ids` (end tokens, while min_tokens or a grammar forbids them) impossible to draw from `row`. */
+export function maskIds(row: Float32Array, ids: Iterable<number>): void {
+  for (const id of ids) if (id < row.length) row[id] = -Infinity;
+}
+
 /** A seeded PRNG whose state can be read and set (so a decode loop elsewhere can carry it on and hand it back). */
 export interface SeededRandom {
   (): number;

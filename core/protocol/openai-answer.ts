@@ -149,11 +149,6 @@ export interface Answer {
   tools?: { parser: ToolParser; parallel: boolean };
 }
 
-/** A choice's text as content and tool calls (only the first unless parallel calls are allowed). */
-function toolSplit(text: string, t: NonNullable<Answer['tools']>): { content: string | null; calls: ToolCall[] } {
-  return parseToolCalls(text, t.parser, t.parallel);
-}
-
 /** One event of a choice's tool-call reader as a chunk's choice, in OpenAI's delta shapes. */
 function toolDelta(i: number, e: ToolEvent): Json {
   const delta = e.kind === 'content' ? { content: e.text }
@@ -199,7 +194,7 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
   const out = kept.map((c, i) => {
     const choice = a.shape.choice(i, c.text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null);
     if (a.tools) {
-      const { content, calls } = toolSplit(c.text, a.tools);
+      const { content, calls } = parseToolCalls(c.text, a.tools.parser, a.tools.parallel);
       if (calls.length > 0) {
         choice.message = { ...choice.message, content, tool_calls: calls };
         choice.finish_reason = 'tool_calls';
