@@ -62,6 +62,8 @@ export class KvBatch {
   /** Decode batches laid out anew (every row copied), and member changes done by copying only the joining rows. */
   relayouts = 0;
   holeFills = 0;
+  /** The slots of the last hole fill's request, for the steps after it (see gather). */
+  private holeOrder?: { layout: readonly number[]; seqs: readonly number[]; order: number[] };
 
   constructor(private readonly layout: DecoderLayout) {
     this.rowBytes = layout.kvHeads * layout.headDim * (layout.kvType === 'float16' ? 2 : 4);
@@ -306,6 +308,10 @@ export class KvBatch {
   private gather(seqs: number[]): { group: KvGroup; order: number[] } {
     const live = this.live;
     if (live && this.staged.length === 0 && live.seqs.length === seqs.length && live.seqs.every((s, i) => s === seqs[i])) return { group: live, order: seqs.map((_, i) => i) };
+    // Holes left the live rows out of the request's order: while nobody joins or leaves, the slots
+    // found when they were made still hold (a step keeps its group's `seqs` array).
+    const last = this.holeOrder;
+    if (live && this.staged.length === 0 && last?.layout === live.seqs && last.seqs.length === seqs.length && last.seqs.every((s, i) => s === seqs[i])) return { group: live, order: last.order };
     const where = new Map<number, { g: KvGroup; row: number }>();
     for (const g of live ? [live, ...this.staged] : this.staged) g.seqs.forEach((s, row) => s !== HOLE && where.set(s, { g, row }));
     const src = seqs.map((s) => {
@@ -373,6 +379,7 @@ export class KvBatch {
     this.staged = [];
     this.dead.clear();
     this.holeFills++;
+    this.holeOrder = { layout: group.seqs, seqs: [...seqs], order };
     return { group, order };
   }
 
