@@ -86,6 +86,7 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       const failures = ready.failures.map((f) => (f.startsWith('webgpu:') && /adapter/i.test(f) ? `${f} (${vulkanHint()})` : f));
       const placement = await placementOf(spec, ready.provider, [...notes, ...failures]);
       const where = `${name} (${spec.name})`;
+      ctx.log.verbose(1, `${where}: decoder session ${init.sessionOptions.intraOpNumThreads} intra-op thread(s)${separate ? `, prefill session ${prefillThreads}` : ''}`);
       const skipped = placement.notes!.length > 0 ? `; ${placement.notes!.join('; ')}` : '';
       if (spec.kind === 'KIND_GPU' && placement.kind !== 'KIND_GPU') {
         ctx.log.warn(`${where}: KIND_GPU instance runs on the CPU: no GPU execution provider could be used${skipped}`);
