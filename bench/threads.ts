@@ -7,20 +7,25 @@
  * - each policy model alone busy at concurrency 1: its median latency over HTTP against a raw
  *   onnxruntime-node session with default options in this process, measured just before it (the
  *   ratio, target ≤ 1.15 for every model, whichever place it loaded in), and against a raw session
- *   opened as the policy opens a widened one (the same threads, spinning off: the server's own cost);
+ *   opened as the policy opens a widened one (the same threads, spinning off: the server's own cost),
+ *   with a tiny model's served latency beside it (the hops between client, server and worker threads,
+ *   which on a contended machine cost a scheduler wake-up each);
  * - all N policy models busy at once (one closed-loop client each): total inferences/s against the
  *   best static split driven the same way (target ≥ 0.9), the variants alternating over rounds so a
  *   neighbour's load falls on all of them alike.
  * Prints the machine's core count; the threads each model ended with come from the server's log.
+ * On a machine shared with other work, wall-clock rates follow the share the OS gives the server
+ * (more runnable threads, more share), so each variant's inferences per second of the server's own
+ * CPU time are printed too: how much work a variant gets out of what it was given.
  *
- * Run:  npx tsx bench/threads.ts [--models 10] [--size 128] [--width 32] [--requests 30]
- *                                [--seconds 6] [--rounds 2] [--seed 41]
+ * Run:  npx tsx bench/threads.ts [--models 10] [--size 224] [--width 64] [--requests 30]
+ *                                [--seconds 3] [--rounds 6] [--seed 41]
  * Needs the compiled build (npm run build).
  */
 
 // --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
 import { markdownTable } from './markdown.js';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -28,17 +33,18 @@ import { parseArgs } from 'node:util';
 import * as ort from 'onnxruntime-node';
 import { HttpClient } from '../client/index.js';
 import { computeCores, NO_SPINNING } from '../runtime-node/onnx/session-options.js';
+import { offsetModel } from '../scripts/gen-models.js';
 import { buildConvModel, CONV_INPUT, convImages } from './conv-model.js';
 import { spawnServer, stopServer } from './servers.js';
 
 const { values: args } = parseArgs({
   options: {
     models: { type: 'string', default: '10' },
-    size: { type: 'string', default: '128' },
-    width: { type: 'string', default: '32' },
+    size: { type: 'string', default: '224' },
+    width: { type: 'string', default: '64' },
     requests: { type: 'string', default: '30' },
-    seconds: { type: 'string', default: '6' },
-    rounds: { type: 'string', default: '2' },
+    seconds: { type: 'string', default: '3' },
+    rounds: { type: 'string', default: '6' },
     seed: { type: 'string', default: '41' },
   },
 });
@@ -67,6 +73,10 @@ function writeModel(name: string, threads?: number): void {
   writeFileSync(join(repo, name, '1', 'model.onnx'), model.bytes);
 }
 for (const n of names()) writeModel(n);
+mkdirSync(join(repo, 'hop', '1'), { recursive: true });
+writeFileSync(join(repo, 'hop', 'config.pbtxt'), 'name: "hop"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+  + 'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }]\noutput [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }]\n');
+writeFileSync(join(repo, 'hop', '1', 'model.onnx'), offsetModel(0));
 for (const t of splits) for (const n of names(t)) writeModel(n, t);
 
 /** mulberry32: the same order for the same seed on every machine. */
@@ -112,7 +122,7 @@ async function main(): Promise<void> {
   const infer = (name: string) => client.infer(name, [{ name: CONV_INPUT, datatype: 'FP32', shape: [1, 3, model.size, model.size], data: image }]);
   try {
     const seed = Number(args.seed);
-    const order = shuffled([...names(), ...splits.flatMap((t) => names(t))], seed);
+    const order = shuffled([...names(), ...splits.flatMap((t) => names(t)), 'hop'], seed);
     for (const name of order) {
       const r = await fetch(`http://127.0.0.1:${server.port}/v2/repository/models/${name}/load`, { method: 'POST' });
       if (!r.ok) throw new Error(`loading ${name}: ${r.status} ${await r.text()}`);
@@ -124,32 +134,27 @@ async function main(): Promise<void> {
     const raw = await ort.InferenceSession.create(model.bytes);
     const same = await ort.InferenceSession.create(model.bytes, { intraOpNumThreads: inference, extra: NO_SPINNING });
     const feeds = { [CONV_INPUT]: new ort.Tensor('float32', image, [1, 3, model.size, model.size]) };
-    const timed = async (session: ort.InferenceSession) => {
-      for (let i = 0; i < 5; i++) await session.run(feeds);
+    /** Median ms of `run` after a warm-up long enough for a served session to prove heavy and widen. */
+    const timed = async (run: () => Promise<unknown>) => {
+      for (let i = 0; i < 6; i++) await run();
       const ms: number[] = [];
       for (let i = 0; i < REQUESTS; i++) {
         const t0 = performance.now();
-        await session.run(feeds);
+        await run();
         ms.push(performance.now() - t0);
       }
       return median(ms);
     };
-    const rows: (string | number)[][] = [['model', 'loaded', 'threads', 'raw ms', `raw ${inference} threads, no spin, ms`, 'served ms', 'served/raw', 'served/raw no spin']];
+    const rows: (string | number)[][] = [['model', 'loaded', 'threads', 'raw ms', `raw ${inference} threads, no spin, ms`, 'tiny model served ms', 'served ms', 'served/raw', 'served/raw no spin']];
     const ratios: number[] = [];
     for (const name of names()) {
-      const rawMs = await timed(raw);
-      const sameMs = await timed(same);
-      // Warm-up long enough for the session to prove heavy and widen before it is timed.
-      for (let i = 0; i < 6; i++) await infer(name);
-      const servedMs: number[] = [];
-      for (let i = 0; i < REQUESTS; i++) {
-        const t0 = performance.now();
-        await infer(name);
-        servedMs.push(performance.now() - t0);
-      }
-      const ratio = median(servedMs) / rawMs;
+      const rawMs = await timed(() => raw.run(feeds));
+      const sameMs = await timed(() => same.run(feeds));
+      const hopMs = await timed(() => client.infer('hop', [{ name: 'INPUT0', datatype: 'FP32', shape: [1, 1], data: Float32Array.of(1) }]));
+      const servedMs = await timed(() => infer(name));
+      const ratio = servedMs / rawMs;
       ratios.push(ratio);
-      rows.push([name, `${place(name)} of ${order.length}`, threads.get(name) ?? 1, rawMs.toFixed(2), sameMs.toFixed(2), median(servedMs).toFixed(2), ratio.toFixed(2), (median(servedMs) / sameMs).toFixed(2)]);
+      rows.push([name, `${place(name)} of ${order.length}`, threads.get(name) ?? 1, rawMs.toFixed(2), sameMs.toFixed(2), hopMs.toFixed(2), servedMs.toFixed(2), ratio.toFixed(2), (servedMs / sameMs).toFixed(2)]);
     }
     await raw.release();
     await same.release();
@@ -160,11 +165,13 @@ async function main(): Promise<void> {
     for (const t of splits) for (const name of names(t)) for (let i = 0; i < 3; i++) await infer(name);
     const variants: (number | undefined)[] = [undefined, ...splits];
     const rates = new Map<number | undefined, number[]>(variants.map((v) => [v, []]));
+    const perCpu = new Map<number | undefined, number[]>(variants.map((v) => [v, []]));
     for (let round = 0; round < Number(args.rounds); round++) {
       for (const v of round % 2 === 0 ? variants : [...variants].reverse()) {
         let done = 0;
         const until = performance.now() + SECONDS * 1000;
         const t0 = performance.now();
+        const cpu0 = cpuSeconds(server.child.pid!);
         await Promise.all(names(v).map(async (name) => {
           while (performance.now() < until) {
             await infer(name);
@@ -172,15 +179,16 @@ async function main(): Promise<void> {
           }
         }));
         rates.get(v)!.push(done / ((performance.now() - t0) / 1000));
+        perCpu.get(v)!.push(done / Math.max(0.01, cpuSeconds(server.child.pid!) - cpu0));
       }
     }
     const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
     const policy = mean(rates.get(undefined)!);
     const best = Math.max(...splits.map((t) => mean(rates.get(t)!)));
-    const busy: (string | number)[][] = [['variant', 'threads a copy', ...rates.get(undefined)!.map((_, r) => `round ${r + 1} infer/s`), 'mean infer/s', 'vs best static']];
+    const busy: (string | number)[][] = [['variant', 'threads a copy', ...rates.get(undefined)!.map((_, r) => `round ${r + 1} infer/s`), 'mean infer/s', 'vs best static', 'infer per server CPU-s']];
     for (const v of variants) {
       const r = rates.get(v)!;
-      busy.push([v === undefined ? 'policy' : `static ${v}`, v ?? `1 → ${[...new Set(names().map((n) => threads.get(n) ?? 1))].join('/')}`, ...r.map((x) => x.toFixed(1)), mean(r).toFixed(1), (mean(r) / best).toFixed(2)]);
+      busy.push([v === undefined ? 'policy' : `static ${v}`, v ?? `1 → ${[...new Set(names().map((n) => threads.get(n) ?? 1))].join('/')}`, ...r.map((x) => x.toFixed(1)), mean(r).toFixed(1), (mean(r) / best).toFixed(2), mean(perCpu.get(v)!).toFixed(1)]);
     }
     printTable(`all ${N} busy at once, one closed-loop client each, ${SECONDS} s a round`, busy);
     console.log(`policy / best static split: ${(policy / best).toFixed(2)} (target ≥ 0.9)`);
@@ -192,6 +200,16 @@ async function main(): Promise<void> {
   } finally {
     await stopServer(server.child);
     rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/** The process's user + system CPU time (Linux; 0 elsewhere, and the column reads as nothing). */
+function cpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return 0;
   }
 }
 
