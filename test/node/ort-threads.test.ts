@@ -6,13 +6,17 @@
  * compute, and a tiny model last: both heavy copies must end with the same pool, all the inference
  * cores (not 1), whichever loaded first; the GPU session keeps one host thread; the tiny model, whose
  * runs take microseconds, never costs a thread beyond its pool thread. Threads are read from what
- * the server logs for each session, at load and when it widens.
+ * the server logs for each session, at load and when it widens. Then the pool itself: a heavy
+ * session widens only while the process-wide cap has the threads, and gives them back on close.
  */
 
 import { availableParallelism } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { offsetModel, slowModel } from '../../scripts/gen-models.js';
-import { intraOpThreads } from '../../runtime-node/onnx/session-options.js';
+import { channelBuffer } from '../../runtime-node/onnx/channel.js';
+import { OrtPool } from '../../runtime-node/onnx/pool.js';
+import { intraOpThreads, NO_SPINNING, WIDEN_MS } from '../../runtime-node/onnx/session-options.js';
+import type { InitMessage, SessionReply } from '../../runtime-node/onnx/worker.js';
 import { requireCapability } from '../helpers/capability.js';
 import { webgpuProbe } from '../helpers/gpu.js';
 import { postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
@@ -102,4 +106,48 @@ describe('intra-op threads whatever the load order', () => {
     expect(s.logs.some((l) => /tiny \(tiny_[\d_]+\): runs took/.test(l))).toBe(false);
     expect(s.logs.some((l) => /tiny \(tiny_[\d_]+\): session \d+ on onnxruntime pool thread \d+, 1 intra-op thread/.test(l))).toBe(true);
   });
+});
+
+describe('the cap on widened sessions\' threads', () => {
+  /** Opens `slowModel` on a pool whose cap holds `extraThreads`, runs it 3 times, and waits for its widening reply. */
+  async function widenOn(extraThreads: number) {
+    const pool = new OrtPool({ size: 1, extraThreads });
+    const init: InitMessage = {
+      modelBytes: slowModel(20), providers: [{ name: 'cpu' }], sessionOptions: { intraOpNumThreads: 1, extra: NO_SPINNING },
+      gpuLock: new SharedArrayBuffer(4), channel: channelBuffer(), widenTo: 2, threadBudget: pool.threadBudget,
+    };
+    const { session } = await pool.open('slow:1', init, 1);
+    const replies: SessionReply[] = [];
+    const widened = new Promise<Extract<SessionReply, { kind: 'widened' }>>((resolve) => {
+      session.onReply = (m) => {
+        replies.push(m);
+        if (m.kind === 'widened') resolve(m);
+      };
+    });
+    for (let seq = 1; seq <= 3; seq++) {
+      session.post({ kind: 'run', seq, id: seq, feeds: { INPUT: { type: 'float32', dims: [1, 1], data: Float32Array.of(2) } }, fetches: ['OUTPUT'], postedAt: 0 });
+    }
+    const w = await widened;
+    // Every run was answered before the session was reopened.
+    expect(replies.map((r) => r.kind)).toEqual(['result', 'result', 'result', 'widened']);
+    return { pool, session, widened: w };
+  }
+
+  it('widens a heavy session while the cap has the threads, and the pool gets them back when it closes', async () => {
+    const { pool, session, widened } = await widenOn(4);
+    expect(widened).toMatchObject({ threads: 2 });
+    expect(widened.refused).toBeUndefined();
+    expect(widened.runMs).toBeGreaterThanOrEqual(WIDEN_MS);
+    expect(pool.stats()).toMatchObject({ sessions: 1, intraOpThreads: 2, widenedThreads: 1 });
+    await session.close(4);
+    expect(pool.stats()).toMatchObject({ sessions: 0, widenedThreads: 0 });
+  }, 60_000);
+
+  it('keeps a heavy session on one thread, and says why, once the cap is full', async () => {
+    const { pool, session, widened } = await widenOn(0);
+    expect(widened.threads).toBe(1);
+    expect(widened.refused).toMatch(/the 0 intra-op threads widened sessions may hold are taken/);
+    expect(pool.stats()).toMatchObject({ intraOpThreads: 1, widenedThreads: 0 });
+    await session.close(4);
+  }, 60_000);
 });
