@@ -230,7 +230,10 @@ class HostedSession {
     }
     const t0 = performance.now();
     const init = this.init;
-    const opened = await openSession(ort, init.modelPath ?? init.modelBytes!, { ...init.sessionOptions, intraOpNumThreads: to }, [{ name: 'cpu' }], init.gpuLock);
+    // Batches queued meanwhile wait behind the reopening as behind a run (their wait is measured so).
+    running = true;
+    const opened = await openSession(ort, init.modelPath ?? init.modelBytes!, { ...init.sessionOptions, intraOpNumThreads: to }, [{ name: 'cpu' }], init.gpuLock)
+      .finally(() => { running = false; });
     if (!opened.session) {
       Atomics.sub(budget, 0, to - 1);
       this.reply({ kind: 'widened', threads: 1, runMs, openMs: performance.now() - t0, refused: opened.failures.join('; ') });
