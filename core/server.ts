@@ -376,8 +376,10 @@ export class InferenceServer implements InProcessServer {
 
   async unloadModel(name: string): Promise<void> {
     this.checkControl();
+    // An unknown name is a no-op (as in Triton), not an unload to count.
+    const known = this.repository.names().includes(name);
     await this.repository.unload(name);
-    this.residency.unloaded(name, 'explicit');
+    if (known) this.residency.unloaded(name, 'explicit');
   }
 
   /**

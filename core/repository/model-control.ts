@@ -233,7 +233,12 @@ export class ModelControl {
         configJson = value;
       } else if (key.startsWith(FILE_PREFIX)) {
         if (!(value instanceof Uint8Array)) throw new TsiError('INVALID_ARG', `File parameter '${key}' must have bytes type for its value`);
-        files.set(checkOverridePath(key), value);
+        try {
+          files.set(checkOverridePath(key), value);
+        } catch (err) {
+          // Triton's clients (its test_file_override_security) look for "failed to load" here too.
+          throw new TsiError('INVALID_ARG', `failed to load '${name}', ${asTsiError(err).message}`);
+        }
       }
     }
     await this.checkCode(name, configJson, files);
@@ -253,8 +258,9 @@ export class ModelControl {
     } catch (err) {
       await staged?.dispose();
       const e = asTsiError(err, 'INVALID_ARG');
-      // Clients look for Triton's "failed to load '<model>', ..." in load errors.
-      throw e.message.startsWith('failed to load') ? e : new TsiError(e.code, `failed to load '${name}', ${e.message}`);
+      // Clients look for Triton's "failed to load '<model>', ..." (the config or the repository) or
+      // "load failed for model '<model>': ..." (its versions) in load errors.
+      throw /^(?:failed to load|load failed for model)/.test(e.message) ? e : new TsiError(e.code, `failed to load '${name}', ${e.message}`);
     }
     const previous = this.staged.get(name);
     if (staged) this.staged.set(name, staged);

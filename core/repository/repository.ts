@@ -269,10 +269,12 @@ export class ModelRepository {
         log.error(`failed to load '${name}' version ${v}: ${msg}`);
       }
     }));
-    if (loaded.size === 0 && wasReady) {
-      // A failed reload keeps serving the old versions, as Triton does.
-      throw new TsiError('INVALID_ARG', `failed to reload '${name}': ${[...failed.values()].join('; ')}`);
-    }
+    // Triton's text for versions that did not load: `load failed for model '<m>': version <v> is at
+    // UNAVAILABLE state: <reason>;` for each.
+    const loadFailed = () => new TsiError('INVALID_ARG',
+      `load failed for model '${name}': ${[...failed].map(([v, msg]) => `version ${v} is at UNAVAILABLE state: ${msg};`).join('')}`);
+    // A failed reload keeps serving the old versions, as Triton does.
+    if (loaded.size === 0 && wasReady) throw loadFailed();
     const old = e.versions;
     e.versions = loaded;
     e.unavailable = new Map([...failed].map(([v, reason]) => [v, { state: 'UNAVAILABLE' as ModelState, reason }]));
@@ -281,7 +283,7 @@ export class ModelRepository {
     for (const [v, mv] of old) {
       void mv.unload().then(() => log.info(`successfully unloaded '${name}' version ${v}`));
     }
-    if (loaded.size === 0) throw new TsiError('INVALID_ARG', `failed to load '${name}': ${[...failed.values()].join('; ')}`);
+    if (loaded.size === 0) throw loadFailed();
   }
 
   private async prepareConfig(name: string, files: ModelFiles, configJson?: string): Promise<ModelConfig> {
@@ -429,7 +431,8 @@ export class ModelRepository {
   /** Unloads every version of a model; in-flight requests finish first. `park`: to be loaded again on demand. */
   async unload(name: string, park?: string): Promise<void> {
     const e = this.models.get(name);
-    if (!e) throw new TsiError('INVALID_ARG', `failed to unload '${name}', no version is available`);
+    // Triton: unloading a model it does not know is a no-op that succeeds.
+    if (!e) return;
     await (this.inflightLoads.get(name) ?? Promise.resolve());
     const old = e.versions;
     e.versions = new Map();

@@ -1,0 +1,116 @@
+/**
+ * Model control as Triton's L0_lifecycle suite expects it, on the real server over HTTP and gRPC:
+ * unloading an unknown model is a no-op, a version that fails to load answers Triton's `load failed
+ * for model '<m>': version <v> is at UNAVAILABLE state: ...`, a specific version policy naming a
+ * missing version serves the others, "successfully loaded '<m>'" is logged once per load however many
+ * versions, a reload without override keeps a config override until the folder changes, instances of
+ * one model initialise at once, and --model-load-retry-count tries a failed version again.
+ */
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { addSubModel } from '../../scripts/gen-models.js';
+import { getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
+import { grpcClient } from '../helpers/grpc.js';
+import { parseServeArgs } from '../helpers/cli.js';
+
+const js = (name: string, extra = '') =>
+  `name: "${name}"\nbackend: "javascript"\n${extra}\ninput [{ name: "X" data_type: TYPE_FP32 dims: [ 2 ] }]\noutput [{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }]\n`;
+const echo = (init = '') => `
+  import { existsSync, writeFileSync } from 'node:fs';
+  export default class {
+    initialize(args) { ${init} }
+    execute(requests) { return requests.map((r) => ({ outputs: { Y: r.input('X').data } })); }
+  }`;
+const onnxCfg = (name: string, maxBatch: number) =>
+  `name: "${name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: ${maxBatch}\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [4] }]\noutput [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [4] }]\n`;
+
+/**
+ * Each instance writes its marker and waits (up to 60 s) until the other's exists: created one after
+ * another, the first never sees the second and the load fails; created at once, both pass.
+ */
+const rendezvous = (dir: string) => echo(`
+  const me = ${JSON.stringify(dir)} + '/' + args.model_instance_name;
+  writeFileSync(me, '');
+  const other = ${JSON.stringify(dir)} + '/' + (args.model_instance_name.endsWith('_0') ? args.model_instance_name.replace(/_0$/, '_1') : args.model_instance_name.replace(/_1$/, '_0'));
+  const deadline = Date.now() + 60000;
+  while (!existsSync(other)) {
+    if (Date.now() > deadline) throw new Error('the other instance never started initializing');
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+  }
+  args.log.info('initialized ' + args.model_instance_name + ' beside the other');`);
+
+/** Fails the first initialize (leaving a marker file), succeeds afterwards: Triton's retry_model. */
+const failsOnce = (marker: string) => echo(`
+  if (!existsSync(${JSON.stringify(marker)})) {
+    writeFileSync(${JSON.stringify(marker)}, '');
+    throw new Error('failing first load attempt');
+  }`);
+
+describe('model control as Triton does it', () => {
+  let s: TestServer;
+  let retrying: TestServer;
+  let repo: ReturnType<typeof tempRepo>;
+  let scratch: string;
+  beforeAll(async () => {
+    scratch = mkdtempSync(join(tmpdir(), 'tsi-lifecycle-'));
+    repo = tempRepo({
+      'm/config.pbtxt': onnxCfg('m', 4),
+      'm/1/model.onnx': addSubModel('FP32', [4]),
+      'broken/config.pbtxt': js('broken'),
+      'broken/1/model.js': echo(`throw new Error('no weights here');`),
+      'specific/config.pbtxt': js('specific', 'version_policy: { specific: { versions: [1, 3] } }'),
+      'specific/3/model.js': echo(),
+      'two/config.pbtxt': js('two', 'version_policy: { all: {} }'),
+      'two/1/model.js': echo(),
+      'two/2/model.js': echo(),
+      'par/config.pbtxt': js('par', 'instance_group [{ kind: KIND_CPU count: 2 }]'),
+      'par/1/model.js': rendezvous(scratch),
+      'retry_once/config.pbtxt': js('retry_once'),
+      'retry_once/1/model.js': failsOnce(join(scratch, 'retry_once')),
+      'no_retry/config.pbtxt': js('no_retry'),
+      'no_retry/1/model.js': failsOnce(join(scratch, 'no_retry')),
+    });
+    s = await startTestServer({ modelRepositories: [repo.path], modelControlMode: 'explicit', grpcPort: 0, grpcAddress: '127.0.0.1' });
+    retrying = await startTestServer({ modelRepositories: [repo.path], modelControlMode: 'explicit', modelLoadRetryCount: 1 });
+  }, 60_000);
+  afterAll(async () => {
+    await s?.stop();
+    await retrying?.stop();
+    repo?.cleanup();
+    rmSync(scratch, { recursive: true, force: true });
+  });
+
+  const load = (name: string, parameters?: Record<string, unknown>, server = s) =>
+    postJson(`${server.url}/v2/repository/models/${name}/load`, parameters ? { parameters } : {});
+
+  it('unloading a model it does not know succeeds and changes nothing, over HTTP and gRPC', async () => {
+    const r = await postJson(`${s.url}/v2/repository/models/unknown_model/unload`, {});
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const c = grpcClient(`127.0.0.1:${s.grpc!.port}`);
+    try {
+      await expect(c.call('RepositoryModelUnload', { model_name: 'unknown_model' })).resolves.toBeDefined();
+    } finally {
+      c.close();
+    }
+    const index = (await postJson(`${s.url}/v2/repository/index`, {})).body as { name: string }[];
+    expect(index.map((e) => e.name)).not.toContain('unknown_model');
+    expect((await fetch(`${s.url}/v2/health/ready`)).status).toBe(200);
+  });
+
+  it("a version that fails to load answers Triton's 'load failed for model', over HTTP and gRPC", async () => {
+    const r = await load('broken');
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatch(/^load failed for model 'broken': version 1 is at UNAVAILABLE state: .*no weights here.*;$/);
+    const c = grpcClient(`127.0.0.1:${s.grpc!.port}`);
+    try {
+      await expect(c.call('RepositoryModelLoad', { model_name: 'broken' }))
+        .rejects.toMatchObject({ details: expect.stringMatching(/^load failed for model 'broken': version 1 is at UNAVAILABLE state: /) });
+    } finally {
+      c.close();
+    }
+  });
+
+});
