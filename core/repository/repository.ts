@@ -393,12 +393,13 @@ export class ModelRepository {
     let chosen: number[];
     if (policy.all) chosen = all;
     else if (policy.specific) {
-      const want = policy.specific.versions ?? [];
-      const missing = want.filter((v) => !all.includes(v));
-      if (missing.length > 0) {
-        throw new TsiError('INVALID_ARG', `model '${name}': version_policy specifies version(s) ${missing.join(', ')} that do not exist in the repository`);
+      // As Triton: the listed versions that have a folder load, each missing one is logged.
+      chosen = [];
+      for (const v of new Set(policy.specific.versions ?? [])) {
+        if (all.includes(v)) chosen.push(v);
+        else this.opts.log.error(`version ${v} is specified for model '${name}', but the version directory is not present`);
       }
-      chosen = [...want].sort((a, b) => a - b);
+      chosen.sort((a, b) => a - b);
     } else chosen = all.slice(-(policy.latest?.num_versions ?? 1));
     if (chosen.length === 0) throw new TsiError('INVALID_ARG', `at least one version must be available under the version policy of model '${name}'`);
     return chosen;

@@ -113,4 +113,12 @@ describe('model control as Triton does it', () => {
     }
   });
 
+  it('a specific version policy naming a missing version serves the versions that exist, and logs the missing one', async () => {
+    const r = await load('specific');
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect((await fetch(`${s.url}/v2/models/specific/versions/3/ready`)).status).toBe(200);
+    expect((await fetch(`${s.url}/v2/models/specific/versions/1/ready`)).status).not.toBe(200);
+    expect(s.logs.filter((l) => l.startsWith('E') && l.endsWith("version 1 is specified for model 'specific', but the version directory is not present"))).toHaveLength(1);
+  });
+
 });
