@@ -262,7 +262,7 @@ export class ModelRepository {
         });
         if (config.platform === 'ensemble') this.completeEnsembleLabels(mv);
         loaded.set(v, mv);
-        log.info(`successfully loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);
+        log.info(`loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);
       } catch (err) {
         const msg = asTsiError(err).message;
         failed.set(v, msg);
@@ -280,6 +280,8 @@ export class ModelRepository {
     e.unavailable = new Map([...failed].map(([v, reason]) => [v, { state: 'UNAVAILABLE' as ModelState, reason }]));
     e.error = undefined;
     e.state = loaded.size > 0 ? 'READY' : 'UNAVAILABLE';
+    // Triton's line, once per load of the model however many versions it has (clients count them).
+    if (loaded.size > 0 && failed.size === 0) log.info(`successfully loaded '${name}'`);
     for (const [v, mv] of old) {
       void mv.unload().then(() => log.info(`successfully unloaded '${name}' version ${v}`));
     }

@@ -121,4 +121,15 @@ describe('model control as Triton does it', () => {
     expect(s.logs.filter((l) => l.startsWith('E') && l.endsWith("version 1 is specified for model 'specific', but the version directory is not present"))).toHaveLength(1);
   });
 
+  it("logs \"successfully loaded '<model>'\" once per load, however many versions it has", async () => {
+    const count = () => s.logs.filter((l) => l.includes("successfully loaded 'two'")).length;
+    expect((await load('two')).status).toBe(200);
+    expect((await fetch(`${s.url}/v2/models/two/versions/1/ready`)).status).toBe(200);
+    expect((await fetch(`${s.url}/v2/models/two/versions/2/ready`)).status).toBe(200);
+    expect(count()).toBe(1);
+    writeFileSync(join(repo.path, 'two', '2', 'model.js'), echo('/* changed */'));
+    expect((await load('two')).status).toBe(200);
+    expect(count()).toBe(2);
+  });
+
 });

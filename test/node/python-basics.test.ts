@@ -99,7 +99,7 @@ describe('add_sub (Triton\'s example model.py)', () => {
     }));
     expect(performance.now() - t0).toBeLessThan(750);
     expect(new Set(pids).size).toBe(2);
-    const devices = s.logs.find((l) => l.includes("successfully loaded 'sleep_py'"))!;
+    const devices = s.logs.find((l) => l.includes("loaded 'sleep_py' version 1 on"))!;
     for (const pid of pids) expect(devices).toContain(`python (pid ${pid})`);
   });
 
