@@ -253,6 +253,10 @@ export class ModelControl {
       }
     }
     const overrides: LoadOverrides | undefined = configJson === undefined && !staged ? undefined : { configJson, files: staged?.files };
+    if (!overrides && await this.server.repository.keepsConfigOverride(name)) {
+      this.server.log.info(`model '${name}' unchanged on disk since its config override was loaded: keeping it`);
+      return;
+    }
     try {
       await this.server.loadModel(name, overrides);
     } catch (err) {

@@ -82,6 +82,8 @@ interface ModelEntry {
   explicitlyUnloaded: boolean;
   /** Registered but not loaded, to be loaded on its first request (residency.ts); the index shows why. */
   parked?: string;
+  /** The serving versions came from a load-API config override (no files), over this folder fingerprint. */
+  configOverride?: { fingerprint: string | undefined };
 }
 
 /** The index's reason for a model that on-demand loading has not loaded (yet, or again). */
@@ -135,6 +137,17 @@ export class ModelRepository {
       for (let n = queue.shift(); n !== undefined; n = queue.shift()) await load(n);
     };
     await Promise.all(Array.from({ length: Math.min(Math.max(1, this.opts.loadThreadCount ?? 4), queue.length) }, worker));
+  }
+
+  /**
+   * Whether a load without overrides has nothing to do: the serving versions came from a config
+   * override and the model's folder has not changed since. Triton then keeps the override (a load
+   * reloads only what changed on disk); once the folder changes, the files there win.
+   */
+  async keepsConfigOverride(name: string): Promise<boolean> {
+    const e = this.models.get(name);
+    if (!e?.configOverride || e.versions.size === 0 || !e.source?.fingerprint) return false;
+    return (await e.source.fingerprint(name)) === e.configOverride.fingerprint;
   }
 
   /**
@@ -277,6 +290,7 @@ export class ModelRepository {
     if (loaded.size === 0 && wasReady) throw loadFailed();
     const old = e.versions;
     e.versions = loaded;
+    e.configOverride = overrides?.configJson !== undefined && !overrides.files ? { fingerprint: e.fingerprint } : undefined;
     e.unavailable = new Map([...failed].map(([v, reason]) => [v, { state: 'UNAVAILABLE' as ModelState, reason }]));
     e.error = undefined;
     e.state = loaded.size > 0 ? 'READY' : 'UNAVAILABLE';

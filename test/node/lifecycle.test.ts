@@ -132,4 +132,19 @@ describe('model control as Triton does it', () => {
     expect(count()).toBe(2);
   });
 
+  it('a reload without override keeps a config override until config.pbtxt changes on disk, then uses the file', async () => {
+    expect((await load('m')).status).toBe(200);
+    const maxBatch = async () => (await getJson(`${s.url}/v2/models/m/config`)).body.max_batch_size;
+    expect(await maxBatch()).toBe(4);
+    const config = JSON.stringify({ name: 'm', backend: 'onnxruntime', max_batch_size: 2 });
+    expect((await load('m', { config })).status).toBe(200);
+    expect(await maxBatch()).toBe(2);
+    // Nothing changed on disk: as in Triton, the override stays.
+    expect((await load('m')).status).toBe(200);
+    expect(await maxBatch()).toBe(2);
+    writeFileSync(join(repo.path, 'm', 'config.pbtxt'), onnxCfg('m', 3));
+    expect((await load('m')).status).toBe(200);
+    expect(await maxBatch()).toBe(3);
+  });
+
 });
