@@ -50,6 +50,8 @@ export interface ServerOptions {
   rateLimitResources?: ResourceLimit[];
   /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
   modelLoadThreadCount?: number;
+  /** tritonserver's `--model-load-retry-count`: times a version that fails to load is tried again (default 0). */
+  modelLoadRetryCount?: number;
   /** On-demand loading within a budget (residency.ts); absent: every model loads at start, as in Triton. */
   residency?: ResidencyOptions;
   /** Triton's scheduler test hook (TRITONSERVER_DELAY_SCHEDULER); absent: no hold. See SchedulerDelay. */
@@ -116,6 +118,7 @@ export class InferenceServer implements InProcessServer {
       metrics: this.metrics,
       rateLimiter: this.rateLimiter,
       loadThreadCount: opts.modelLoadThreadCount,
+      loadRetryCount: opts.modelLoadRetryCount,
       schedulerDelay: opts.schedulerDelay,
     });
     this.residency = new Residency(this.repository, opts.residency ?? {}, this.clock, this.log);

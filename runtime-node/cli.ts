@@ -166,6 +166,7 @@ export function buildCli(): Command {
     .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up', true))
     .addOption(boolOption('--strict-readiness', 'ready only when every model is ready', true))
     .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
+    .option('--model-load-retry-count <n>', 'times a model version that fails to load is tried again before its load fails', parseIntArg, 0)
     .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
     .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
     .addOption(boolOption('--disable-auto-complete-config', 'do not fill model configs from the model files', false))
@@ -244,6 +245,7 @@ export function buildCli(): Command {
           log,
           strictReadiness: o.strictReadiness,
           modelLoadThreadCount: o.modelLoadThreadCount,
+          modelLoadRetryCount: o.modelLoadRetryCount,
           maxLoadedModels: o.maxLoadedModels,
           modelMemoryBudget: o.modelMemoryBudget,
           modelControlMode: mode,

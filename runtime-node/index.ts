@@ -42,6 +42,8 @@ export interface NodeServerOptions {
   defaultMaxBatchSize?: number;
   /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
   modelLoadThreadCount?: number;
+  /** tritonserver's `--model-load-retry-count`: times a version that fails to load is tried again (default 0). */
+  modelLoadRetryCount?: number;
   /** `--max-loaded-models`: load models on demand, at most this many at once (core/repository/residency.ts). */
   maxLoadedModels?: number;
   /** `--model-memory-budget`: load models on demand within this memory (bytes, `2G`, or `50%` of the machine's). */
@@ -241,6 +243,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     rateLimit: opts.rateLimit,
     rateLimitResources: (opts.rateLimitResources ?? []).map(parseRateLimitResource),
     modelLoadThreadCount: opts.modelLoadThreadCount,
+    modelLoadRetryCount: opts.modelLoadRetryCount,
     schedulerDelay,
     residency: {
       maxLoadedModels: opts.maxLoadedModels,

@@ -48,6 +48,8 @@ export interface RepositoryOptions {
   rateLimiter?: RateLimiter;
   /** Models loaded at once by `loadAll` (tritonserver's --model-load-thread-count; default 4). */
   loadThreadCount?: number;
+  /** Times a version that fails to load is tried again (tritonserver's --model-load-retry-count; default 0). */
+  loadRetryCount?: number;
   /** Handed to every scheduler (Triton's scheduler test hook). */
   schedulerDelay?: SchedulerDelay;
 }
@@ -269,10 +271,20 @@ export class ModelRepository {
     await Promise.all(versions.map(async (v) => {
       try {
         log.info(`loading: ${name}:${v}`);
-        const mv = await ModelVersion.load({
+        const loadOnce = () => ModelVersion.load({
           name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server, cache: this.opts.cache,
           metrics: this.opts.metrics, rateLimiter: this.opts.rateLimiter, schedulerDelay: this.opts.schedulerDelay,
         });
+        let mv: ModelVersion | undefined;
+        // As Triton: a failed version is created again, up to the retry count, before the load fails.
+        for (let attempt = 0; !mv; attempt++) {
+          try {
+            mv = await loadOnce();
+          } catch (err) {
+            if (attempt >= (this.opts.loadRetryCount ?? 0)) throw err;
+            log.warn(`failed to load '${name}' version ${v}: ${asTsiError(err).message}; retrying (${attempt + 1} of ${this.opts.loadRetryCount})`);
+          }
+        }
         if (config.platform === 'ensemble') this.completeEnsembleLabels(mv);
         loaded.set(v, mv);
         log.info(`loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);

@@ -147,4 +147,16 @@ describe('model control as Triton does it', () => {
     expect(await maxBatch()).toBe(3);
   });
 
+  it('--model-load-retry-count tries a version that failed again; without it the load fails', async () => {
+    const once = await load('no_retry');
+    expect(once.status).toBe(400);
+    expect(once.body.error).toMatch(/^load failed for model 'no_retry': version 1 is at UNAVAILABLE state: .*failing first load attempt/);
+    const retried = await load('retry_once', undefined, retrying);
+    expect(retried.status, JSON.stringify(retried.body)).toBe(200);
+    expect((await fetch(`${retrying.url}/v2/models/retry_once/ready`)).status).toBe(200);
+    expect(retrying.logs.some((l) => l.startsWith('W') && l.includes("failed to load 'retry_once' version 1") && l.includes('retrying (1 of 1)'))).toBe(true);
+    expect((await parseServeArgs(['serve', '--model-load-retry-count', '1'])).modelLoadRetryCount).toBe(1);
+    expect((await parseServeArgs(['serve'])).modelLoadRetryCount).toBe(0);
+  });
+
 });
