@@ -147,6 +147,12 @@ describe('model control as Triton does it', () => {
     expect(await maxBatch()).toBe(3);
   });
 
+  it('initialises the instances of one model at once (each waits to see the other start)', async () => {
+    const r = await load('par');
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(s.logs.filter((l) => /initialized par_0_[01] beside the other/.test(l))).toHaveLength(2);
+  }, 120_000);
+
   it('--model-load-retry-count tries a version that failed again; without it the load fails', async () => {
     const once = await load('no_retry');
     expect(once.status).toBe(400);
@@ -158,5 +164,4 @@ describe('model control as Triton does it', () => {
     expect((await parseServeArgs(['serve', '--model-load-retry-count', '1'])).modelLoadRetryCount).toBe(1);
     expect((await parseServeArgs(['serve'])).modelLoadRetryCount).toBe(0);
   });
-
 });
