@@ -383,6 +383,13 @@ export class InferenceServer implements InProcessServer {
     const known = this.repository.names().includes(name);
     await this.repository.unload(name);
     if (known) this.residency.unloaded(name, 'explicit');
+    // As Triton, the ensembles that run it are unloaded with it rather than left READY with a step gone.
+    for (const dep of this.repository.dependents(name)) {
+      if (this.repository.readyVersions(dep).length === 0) continue;
+      this.log.info(`unloading '${dep}': it depends on '${name}', which was unloaded`);
+      await this.repository.unload(dep);
+      this.residency.unloaded(dep, 'explicit');
+    }
   }
 
   /**

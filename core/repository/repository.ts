@@ -86,6 +86,8 @@ interface ModelEntry {
   parked?: string;
   /** The serving versions came from a load-API config override (no files), over this folder fingerprint. */
   configOverride?: { fingerprint: string | undefined };
+  /** An ensemble's step models, from the config of its latest load (loading or loaded). */
+  steps?: ReadonlySet<string>;
 }
 
 /** The index's reason for a model that on-demand loading has not loaded (yet, or again). */
@@ -96,6 +98,8 @@ const VERSION_DIR = /^[1-9][0-9]*$/;
 export class ModelRepository {
   private readonly models = new Map<string, ModelEntry>();
   private readonly inflightLoads = new Map<string, Promise<void>>();
+  /** Loads begun and not over, per model (inflightLoads keeps the last one after it is over). */
+  private readonly loadsInProgress = new Map<string, number>();
   /** Model names seen by the last scan, for the index of an explicit-mode repository. */
   private known = new Set<string>();
   /**
@@ -196,8 +200,12 @@ export class ModelRepository {
     // At once, not when this load's turn comes: readiness must not see a gap before it begins.
     this.markLoading([name]);
     const prev = this.inflightLoads.get(name) ?? Promise.resolve();
+    this.loadsInProgress.set(name, (this.loadsInProgress.get(name) ?? 0) + 1);
     const next = prev.then(() => this.doLoad(name, overrides)).finally(() => {
       if (this.checkedSteps.get(name)?.loading) this.checkedSteps.delete(name);
+      const left = (this.loadsInProgress.get(name) ?? 1) - 1;
+      if (left > 0) this.loadsInProgress.set(name, left);
+      else this.loadsInProgress.delete(name);
     });
     this.inflightLoads.set(name, next.catch(() => {}));
     return next;
@@ -247,6 +255,7 @@ export class ModelRepository {
       if (!overrides && fingerprint !== undefined) this.checkedSteps.set(name, { fingerprint, config: pending, loading: true });
       else this.checkedSteps.delete(name);
       config = await pending;
+      e.steps = config.platform === 'ensemble' ? new Set((config.ensemble_scheduling?.step ?? []).map((s) => s.model_name ?? '')) : undefined;
       versions = await this.selectVersions(name, files, config);
     } catch (err) {
       return refuse(err, (msg) => `failed to load '${name}': ${msg}`);
@@ -462,7 +471,11 @@ export class ModelRepository {
     const e = this.models.get(name);
     // Triton: unloading a model it does not know is a no-op that succeeds.
     if (!e) return;
-    await (this.inflightLoads.get(name) ?? Promise.resolve());
+    // As Triton's dependency graph: the model's own load, and those of the ensembles that run it,
+    // finish first (an ensemble loading its composing models must not see one leave under it).
+    const loading = this.dependents(name).filter((n) => this.loadsInProgress.has(n));
+    if (loading.length > 0) this.opts.log.info(`unloading '${name}' once the loads in progress of ${loading.map((n) => `'${n}'`).join(', ')} are over`);
+    await Promise.all([name, ...loading].map((n) => this.inflightLoads.get(n)));
     const old = e.versions;
     e.versions = new Map();
     e.explicitlyUnloaded = park === undefined;
@@ -473,6 +486,22 @@ export class ModelRepository {
       if (park === undefined) e.unavailable.set(v, { state: 'UNAVAILABLE', reason: 'unloaded' });
       this.opts.log.info(`successfully unloaded '${name}' version ${v}`);
     }));
+  }
+
+  /** The ensembles that run `name`, directly or through other ensembles. */
+  dependents(name: string): string[] {
+    const out = new Set<string>();
+    const visit = (m: string) => {
+      for (const [n, e] of this.models) {
+        if (!out.has(n) && e.steps?.has(m)) {
+          out.add(n);
+          visit(n);
+        }
+      }
+    };
+    visit(name);
+    out.delete(name);
+    return [...out];
   }
 
   async unloadAll(): Promise<void> {

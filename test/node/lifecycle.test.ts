@@ -8,7 +8,7 @@
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { addSubModel } from '../../scripts/gen-models.js';
@@ -42,6 +42,21 @@ const rendezvous = (dir: string) => echo(`
   }
   args.log.info('initialized ' + args.model_instance_name + ' beside the other');`);
 
+/** Writes `<dir>/started`, then waits until the test writes `<dir>/go`. */
+const gated = (dir: string) => echo(`
+  writeFileSync(${JSON.stringify(dir)} + '/started', '');
+  const deadline = Date.now() + 60000;
+  while (!existsSync(${JSON.stringify(dir)} + '/go')) {
+    if (Date.now() > deadline) throw new Error('never released');
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+  }`);
+
+/** Waits for a condition the server reports (a file it wrote, a line it logged). */
+async function until(what: string, check: () => boolean): Promise<void> {
+  for (let i = 0; i < 3000 && !check(); i++) await new Promise((r) => setTimeout(r, 20));
+  if (!check()) throw new Error(`timed out waiting for ${what}`);
+}
+
 /** Fails the first initialize (leaving a marker file), succeeds afterwards: Triton's retry_model. */
 const failsOnce = (marker: string) => echo(`
   if (!existsSync(${JSON.stringify(marker)})) {
@@ -70,6 +85,11 @@ describe('model control as Triton does it', () => {
       'par/1/model.js': rendezvous(scratch),
       'retry_once/config.pbtxt': js('retry_once'),
       'retry_once/1/model.js': failsOnce(join(scratch, 'retry_once')),
+      'slowstep/config.pbtxt': js('slowstep'),
+      'slowstep/1/model.js': gated(scratch),
+      'ens/config.pbtxt': 'name: "ens"\nplatform: "ensemble"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [ 2 ] }]\noutput [{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }]\n'
+        + 'ensemble_scheduling { step [{ model_name: "slowstep" model_version: -1 input_map { key: "X" value: "X" } output_map { key: "Y" value: "Y" } }] }\n',
+      'ens/1/.keep': '',
       'no_retry/config.pbtxt': js('no_retry'),
       'no_retry/1/model.js': failsOnce(join(scratch, 'no_retry')),
     });
@@ -151,6 +171,26 @@ describe('model control as Triton does it', () => {
     const r = await load('par');
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(s.logs.filter((l) => /initialized par_0_[01] beside the other/.test(l))).toHaveLength(2);
+  }, 120_000);
+
+  it('unloading a composing model while its ensemble loads waits for that load, then unloads the ensemble with it', async () => {
+    const loading = load('ens');
+    await until('the step to start initializing', () => existsSync(join(scratch, 'started')));
+    const unloading = postJson(`${s.url}/v2/repository/models/slowstep/unload`, {});
+    await until('the unload to wait', () => s.logs.some((l) => l.includes("unloading 'slowstep' once the loads in progress of 'ens' are over")));
+    writeFileSync(join(scratch, 'go'), '');
+    const loaded = await loading;
+    expect(loaded.status, JSON.stringify(loaded.body)).toBe(200);
+    expect((await unloading).status).toBe(200);
+    expect((await fetch(`${s.url}/v2/models/slowstep/ready`)).status).not.toBe(200);
+    expect((await fetch(`${s.url}/v2/models/ens/ready`)).status).not.toBe(200);
+    // Unloaded on purpose, both: no obstacle to strict readiness.
+    const index = (await postJson(`${s.url}/v2/repository/index`, {})).body as { name: string; reason?: string }[];
+    expect(index.filter((e) => e.name === 'ens' || e.name === 'slowstep').map((e) => e.reason)).toEqual(['unloaded', 'unloaded']);
+    // Both load again, and the ensemble answers.
+    expect((await load('ens')).status).toBe(200);
+    const r = await postJson(`${s.url}/v2/models/ens/infer`, { inputs: [{ name: 'X', datatype: 'FP32', shape: [2], data: [1, 2] }] });
+    expect(r.body.outputs?.[0]?.data, JSON.stringify(r.body)).toEqual([1, 2]);
   }, 120_000);
 
   it('--model-load-retry-count tries a version that failed again; without it the load fails', async () => {
