@@ -37,6 +37,12 @@ export interface ServerOptions {
   modelControlMode?: ModelControlMode;
   /** Models to load at start in explicit mode; `*` means all. */
   startupModels?: string[];
+  /**
+   * Why the server could not initialise (a model repository that is not there), when it is to serve
+   * anyway: as Triton's SERVER_FAILED_TO_INITIALIZE, it answers metadata but is neither live nor
+   * ready, and loads nothing.
+   */
+  initError?: string;
   autoComplete?: boolean;
   defaultMaxBatchSize?: number;
   gpuCount?: number;
@@ -133,6 +139,11 @@ export class InferenceServer implements InProcessServer {
 
   /** Loads the start-up models. Failures leave those models UNAVAILABLE; see `index()`. */
   async start(): Promise<void> {
+    if (this.opts.initError !== undefined) {
+      this.log.error(this.opts.initError);
+      this.started = true;
+      return;
+    }
     this.live = true;
     try {
       const wanted = this.options.modelControlMode === 'explicit' ? this.opts.startupModels ?? [] : ['*'];

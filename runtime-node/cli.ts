@@ -244,6 +244,7 @@ export function buildCli(): Command {
           allowHttp: o.allowHttp,
           log,
           strictReadiness: o.strictReadiness,
+          exitOnError: o.exitOnError,
           modelLoadThreadCount: o.modelLoadThreadCount,
           modelLoadRetryCount: o.modelLoadRetryCount,
           maxLoadedModels: o.maxLoadedModels,

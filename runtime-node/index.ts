@@ -15,7 +15,7 @@ import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc/server.js';
 import { listenMetrics, registerHostMetrics, type MetricsListener } from './metrics.js';
 import { nodeShmProvider } from './shm.js';
-import { FolderSource } from './fs-source.js';
+import { repositorySources } from './fs-source.js';
 import { listen, type Listener } from './http/server.js';
 import { Shutdown, type ShutdownProgress, type ShutdownReport, type StopOptions } from './shutdown.js';
 import { ReloadableTls, type TlsFiles } from './http/tls.js';
@@ -37,6 +37,11 @@ export interface NodeServerOptions {
   log?: Logger;
   strictReadiness?: boolean;
   modelControlMode?: ModelControlMode;
+  /**
+   * false: a model repository folder that does not exist does not stop the start; the server serves
+   * on, not live and not ready, without models (tritonserver's --exit-on-error=false). Default true.
+   */
+  exitOnError?: boolean;
   loadModels?: string[];
   autoComplete?: boolean;
   defaultMaxBatchSize?: number;
@@ -228,8 +233,10 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     log.info(`scheduler test hook: batching schedulers hold until ${schedulerDelay.requests} queued request(s)`
       + (schedulerDelay.backlog ? ` and ${schedulerDelay.backlog} backlogged sequence request(s)` : '') + ' (TRITONSERVER_DELAY_SCHEDULER)');
   }
+  const { sources, initError } = repositorySources(opts.modelRepositories, opts.exitOnError ?? true);
   const server = new InferenceServer({
-    sources: opts.modelRepositories.map((p) => new FolderSource(p)),
+    sources,
+    initError,
     backends: withExtraBackends(createNodeBackends(log, opts.backendConfig), opts.extraBackends),
     log,
     id: opts.id,

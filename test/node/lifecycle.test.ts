@@ -205,3 +205,48 @@ describe('model control as Triton does it', () => {
     expect((await parseServeArgs(['serve'])).modelLoadRetryCount).toBe(0);
   });
 });
+
+describe('model repository paths as tritonserver takes them', () => {
+  it('--exit-on-error=false with a repository folder missing: serves metadata, neither live nor ready, no models (HTTP and gRPC)', async () => {
+    const repo = tempRepo({ 'm/config.pbtxt': onnxCfg('m', 4), 'm/1/model.onnx': addSubModel('FP32', [4]) });
+    const missing = join(repo.path, 'xyzx');
+    const s = await startTestServer({ modelRepositories: [missing, repo.path], exitOnError: false, grpcPort: 0, grpcAddress: '127.0.0.1' });
+    try {
+      expect((await fetch(`${s.url}/v2/health/live`)).status).toBe(400);
+      expect((await fetch(`${s.url}/v2/health/ready`)).status).toBe(400);
+      expect((await getJson(`${s.url}/v2`)).body).toMatchObject({ name: 'triton' });
+      const c = grpcClient(`127.0.0.1:${s.grpc!.port}`);
+      try {
+        expect(await c.call('ServerLive', {})).toMatchObject({ live: false });
+        expect(await c.call('ServerReady', {})).toMatchObject({ ready: false });
+        expect(await c.call('ServerMetadata', {})).toMatchObject({ name: 'triton' });
+      } finally {
+        c.close();
+      }
+      expect((await postJson(`${s.url}/v2/repository/index`, {})).body).toEqual([]);
+      expect(s.logs.filter((l) => l.startsWith('E') && l.includes(`failed to stat file ${missing}`))).toHaveLength(1);
+    } finally {
+      await s.stop();
+      repo.cleanup();
+    }
+    // Without the flag the start is refused, as before.
+    await expect(startTestServer({ modelRepositories: [missing] })).rejects.toThrow(`failed to stat file ${missing}`);
+  });
+
+  it('the same repository given twice (even spelled differently) is one repository, not a clash of every model', async () => {
+    const repo = tempRepo({ 'm/config.pbtxt': onnxCfg('m', 4), 'm/1/model.onnx': addSubModel('FP32', [4]) });
+    const s = await startTestServer({ modelRepositories: [repo.path, repo.path, `${repo.path}/`] });
+    try {
+      expect((await postJson(`${s.url}/v2/repository/index`, {})).body).toEqual([{ name: 'm', version: '1', state: 'READY', reason: '' }]);
+      expect((await fetch(`${s.url}/v2/health/ready`)).status).toBe(200);
+    } finally {
+      await s.stop();
+      repo.cleanup();
+    }
+  });
+
+  it('tsi-node serve takes --exit-on-error=false (default true)', async () => {
+    expect((await parseServeArgs(['serve', '--exit-on-error=false'])).exitOnError).toBe(false);
+    expect((await parseServeArgs(['serve'])).exitOnError).toBe(true);
+  });
+});
