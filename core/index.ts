@@ -34,7 +34,7 @@ export { createScheduler } from './scheduling/schedulers.js';
 export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './scheduling/batcher.js';
 export { RequestQueue, queuePolicy, type QueuePolicy } from './scheduling/queue.js';
 export { SequenceBatcher, sequenceInternalInputs } from './scheduling/sequence.js';
-export { createLogger, type LogLevel } from './logger.js';
+export { createLogger, type ConfigurableLogger, type LogFormat, type LogLevel } from './logger.js';
 export {
   ServerExtensions, parseRestrictions, httpCategory, grpcCategory, API_CATEGORIES,
   parseApiKey, parseApiKeyFile, bearerKey, checkApiKey,

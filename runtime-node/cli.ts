@@ -10,7 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
 import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
-import { startServer, stderrLogger } from './index.js';
+import { nodeLogger, startServer } from './index.js';
 import type { TlsFiles } from './http/tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
 import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
@@ -163,6 +163,15 @@ export function buildCli(): Command {
     .option('--repository-poll-secs <secs>', 'poll interval in poll mode', parseNonNegativeSecs, 15)
     .option('--trace-config <[triton,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, file=PATH, log-frequency=N (repeatable)', collect)
     .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
+    .addOption(boolOption('--log-info', 'print info lines', true))
+    .addOption(boolOption('--log-warning', 'print warning lines', true))
+    .addOption(new Option('--log-warn [bool]', 'tritonserver accepts this prefix of --log-warning').argParser(parseBool).preset('true').hideHelp())
+    .addOption(boolOption('--log-error', 'print error lines', true))
+    .option('--log-format <format>', 'line layout: default (LMMDD hh:mm:ss.uuuuuu pid src:line] msg) or ISO8601 (YYYY-MM-DDThh:mm:ssZ L pid src:line] msg)', (v) => {
+      if (v !== 'default' && v !== 'ISO8601') throw new InvalidArgumentError('invalid argument for --log-format');
+      return v;
+    }, 'default')
+    .option('--log-file <path>', 'append the log to this file instead of printing it to stderr')
     .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up', true))
     .addOption(boolOption('--strict-readiness', 'ready only when every model is ready', true))
     .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
@@ -224,7 +233,15 @@ export function buildCli(): Command {
         process.stderr.write(`Error: ${asTsiError(err).message}\n`);
         process.exit(1);
       }
-      const log = stderrLogger(o.logVerbose);
+      let log;
+      try {
+        log = nodeLogger({
+          verbose: o.logVerbose, file: o.logFile, info: o.logInfo, warning: o.logWarn ?? o.logWarning, error: o.logError, format: o.logFormat,
+        });
+      } catch (err) {
+        process.stderr.write(`Error: cannot open --log-file ${o.logFile}: ${(err as Error).message}\n`);
+        process.exit(1);
+      }
       let httpTls: TlsFiles | undefined;
       let grpcTls: TlsFiles | undefined;
       try {
@@ -243,6 +260,7 @@ export function buildCli(): Command {
           httpAddress: o.httpAddress,
           allowHttp: o.allowHttp,
           log,
+          logFile: o.logFile,
           strictReadiness: o.strictReadiness,
           exitOnError: o.exitOnError,
           modelLoadThreadCount: o.modelLoadThreadCount,

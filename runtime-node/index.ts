@@ -4,12 +4,12 @@
  * core, so this file only wires backends, repositories and listeners together.
  */
 
-import { readFileSync } from 'node:fs';
+import { openSync, readFileSync, writeSync } from 'node:fs';
 import { deflate, gzip } from 'node:zlib';
 import { availableParallelism, totalmem } from 'node:os';
 import {
   BackendRegistry, createEmbeddingBackend, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
-  createLogger, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
+  createLogger, type ConfigurableLogger, type LogFormat, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc/server.js';
@@ -35,6 +35,8 @@ export interface NodeServerOptions {
   allowHttp?: boolean;
   logVerbose?: number;
   log?: Logger;
+  /** The file `log` writes to (`--log-file`), as `/v2/logging` reports it. */
+  logFile?: string;
   strictReadiness?: boolean;
   modelControlMode?: ModelControlMode;
   /**
@@ -147,7 +149,30 @@ export interface RunningServer {
 }
 
 export function stderrLogger(verbose = 0) {
-  return createLogger((_level, line) => process.stderr.write(line + '\n'), verbose);
+  return nodeLogger({ verbose });
+}
+
+export interface NodeLogOptions {
+  verbose?: number;
+  /** `--log-file`: lines are appended to this file instead of stderr (opened now: a bad path throws). */
+  file?: string;
+  info?: boolean;
+  warning?: boolean;
+  error?: boolean;
+  format?: LogFormat;
+}
+
+/** The server's logger in Node: tritonserver's lines with this process's id, to stderr or a file. */
+export function nodeLogger(o: NodeLogOptions = {}): ConfigurableLogger {
+  let write = (line: string) => void process.stderr.write(line + '\n');
+  if (o.file !== undefined) {
+    // Synchronous appends: every line is in the file, in order, even if the process dies just after.
+    const fd = openSync(o.file, 'a');
+    write = (line) => void writeSync(fd, line + '\n');
+  }
+  const log = createLogger((_level, line) => write(line), o.verbose ?? 0, { pid: process.pid });
+  Object.assign(log.settings, { info: o.info ?? true, warning: o.warning ?? true, error: o.error ?? true, format: o.format ?? 'default' });
+  return log;
 }
 
 /**
@@ -264,6 +289,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     shmUnavailableReason: shmProvider ? undefined : `POSIX shared memory files (/dev/shm) are not available on ${process.platform}`,
     trace: opts.trace,
     traceWriter: fileTraceWriter,
+    logFile: opts.logFile,
     stageModelFiles: tempFolderStager(),
     modelCode: { allowCodeUpload: opts.allowModelCodeUpload ?? false },
   });

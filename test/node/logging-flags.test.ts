@@ -1,0 +1,107 @@
+/**
+ * tritonserver's logging flags on the real `tsi-node serve` (run through tsx): --log-file
+ * takes every line off stderr, --log-format and the level switches shape and filter them in Triton's
+ * layouts (checked with the regular expressions of Triton's log_format_test), /v2/logging reports and
+ * changes them.
+ */
+
+import { describe, expect, it } from 'vitest';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ROOT, getJson, postJson, tempRepo } from '../helpers/server.js';
+import { parseServeArgs } from '../helpers/cli.js';
+import { nodeLogger } from '../../runtime-node/index.js';
+
+// Triton's qa/L0_logging/log_format_test.py record layouts.
+const DEFAULT = /^(?<level>[EWI])(?<month>\d{2})(?<day>\d{2}) (?<time>\d{2}:\d{2}:\d{2}\.\d{6}) (?<pid>\d+) (?<file>[\w.]+):(?<line>\d+)\] (?<message>.*)$/;
+const ISO8601 = /^(?<stamp>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) (?<level>[EWI]) (?<pid>\d+) (?<file>.+):(?<line>\d+)\] (?<message>.*)$/;
+
+const identity = (name: string, extra = '') =>
+  `name: "${name}"\nbackend: "identity"\nmax_batch_size: 0\n${extra}\ninput [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] }]\noutput [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] }]\n`;
+
+/** Runs `tsi-node <args>`; `ready` (when given) decides from the log so far that it is up. */
+function serve(args: string[]) {
+  const code = `import(${JSON.stringify(join(ROOT, 'runtime-node', 'cli.ts'))}).then((m) => m.main(['node', 'tsi-node', ...${JSON.stringify(args)}]))`;
+  const child = spawn(process.execPath, ['--import', 'tsx', '-e', code], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+  return { child, exited, get stderr() { return stderr; } };
+}
+
+async function until<T>(what: string, get: () => T | undefined, ms = 60_000): Promise<T> {
+  for (const end = Date.now() + ms; Date.now() < end;) {
+    const v = get();
+    if (v !== undefined) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe('logging flags', () => {
+  it('--log-file, --log-format=ISO8601 and --log-warning=false on the real server', async () => {
+    const repo = tempRepo({ 'identity_cache/config.pbtxt': identity('identity_cache', 'response_cache { enable: true }'), 'identity_cache/1/.keep': '' });
+    const dir = mkdtempSync(join(tmpdir(), 'tsi-logging-'));
+    const file = join(dir, 'log_file.log');
+    const p = serve([
+      'serve', '--model-repository', repo.path, '--http-port', '0', '--http-address', '127.0.0.1', '--allow-grpc=false', '--allow-metrics=false',
+      `--log-file=${file}`, '--log-verbose=1', '--log-format=ISO8601', '--log-warning=false', '--drain-delay-secs', '0',
+    ]);
+    try {
+      const lines = () => (existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter(Boolean) : []);
+      const port = await until('the HTTP start-up line in the log file', () => {
+        if (p.child.exitCode !== null) throw new Error(`exited early: ${p.stderr}`);
+        const m = lines().map((l) => /Started HTTPService at 127\.0\.0\.1:(\d+)/.exec(l)).find(Boolean);
+        return m ? Number(m[1]) : undefined;
+      });
+      const url = `http://127.0.0.1:${port}`;
+      expect((await getJson(`${url}/v2/logging`)).body).toEqual({
+        log_file: file, log_info: true, log_warning: false, log_error: true, log_verbose_level: 1, log_format: 'ISO8601',
+      });
+      // Every line went to the file, in Triton's ISO8601 layout with this server's process id; none to stderr.
+      expect(lines().length).toBeGreaterThan(3);
+      for (const l of lines()) {
+        const m = ISO8601.exec(l);
+        expect(m, l).not.toBeNull();
+        expect(Number(m!.groups!.pid)).toBe(p.child.pid);
+      }
+      expect(p.stderr).not.toMatch(/^[IWEV]\d{4}/m);
+      // Switched to the default layout at run time: the lines from then on (the shutdown's) follow it.
+      const before = lines().length;
+      expect((await postJson(`${url}/v2/logging`, { log_format: 'default' })).body.log_format).toBe('default');
+      p.child.kill('SIGTERM');
+      expect(await p.exited).toBe(0);
+      const after = lines().slice(before);
+      expect(after.length).toBeGreaterThan(0);
+      for (const l of after) expect(l, l).toMatch(DEFAULT);
+      expect(after.every((l) => !l.startsWith('W'))).toBe(true);
+    } finally {
+      if (p.child.exitCode === null) p.child.kill('SIGKILL');
+      repo.cleanup();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+
+  it('--log-info, --log-warning (and the --log-warn prefix tritonserver accepts), --log-error switch their lines off', async () => {
+    const o = await parseServeArgs(['serve', '--log-info=false', '--log-warn', 'false', '--log-error', 'false', '--log-format', 'ISO8601', '--log-file', '/tmp/x.log']);
+    expect(o).toMatchObject({ logInfo: false, logWarn: false, logError: false, logFormat: 'ISO8601', logFile: '/tmp/x.log' });
+    expect(await parseServeArgs(['serve'])).toMatchObject({ logInfo: true, logWarning: true, logError: true, logFormat: 'default' });
+    await expect(parseServeArgs(['serve', '--log-format', 'fancy'])).rejects.toThrow('invalid argument for --log-format');
+    const dir = mkdtempSync(join(tmpdir(), 'tsi-logging-'));
+    try {
+      const file = join(dir, 'log');
+      const log = nodeLogger({ file, info: false, warning: true, error: false });
+      log.info('an info line');
+      log.warn('a warning line');
+      log.error('an error line');
+      const written = readFileSync(file, 'utf8').split('\n').filter(Boolean);
+      expect(written).toHaveLength(1);
+      expect(written[0]).toMatch(DEFAULT);
+      expect(DEFAULT.exec(written[0]!)!.groups).toMatchObject({ level: 'W', pid: String(process.pid), message: 'a warning line' });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
