@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
-import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
+import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheFlags, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
 import { nodeLogger, startServer } from './index.js';
 import type { TlsFiles } from './http/tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
@@ -191,6 +191,7 @@ export function buildCli(): Command {
     .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 or python,executable=/usr/bin/python3.11 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
     .option('--cache-config <cache,key=value>', 'response cache, e.g. local,size=1048576 (bytes); models opt in with response_cache { enable: true }', collect)
+    .option('--response-cache-byte-size <bytes>', 'deprecated by tritonserver: --cache-config local,size=<bytes>', parseIntArg)
     .addOption(boolOption('--browser-demo', 'also serve the in-browser demo at /demo, the browser build at /browser/ and the model files at /repository/', false))
     .option('--rate-limit <mode>', 'execution_count: an instance runs only when the resources its rate_limiter lists are free, priorities weighting the turns across models; off: as soon as it is free', (v) => {
       if (v !== 'off' && v !== 'execution_count') throw new InvalidArgumentError(`expected off or execution_count, got '${v}'`);
@@ -221,7 +222,10 @@ export function buildCli(): Command {
       }
       let cache: { size: number } | undefined;
       try {
-        cache = parseCacheConfig((o.cacheConfig ?? []) as string[]);
+        cache = parseCacheFlags((o.cacheConfig ?? []) as string[], o.responseCacheByteSize);
+        if (o.responseCacheByteSize !== undefined) {
+          process.stderr.write(`Warning: '--response-cache-byte-size' has been deprecated! This will default to the 'local' cache implementation with the provided byte size for its config. Please use '--cache-config' instead. The equivalent --cache-config CLI args would be: '--cache-config=local,size=${o.responseCacheByteSize}'\n`);
+        }
       } catch (err) {
         process.stderr.write(`Error: ${asTsiError(err).message}\n`);
         process.exit(1);
