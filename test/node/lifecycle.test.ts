@@ -42,6 +42,26 @@ const rendezvous = (dir: string) => echo(`
   }
   args.log.info('initialized ' + args.model_instance_name + ' beside the other');`);
 
+/** The same rendezvous in a Python model's initialize (Triton's test uses Python models). */
+const rendezvousPy = (dir: string) => `
+import os, time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        me = args["model_instance_name"]
+        open(os.path.join(${JSON.stringify(dir)}, me), "w").close()
+        other = me[:-1] + ("1" if me.endswith("0") else "0")
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(${JSON.stringify(dir)}, other)):
+            if time.time() > deadline:
+                raise Exception("the other instance never started initializing")
+            time.sleep(0.02)
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]) for r in requests]
+`;
+
 /** Writes `<dir>/started`, then waits until the test writes `<dir>/go`. */
 const gated = (dir: string) => echo(`
   writeFileSync(${JSON.stringify(dir)} + '/started', '');
@@ -83,6 +103,8 @@ describe('model control as Triton does it', () => {
       'two/2/model.js': echo(),
       'par/config.pbtxt': js('par', 'instance_group [{ kind: KIND_CPU count: 2 }]'),
       'par/1/model.js': rendezvous(scratch),
+      'par_py/config.pbtxt': js('par_py', 'instance_group [{ kind: KIND_CPU count: 2 }]').replace('backend: "javascript"', 'backend: "python"'),
+      'par_py/1/model.py': rendezvousPy(scratch),
       'retry_once/config.pbtxt': js('retry_once'),
       'retry_once/1/model.js': failsOnce(join(scratch, 'retry_once')),
       'slowstep/config.pbtxt': js('slowstep'),
@@ -171,6 +193,13 @@ describe('model control as Triton does it', () => {
     const r = await load('par');
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(s.logs.filter((l) => /initialized par_0_[01] beside the other/.test(l))).toHaveLength(2);
+  }, 120_000);
+
+  it('initialises the instances of a Python model at once too, and they serve', async () => {
+    const r = await load('par_py');
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const inf = await postJson(`${s.url}/v2/models/par_py/infer`, { inputs: [{ name: 'X', datatype: 'FP32', shape: [2], data: [3, 4] }] });
+    expect(inf.body.outputs?.[0]?.data, JSON.stringify(inf.body)).toEqual([3, 4]);
   }, 120_000);
 
   it('unloading a composing model while its ensemble loads waits for that load, then unloads the ensemble with it', async () => {
