@@ -412,6 +412,8 @@ export class InferenceServer implements InProcessServer {
   async stop(timeoutMs = 30_000, onDrained?: () => void): Promise<number> {
     if (this.stopping) return 0;
     this.stopping = true;
+    // tritonserver's line, which its L0_logging checks appears once per shutdown.
+    this.log.info('Waiting for in-flight requests to complete.');
     this.draining = true;
     for (const name of this.repository.names()) for (const mv of this.repository.readyVersions(name)) mv.closeSequences();
     const pending = this.inflight;

@@ -85,6 +85,7 @@ describe('logging flags', () => {
       const after = lines().slice(before);
       expect(after.length).toBeGreaterThan(0);
       for (const l of after) expect(l, l).toMatch(DEFAULT);
+      expect(after.filter((l) => l.endsWith('] Waiting for in-flight requests to complete.'))).toHaveLength(1);
       expect(after.every((l) => !l.startsWith('W'))).toBe(true);
     } finally {
       if (p.child.exitCode === null) p.child.kill('SIGKILL');
