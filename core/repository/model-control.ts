@@ -236,8 +236,8 @@ export class ModelControl {
         try {
           files.set(checkOverridePath(key), value);
         } catch (err) {
-          // Triton's clients (its test_file_override_security) look for "failed to load" here too.
-          throw new TsiError('INVALID_ARG', `failed to load '${name}', ${asTsiError(err).message}`);
+          // Triton refuses such a file while polling the override folder: its text, then the reason.
+          throw new TsiError('INVALID_ARG', `failed to load '${name}', failed to poll from model repository: ${asTsiError(err).message}`);
         }
       }
     }
