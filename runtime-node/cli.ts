@@ -172,7 +172,7 @@ export function buildCli(): Command {
       return v;
     }, 'default')
     .option('--log-file <path>', 'append the log to this file instead of printing it to stderr')
-    .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up', true))
+    .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up; false: serve the others (a --model-repository folder that is missing leaves the server up, neither live nor ready, as tritonserver)', true))
     .addOption(boolOption('--strict-readiness', 'ready only when every model is ready', true))
     .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
     .option('--model-load-retry-count <n>', 'times a model version that fails to load is tried again before its load fails', parseIntArg, 0)
