@@ -34,7 +34,7 @@ export { createScheduler } from './scheduling/schedulers.js';
 export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './scheduling/batcher.js';
 export { RequestQueue, queuePolicy, type QueuePolicy } from './scheduling/queue.js';
 export { SequenceBatcher, sequenceInternalInputs } from './scheduling/sequence.js';
-export { createLogger, type LogLevel } from './logger.js';
+export { createLogger, type ConfigurableLogger, type LogFormat, type LogLevel } from './logger.js';
 export {
   ServerExtensions, parseRestrictions, httpCategory, grpcCategory, API_CATEGORIES,
   parseApiKey, parseApiKeyFile, bearerKey, checkApiKey,
@@ -53,7 +53,7 @@ export { checkTraceModel } from './protocol/http-admin.js';
 export { createEnsembleBackend, ensembleComposingModels, validateEnsemble } from './ensemble.js';
 export { CustomMetrics, type MetricKind } from './custom-metrics.js';
 export { MetricsRegistry, MetricFamily, MetricSeries, type MetricSample, type MetricSource, type MetricType } from './metrics.js';
-export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
+export { ResponseCache, parseCacheConfig, parseCacheFlags, requestKey, type CacheStats } from './cache.js';
 export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './scheduling/rate-limiter.js';
 export { generate, generateRequest, generateResponseJson } from './protocol/generate.js';
 export { createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling } from './embedding.js';

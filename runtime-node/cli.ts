@@ -9,8 +9,8 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
-import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
-import { startServer, stderrLogger } from './index.js';
+import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheFlags, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
+import { nodeLogger, startServer } from './index.js';
 import type { TlsFiles } from './http/tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
 import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
@@ -163,9 +163,19 @@ export function buildCli(): Command {
     .option('--repository-poll-secs <secs>', 'poll interval in poll mode', parseNonNegativeSecs, 15)
     .option('--trace-config <[triton,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, file=PATH, log-frequency=N (repeatable)', collect)
     .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
-    .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up', true))
+    .addOption(boolOption('--log-info', 'print info lines', true))
+    .addOption(boolOption('--log-warning', 'print warning lines', true))
+    .addOption(new Option('--log-warn [bool]', 'tritonserver accepts this prefix of --log-warning').argParser(parseBool).preset('true').hideHelp())
+    .addOption(boolOption('--log-error', 'print error lines', true))
+    .option('--log-format <format>', 'line layout: default (LMMDD hh:mm:ss.uuuuuu pid src:line] msg) or ISO8601 (YYYY-MM-DDThh:mm:ssZ L pid src:line] msg)', (v) => {
+      if (v !== 'default' && v !== 'ISO8601') throw new InvalidArgumentError('invalid argument for --log-format');
+      return v;
+    }, 'default')
+    .option('--log-file <path>', 'append the log to this file instead of printing it to stderr')
+    .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up; false: serve the others (a --model-repository folder that is missing leaves the server up, neither live nor ready, as tritonserver)', true))
     .addOption(boolOption('--strict-readiness', 'ready only when every model is ready', true))
     .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
+    .option('--model-load-retry-count <n>', 'times a model version that fails to load is tried again before its load fails', parseIntArg, 0)
     .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
     .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
     .addOption(boolOption('--disable-auto-complete-config', 'do not fill model configs from the model files', false))
@@ -181,6 +191,7 @@ export function buildCli(): Command {
     .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 or python,executable=/usr/bin/python3.11 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
     .option('--cache-config <cache,key=value>', 'response cache, e.g. local,size=1048576 (bytes); models opt in with response_cache { enable: true }', collect)
+    .option('--response-cache-byte-size <bytes>', 'deprecated by tritonserver: --cache-config local,size=<bytes>', parseIntArg)
     .addOption(boolOption('--browser-demo', 'also serve the in-browser demo at /demo, the browser build at /browser/ and the model files at /repository/', false))
     .option('--rate-limit <mode>', 'execution_count: an instance runs only when the resources its rate_limiter lists are free, priorities weighting the turns across models; off: as soon as it is free', (v) => {
       if (v !== 'off' && v !== 'execution_count') throw new InvalidArgumentError(`expected off or execution_count, got '${v}'`);
@@ -211,7 +222,10 @@ export function buildCli(): Command {
       }
       let cache: { size: number } | undefined;
       try {
-        cache = parseCacheConfig((o.cacheConfig ?? []) as string[]);
+        cache = parseCacheFlags((o.cacheConfig ?? []) as string[], o.responseCacheByteSize);
+        if (o.responseCacheByteSize !== undefined) {
+          process.stderr.write(`Warning: '--response-cache-byte-size' has been deprecated! This will default to the 'local' cache implementation with the provided byte size for its config. Please use '--cache-config' instead. The equivalent --cache-config CLI args would be: '--cache-config=local,size=${o.responseCacheByteSize}'\n`);
+        }
       } catch (err) {
         process.stderr.write(`Error: ${asTsiError(err).message}\n`);
         process.exit(1);
@@ -223,7 +237,15 @@ export function buildCli(): Command {
         process.stderr.write(`Error: ${asTsiError(err).message}\n`);
         process.exit(1);
       }
-      const log = stderrLogger(o.logVerbose);
+      let log;
+      try {
+        log = nodeLogger({
+          verbose: o.logVerbose, file: o.logFile, info: o.logInfo, warning: o.logWarn ?? o.logWarning, error: o.logError, format: o.logFormat,
+        });
+      } catch (err) {
+        process.stderr.write(`Error: cannot open --log-file ${o.logFile}: ${(err as Error).message}\n`);
+        process.exit(1);
+      }
       let httpTls: TlsFiles | undefined;
       let grpcTls: TlsFiles | undefined;
       try {
@@ -242,8 +264,11 @@ export function buildCli(): Command {
           httpAddress: o.httpAddress,
           allowHttp: o.allowHttp,
           log,
+          logFile: o.logFile,
           strictReadiness: o.strictReadiness,
+          exitOnError: o.exitOnError,
           modelLoadThreadCount: o.modelLoadThreadCount,
+          modelLoadRetryCount: o.modelLoadRetryCount,
           maxLoadedModels: o.maxLoadedModels,
           modelMemoryBudget: o.modelMemoryBudget,
           modelControlMode: mode,

@@ -4,18 +4,18 @@
  * core, so this file only wires backends, repositories and listeners together.
  */
 
-import { readFileSync } from 'node:fs';
+import { openSync, readFileSync, writeSync } from 'node:fs';
 import { deflate, gzip } from 'node:zlib';
 import { availableParallelism, totalmem } from 'node:os';
 import {
   BackendRegistry, createEmbeddingBackend, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
-  createLogger, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
+  createLogger, type ConfigurableLogger, type LogFormat, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc/server.js';
 import { listenMetrics, registerHostMetrics, type MetricsListener } from './metrics.js';
 import { nodeShmProvider } from './shm.js';
-import { FolderSource } from './fs-source.js';
+import { repositorySources } from './fs-source.js';
 import { listen, type Listener } from './http/server.js';
 import { Shutdown, type ShutdownProgress, type ShutdownReport, type StopOptions } from './shutdown.js';
 import { ReloadableTls, type TlsFiles } from './http/tls.js';
@@ -35,13 +35,22 @@ export interface NodeServerOptions {
   allowHttp?: boolean;
   logVerbose?: number;
   log?: Logger;
+  /** The file `log` writes to (`--log-file`), as `/v2/logging` reports it. */
+  logFile?: string;
   strictReadiness?: boolean;
   modelControlMode?: ModelControlMode;
+  /**
+   * false: a model repository folder that does not exist does not stop the start; the server serves
+   * on, not live and not ready, without models (tritonserver's --exit-on-error=false). Default true.
+   */
+  exitOnError?: boolean;
   loadModels?: string[];
   autoComplete?: boolean;
   defaultMaxBatchSize?: number;
   /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
   modelLoadThreadCount?: number;
+  /** tritonserver's `--model-load-retry-count`: times a version that fails to load is tried again (default 0). */
+  modelLoadRetryCount?: number;
   /** `--max-loaded-models`: load models on demand, at most this many at once (core/repository/residency.ts). */
   maxLoadedModels?: number;
   /** `--model-memory-budget`: load models on demand within this memory (bytes, `2G`, or `50%` of the machine's). */
@@ -140,7 +149,30 @@ export interface RunningServer {
 }
 
 export function stderrLogger(verbose = 0) {
-  return createLogger((_level, line) => process.stderr.write(line + '\n'), verbose);
+  return nodeLogger({ verbose });
+}
+
+export interface NodeLogOptions {
+  verbose?: number;
+  /** `--log-file`: lines are appended to this file instead of stderr (opened now: a bad path throws). */
+  file?: string;
+  info?: boolean;
+  warning?: boolean;
+  error?: boolean;
+  format?: LogFormat;
+}
+
+/** The server's logger in Node: tritonserver's lines with this process's id, to stderr or a file. */
+export function nodeLogger(o: NodeLogOptions = {}): ConfigurableLogger {
+  let write = (line: string) => void process.stderr.write(line + '\n');
+  if (o.file !== undefined) {
+    // Synchronous appends: every line is in the file, in order, even if the process dies just after.
+    const fd = openSync(o.file, 'a');
+    write = (line) => void writeSync(fd, line + '\n');
+  }
+  const log = createLogger((_level, line) => write(line), o.verbose ?? 0, { pid: process.pid });
+  Object.assign(log.settings, { info: o.info ?? true, warning: o.warning ?? true, error: o.error ?? true, format: o.format ?? 'default' });
+  return log;
 }
 
 /**
@@ -226,8 +258,10 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     log.info(`scheduler test hook: batching schedulers hold until ${schedulerDelay.requests} queued request(s)`
       + (schedulerDelay.backlog ? ` and ${schedulerDelay.backlog} backlogged sequence request(s)` : '') + ' (TRITONSERVER_DELAY_SCHEDULER)');
   }
+  const { sources, initError } = repositorySources(opts.modelRepositories, opts.exitOnError ?? true);
   const server = new InferenceServer({
-    sources: opts.modelRepositories.map((p) => new FolderSource(p)),
+    sources,
+    initError,
     backends: withExtraBackends(createNodeBackends(log, opts.backendConfig), opts.extraBackends),
     log,
     id: opts.id,
@@ -241,6 +275,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     rateLimit: opts.rateLimit,
     rateLimitResources: (opts.rateLimitResources ?? []).map(parseRateLimitResource),
     modelLoadThreadCount: opts.modelLoadThreadCount,
+    modelLoadRetryCount: opts.modelLoadRetryCount,
     schedulerDelay,
     residency: {
       maxLoadedModels: opts.maxLoadedModels,
@@ -254,6 +289,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     shmUnavailableReason: shmProvider ? undefined : `POSIX shared memory files (/dev/shm) are not available on ${process.platform}`,
     trace: opts.trace,
     traceWriter: fileTraceWriter,
+    logFile: opts.logFile,
     stageModelFiles: tempFolderStager(),
     modelCode: { allowCodeUpload: opts.allowModelCodeUpload ?? false },
   });

@@ -30,6 +30,8 @@ export function createJsBackend(opts: { log: Logger }): Backend {
         : `data:text/javascript;base64,${Buffer.from(await ctx.files.read(file)).toString('base64')}`;
       return {
         createInstance: (spec) => JsInstance.start(ctx, spec, url, file, opts.log),
+        // Each instance is a worker thread of its own: a slow initialize() need not wait for another's.
+        parallelInstances: true,
         unload: async () => {},
       };
     },

@@ -158,6 +158,11 @@ export function validateEnsemble(ensemble: ModelConfig, steps: readonly ModelCon
       queue.push(next);
     }
   }
+  // Triton marks the ensemble decoupled when a step is, and then its config check refuses a response
+  // cache on it, as on any decoupled model (a cached ensemble would replay only one response).
+  if (label !== 0 && ensemble.response_cache?.enable) {
+    throw new TsiError('INVALID_ARG', `Response Cache does not currently support model ${name} with 'decoupled' transaction policy. Please disable the response cache.`);
+  }
   return { decoupled: label !== 0 };
 }
 

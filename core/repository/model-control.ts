@@ -233,7 +233,12 @@ export class ModelControl {
         configJson = value;
       } else if (key.startsWith(FILE_PREFIX)) {
         if (!(value instanceof Uint8Array)) throw new TsiError('INVALID_ARG', `File parameter '${key}' must have bytes type for its value`);
-        files.set(checkOverridePath(key), value);
+        try {
+          files.set(checkOverridePath(key), value);
+        } catch (err) {
+          // Triton refuses such a file while polling the override folder: its text, then the reason.
+          throw new TsiError('INVALID_ARG', `failed to load '${name}', failed to poll from model repository: ${asTsiError(err).message}`);
+        }
       }
     }
     await this.checkCode(name, configJson, files);
@@ -248,13 +253,18 @@ export class ModelControl {
       }
     }
     const overrides: LoadOverrides | undefined = configJson === undefined && !staged ? undefined : { configJson, files: staged?.files };
+    if (!overrides && await this.server.repository.keepsConfigOverride(name)) {
+      this.server.log.info(`model '${name}' unchanged on disk since its config override was loaded: keeping it`);
+      return;
+    }
     try {
       await this.server.loadModel(name, overrides);
     } catch (err) {
       await staged?.dispose();
       const e = asTsiError(err, 'INVALID_ARG');
-      // Clients look for Triton's "failed to load '<model>', ..." in load errors.
-      throw e.message.startsWith('failed to load') ? e : new TsiError(e.code, `failed to load '${name}', ${e.message}`);
+      // Clients look for Triton's "failed to load '<model>', ..." (the config or the repository) or
+      // "load failed for model '<model>': ..." (its versions) in load errors.
+      throw /^(?:failed to load|load failed for model)/.test(e.message) ? e : new TsiError(e.code, `failed to load '${name}', ${e.message}`);
     }
     const previous = this.staged.get(name);
     if (staged) this.staged.set(name, staged);

@@ -100,21 +100,19 @@ export class ModelVersion {
       }
       // Bad warmup settings fail the load before any instance starts.
       const samples = await warmupSamples(opts.config, opts.files, opts.log);
-      let index = 0;
+      const specs: InstanceSpec[] = [];
       for (const [g, group] of (opts.config.instance_group ?? []).entries()) {
         const kind = (group.kind === 'KIND_GPU' || group.kind === 'KIND_MODEL') ? group.kind : 'KIND_CPU';
         const devices = kind === 'KIND_GPU' && group.gpus && group.gpus.length > 0 ? group.gpus : [-1];
         for (const deviceId of devices) {
           for (let c = 0; c < (group.count ?? 1); c++) {
-            const spec: InstanceSpec = { name: `${group.name}_${c}`, kind, deviceId, index: index++ };
-            mv.instances.push(tracedInstance(await mv.backendModel.createInstance(spec), opts.clock));
+            specs.push({ name: `${group.name}_${c}`, kind, deviceId, index: specs.length });
             mv.groupOf.push(g);
           }
         }
       }
-      if (mv.instances.length === 0 && opts.config.platform !== 'ensemble') {
-        mv.instances.push(tracedInstance(await mv.backendModel.createInstance({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 }), opts.clock));
-      }
+      if (specs.length === 0 && opts.config.platform !== 'ensemble') specs.push({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 });
+      await mv.createInstances(specs);
       if (samples.length > 0) {
         const t1 = opts.clock.nowNs();
         await Promise.all(mv.instances.map((inst) => warmUpInstance(opts.config, inst, samples, opts.log)));
@@ -137,6 +135,24 @@ export class ModelVersion {
       await mv.freeParts();
       throw err;
     }
+  }
+
+  /**
+   * Creates the instances in spec order; all at once where the backend allows it (as Triton's
+   * backends that declare parallel instance loading: a model of N instances with a slow initialize
+   * loads in about the time of one). Every instance created is kept in `instances`, so a failure
+   * frees them all; the first failure is thrown once every creation is over.
+   */
+  private async createInstances(specs: readonly InstanceSpec[]): Promise<void> {
+    const create = async (spec: InstanceSpec) => tracedInstance(await this.backendModel!.createInstance(spec), this.clock);
+    if (!this.backendModel!.parallelInstances || specs.length < 2) {
+      for (const spec of specs) this.instances.push(await create(spec));
+      return;
+    }
+    const settled = await Promise.allSettled(specs.map(create));
+    for (const r of settled) if (r.status === 'fulfilled') this.instances.push(r.value);
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
   }
 
   /**

@@ -7,7 +7,8 @@
 import { describe, expect, it } from 'vitest';
 import { parseServeArgs } from '../helpers/cli.js';
 
-const BOOLEAN_FLAGS: [flag: string, key: string, byDefault: boolean][] = [
+// undefined: an alias whose absence leaves the flag it stands for to decide.
+const BOOLEAN_FLAGS: [flag: string, key: string, byDefault: boolean | undefined][] = [
   ['--allow-http', 'allowHttp', true],
   ['--allow-grpc', 'allowGrpc', true],
   ['--allow-metrics', 'allowMetrics', true],
@@ -25,6 +26,10 @@ const BOOLEAN_FLAGS: [flag: string, key: string, byDefault: boolean][] = [
   ['--disable-auto-complete-config', 'disableAutoCompleteConfig', false],
   ['--strict-model-config', 'strictModelConfig', false],
   ['--browser-demo', 'browserDemo', false],
+  ['--log-info', 'logInfo', true],
+  ['--log-warning', 'logWarning', true],
+  ['--log-warn', 'logWarn', undefined],
+  ['--log-error', 'logError', true],
 ];
 
 describe('tsi-node serve: boolean flags', () => {

@@ -128,7 +128,7 @@ describe('explicit mode', () => {
           parameters: { config: JSON.stringify({ name: 'trav', backend: 'onnxruntime' }), 'file:1/model.onnx': b64(addSub), [key]: b64(addSub) },
         });
         expect(r.status, key).toBe(400);
-        expect(r.body.error, key).toMatch(new RegExp(`^Invalid file parameter '${key.replace(/[\\^$.*+?()[\]{}|]/g, '\\$&')}'`));
+        expect(r.body.error, key).toMatch(new RegExp(`^failed to load 'trav', failed to poll from model repository: Invalid file parameter '${key.replace(/[\\^$.*+?()[\]{}|]/g, '\\$&')}'`));
       }
       expect(readdirSync(canary)).toEqual([]);
       expect(existsSync(join(tmpdir(), 'evil.onnx'))).toBe(false);
@@ -147,7 +147,7 @@ describe('explicit mode', () => {
       expect((await postJson(`${s.url}/v2/models/via_grpc/infer`, body)).status).toBe(200);
       await expect(c.call('RepositoryModelLoad', {
         model_name: 'via_grpc', parameters: { config, 'file:../x.onnx': { bytes_param: Buffer.from(addSub) } },
-      })).rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: expect.stringMatching(/^Invalid file parameter 'file:\.\.\/x\.onnx'/) });
+      })).rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: expect.stringMatching(/^failed to load 'via_grpc', failed to poll from model repository: Invalid file parameter 'file:\.\.\/x\.onnx'/) });
       await expect(c.call('RepositoryModelLoad', { model_name: 'via_grpc', parameters: { config, 'file:1/model.onnx': { string_param: 'x' } } }))
         .rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: "File parameter 'file:1/model.onnx' must have bytes type for its value" });
       await c.call('RepositoryModelUnload', { model_name: 'via_grpc', parameters: { unload_dependents: { bool_param: true } } });

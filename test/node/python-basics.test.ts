@@ -99,7 +99,7 @@ describe('add_sub (Triton\'s example model.py)', () => {
     }));
     expect(performance.now() - t0).toBeLessThan(750);
     expect(new Set(pids).size).toBe(2);
-    const devices = s.logs.find((l) => l.includes("successfully loaded 'sleep_py'"))!;
+    const devices = s.logs.find((l) => l.includes("loaded 'sleep_py' version 1 on"))!;
     for (const pid of pids) expect(devices).toContain(`python (pid ${pid})`);
   });
 
@@ -133,7 +133,7 @@ describe('what a request carries', () => {
     expect(a.body.parameters).toEqual({ as_int: 7, as_bool: true, as_str: 's' });
     expect(s.logs.some((l) => /^W.*sequence_py \(sequence_py_0\) model\.py:\d+: sequence 42: flags 1$/.test(l))).toBe(true);
     expect(s.logs.some((l) => /^E.*sequence_py \(sequence_py_0\) model\.py:\d+: explicit error level$/.test(l))).toBe(true);
-    expect(s.logs.some((l) => /^V.*verbose line$/.test(l))).toBe(true);
+    expect(s.logs.some((l) => /^I.*verbose line$/.test(l))).toBe(true);
   });
 });
 

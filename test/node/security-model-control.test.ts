@@ -192,7 +192,7 @@ describe('model code upload, off by default', () => {
     for (const key of ['file:../evil.onnx', 'file:1/../../evil.onnx', 'file:/etc/evil.onnx']) {
       const r = await load('trav', { config: onnxConfig('trav'), 'file:1/model.onnx': b64(addSub), [key]: b64(addSub) });
       expect(r.status, key).toBe(400);
-      expect(r.body.error, key).toMatch(/^Invalid file parameter/);
+      expect(r.body.error, key).toMatch(/^failed to load 'trav', failed to poll from model repository: Invalid file parameter/);
     }
     expect(existsSync(join(tmpdir(), 'evil.onnx'))).toBe(false);
     for (const key of ['/../../etc/passwd', '../x', '/a/b']) {
