@@ -55,7 +55,7 @@ export interface AutoSample {
  * `random`: with sampled rows, each row's PRNG state after its token (so the engine's stays the
  * loop's whenever the loop stops).
  */
-export type AutoTokens = (seqs: readonly number[], tokens: Int32Array, step: { inferNs: number; inputNs: number; kvBytes: number; random?: Uint32Array }) => void;
+export type AutoTokens = (seqs: readonly number[], tokens: Int32Array, step: { inferNs: number; inputNs: number; kvBytes: number; random?: Uint32Array; device?: DeviceUse }) => void;
 
 export interface StepResult {
   /** rows × vocab float32 logits of each row's last position (absent for `free`, and with `tokens`). */
@@ -76,6 +76,18 @@ export interface StepResult {
   inferNs: number;
   /** Time spent laying out inputs and caches (re-batching when sequences join or leave). */
   inputNs: number;
+  /** A session whose model runs on a device (a GPU): what it holds there and what crossed so far. */
+  device?: DeviceUse;
+}
+
+/**
+ * Totals since the session started: device tensors it holds now (KV caches kept there), and bytes
+ * moved host → device and device → host by what they were (`kv`, `inputs`, `logits`, `ids`).
+ */
+export interface DeviceUse {
+  tensors: number;
+  toDevice: Record<string, number>;
+  toHost: Record<string, number>;
 }
 
 /**
