@@ -16,6 +16,9 @@
 import type { InstancePlacement, ModelIoInfo } from '../backend.js';
 import { TsiError } from '../errors.js';
 import type { SamplingParams } from './sampling.js';
+import type { DeviceUse } from './stats.js';
+
+export type { DeviceUse };
 
 export type StepRequest =
   /**
@@ -80,15 +83,6 @@ export interface StepResult {
   device?: DeviceUse;
 }
 
-/**
- * Totals since the session started: device tensors it holds now (KV caches kept there), and bytes
- * moved host → device and device → host by what they were (`kv`, `inputs`, `logits`, `ids`).
- */
-export interface DeviceUse {
-  tensors: number;
-  toDevice: Record<string, number>;
-  toHost: Record<string, number>;
-}
 
 /**
  * Rows of a prefill that are done before the rest (a prefill run in parts): their indices in the

@@ -13,12 +13,21 @@
  */
 
 import type { MetricFamily, MetricSeries, MetricsRegistry } from '../metrics.js';
-import type { DeviceUse } from './decoder.js';
 
 // Triton's vLLM backend's buckets.
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
 const TPOT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
 const E2E_BUCKETS = [1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0];
+
+/**
+ * A decoder session on a device, totals since it started: tensors it holds there now (KV caches),
+ * and bytes moved host → device and device → host by what they were (`kv`, `inputs`, `logits`, `ids`).
+ */
+export interface DeviceUse {
+  tensors: number;
+  toDevice: Record<string, number>;
+  toHost: Record<string, number>;
+}
 
 interface Summary {
   count: number;
