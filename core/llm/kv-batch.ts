@@ -24,6 +24,9 @@ import { TsiError } from '../errors.js';
 import { kvBytesPerToken, type DecoderLayout, type PrefillPart, type StepRequest, type StepResult } from './decoder.js';
 import { hostMoves, type KvArray, type KvData, type KvMoves, type KvRows, type RowCopy } from './kv-moves.js';
 import { PrefixCache, type PrefixHit } from './prefix-cache.js';
+import { lastRows, pickRows, prefillParts } from './step-rows.js';
+
+export { halfToFloat, prefillParts } from './step-rows.js';
 
 export type { KvArray, KvData };
 
@@ -274,7 +277,7 @@ export class KvBatch {
     for (const p of L.present) fetches.push(p.key, p.value);
     const t1 = performance.now();
     const out = await kit.run(feeds, fetches);
-    const t2 = performance.now();
+    let t2 = performance.now();
     const keep = (t: T) => (kit.keep ? kit.keep(t) : (kit.data(t) as KvArray));
     for (let l = 0; l < layers; l++) group.kv.push(keep(out[L.present[l]!.key]!), keep(out[L.present[l]!.value]!));
     const kd = kit.dims(out[L.present[0]!.key]!);
@@ -300,6 +303,8 @@ export class KvBatch {
     const times = () => ({ inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 });
     if (kit.readLogits) {
       const read = await kit.readLogits(logitsT, req.greedy === true);
+      // A device's run returns once its work is queued: the run ends when its result is here.
+      t2 = performance.now();
       if ('tokens' in read) {
         const tokens = reorder ? Int32Array.from(reorder, (b) => read.tokens[b]!) : read.tokens;
         return { tokens, vocab, kvBytes: this.bytes(), ...prefix, ...times() };
@@ -448,69 +453,4 @@ export class KvBatch {
 function rowCopy(w: { g: KvGroup; row: number; src: number }, to: number, len: number): RowCopy {
   const n = w.g.real[w.row]!;
   return { src: w.src, row: w.row, from: w.g.len - n, n, to, at: len - n };
-}
-
-/** A prefill run may spend at most this share more positions than its prompts have (left padding). */
-const PAD_SLACK = 1.25;
-
-/**
- * Prompts (by length) grouped into prefill runs, longest first, so that no run pads much: a prompt
- * is only computed alongside others of about its length. Padding is compute thrown away, and the
- * prefill of a prompt or two already keeps a CPU busy (tiny_gpt, 5- to 40-word prompts: 6–7 in one
- * padded run took 5–14 ms, ~0.8 ms each in runs of similar lengths).
- */
-export function prefillParts(lengths: readonly number[]): number[][] {
-  const order = lengths.map((_, i) => i).sort((a, b) => lengths[b]! - lengths[a]! || a - b);
-  const parts: number[][] = [];
-  let part: number[] = [];
-  let longest = 0;
-  let real = 0;
-  for (const i of order) {
-    const n = lengths[i]!;
-    if (part.length > 0 && (part.length + 1) * longest > PAD_SLACK * (real + n)) {
-      parts.push(part);
-      part = [];
-    }
-    if (part.length === 0) {
-      longest = n;
-      real = 0;
-    }
-    part.push(i);
-    real += n;
-  }
-  if (part.length > 0) parts.push(part);
-  return parts;
-}
-
-/** The rows `slots` of [*, vocab] logits, in that order. */
-function pickRows(logits: Float32Array, slots: readonly number[], vocab: number): Float32Array {
-  const out = new Float32Array(slots.length * vocab);
-  slots.forEach((b, k) => out.set(logits.subarray(b * vocab, (b + 1) * vocab), k * vocab));
-  return out;
-}
-
-/**
- * Row b's last-position logits, as float32: [rows, vocab]. With one position per row (the model
- * keeps only the last one's logits, or a decode step) that is the output itself, not a copy: it is
- * this step's, and the caller may change it.
- */
-function lastRows(data: Float32Array | Uint16Array, rows: number, positions: number, vocab: number, half: boolean): Float32Array {
-  if (positions === 1 && !half && data.length === rows * vocab) return data as Float32Array;
-  const out = new Float32Array(rows * vocab);
-  for (let b = 0; b < rows; b++) {
-    const o = (b * positions + positions - 1) * vocab;
-    if (!half) out.set((data as Float32Array).subarray(o, o + vocab), b * vocab);
-    else for (let v = 0; v < vocab; v++) out[b * vocab + v] = halfToFloat((data as Uint16Array)[o + v]!);
-  }
-  return out;
-}
-
-/** IEEE 754 half (as its 16 bits) to a number. */
-export function halfToFloat(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const f = h & 0x3ff;
-  if (e === 0) return s * 2 ** -14 * (f / 1024);
-  if (e === 31) return f ? NaN : s * Infinity;
-  return s * 2 ** (e - 15) * (1 + f / 1024);
 }
