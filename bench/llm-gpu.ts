@@ -6,8 +6,8 @@
  * device caches) — driven the same way at 1, 8 and 32 concurrent streams, side by side in one run:
  * output tokens/s and time to first token for each, the ratios, the bytes moved host↔device per
  * generated token (the server's `tsi_llm_device_bytes_total`, read from its stats), and each GPU
- * step's split as the server measured it (layout and copies incl. reading ids back / the decoder run /
- * sampling, text and streaming on the host). Where `python3 -c "import torch, transformers"` works
+ * step's split as the server measured it (inputs built and batch changes queued / the decoder run until
+ * its ids or logits are on the host / sampling, text and streaming on the host). Where `python3 -c "import torch, transformers"` works
  * and CUDA is visible, PyTorch on the same card is the peer: transformers' `generate` on a GPT-2 of
  * the same shape, fp32 and fp16 (bench/torch-peer.ts). First it checks that CPU and GPU give the same
  * greedy text for a few prompts (a GPU's float sums may differ in the last bits, so a near-tie
@@ -127,7 +127,7 @@ try {
   const f = (x: number, d = 1) => x.toFixed(d);
   const x = (a: number, b: number | undefined) => (b ? `${f(a / b, 2)}×` : '–');
   const head = ['streams', 'tsi CPU tok/s', 'tsi GPU tok/s', ...(hostKv ? ['GPU, KV on host'] : []), 'PyTorch fp32', 'PyTorch fp16', 'GPU / CPU', 'GPU / PyTorch fp32',
-    ...(hostKv ? ['GPU / KV on host'] : []), 'TTFT p50 CPU / GPU (ms)', 'GPU bytes/token (KV)', 'GPU step: layout+copies / run / host (ms)'];
+    ...(hostKv ? ['GPU / KV on host'] : []), 'TTFT p50 CPU / GPU (ms)', 'GPU bytes/token (KV)', 'GPU step: inputs+moves / run+read / host (ms)'];
   const table: string[][] = [head];
   for (const r of rows) {
     const { cpu, gpu } = r.sides as { cpu: Side; gpu: Side };
