@@ -74,11 +74,12 @@ export type OpenedSession =
 /**
  * Creates a session with the first of `providers` that works (in a worker thread); each failure is
  * kept, one line each, so the choice can be logged. A WebGPU session is created holding the
- * process's WebGPU lock, and its `lock` is what its runs and release must take too.
+ * process's WebGPU lock, and its `lock` is what its runs and release must take too. `webgpuOptions`
+ * apply to the WebGPU try only (an LLM decoder's outputs left on the device: llm/device-kv.ts).
  */
 export async function openSession(
   ort: typeof Ort, source: string | Uint8Array, options: Ort.InferenceSession.SessionOptions,
-  providers: ProviderChoice[], gpuLock: SharedArrayBuffer,
+  providers: ProviderChoice[], gpuLock: SharedArrayBuffer, webgpuOptions: Ort.InferenceSession.SessionOptions = {},
 ): Promise<OpenedSession> {
   const failures: string[] = [];
   for (const p of providers) {
@@ -86,7 +87,7 @@ export async function openSession(
     const lock = p.name === 'webgpu' ? new Int32Array(gpuLock) : undefined;
     try {
       const session = await gpuLocked(lock, () => ort.InferenceSession.create(source as string, {
-        ...options, executionProviders: [ep as Ort.InferenceSession.ExecutionProviderConfig],
+        ...options, ...(p.name === 'webgpu' ? webgpuOptions : {}), executionProviders: [ep as Ort.InferenceSession.ExecutionProviderConfig],
       }));
       return { session, provider: p.name, lock, failures };
     } catch (err) {
