@@ -42,7 +42,8 @@ export {
 } from './extensions.js';
 export { SharedMemoryManager, type SystemShmProvider, type ShmHandle, type ShmRef, type SystemRegionStatus } from './shared-memory.js';
 export {
-  TraceManager, Trace, attachTrace, traceOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
+  TraceManager, Trace, attachTrace, traceOf, traceContextOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
+  type TraceMode, type TraceContext, type TraceExporter, type TraceAttribute,
 } from './trace.js';
 export { LogSettings, controllableLogger, parseTraceConfig, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
 export {

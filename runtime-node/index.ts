@@ -248,12 +248,17 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     },
   });
   const shmProvider = nodeShmProvider({ log });
+  // The OpenTelemetry SDK loads only when its mode is asked for.
+  const otel = opts.trace?.mode === 'opentelemetry'
+    ? (await import('./otel/index.js')).createOtelExporter(opts.trace.modeSettings ?? [], server.clock, log)
+    : undefined;
   const extensions = new ServerExtensions(server, {
     allowClientShm: opts.allowClientShm ?? false,
     shmProvider,
     shmUnavailableReason: shmProvider ? undefined : `POSIX shared memory files (/dev/shm) are not available on ${process.platform}`,
     trace: opts.trace,
     traceWriter: fileTraceWriter,
+    traceExporter: otel,
     stageModelFiles: tempFolderStager(),
     modelCode: { allowCodeUpload: opts.allowModelCodeUpload ?? false },
   });
@@ -340,6 +345,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       await metrics?.close();
       closeCredentials();
       await extensions.close();
+      await otel?.shutdown();
     },
   });
   return {

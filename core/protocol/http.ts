@@ -17,7 +17,7 @@ import { generate } from './generate.js';
 import { completions, getModel, listModels } from '../llm/index.js';
 import { embeddings } from './openai-embeddings.js';
 import type { InferenceServer } from '../server.js';
-import { attachTrace } from '../trace.js';
+import { attachTrace, traceContextOf } from '../trace.js';
 import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
 import { HEADER_LENGTH, bodyBytes, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
 
@@ -264,7 +264,7 @@ function responseEncoding(c: OutputCompression, accept: string | undefined, enc:
 async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: number, ext: ServerExtensions, c: OutputCompression): Promise<HttpReply> {
   const modelName = req.model;
   const ver = req.version;
-  const trace = ext.traces.sample(modelName, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() });
+  const trace = ext.traces.sample(modelName, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() }, traceContextOf(req.header));
   try {
     const body = await readRequestBody(req.header, req.body, maxInput);
     trace?.mark('HTTP_RECV_END');
@@ -285,7 +285,7 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
       onCancel: req.onCancel,
     });
     if (trace) {
-      trace.mark('REQUEST_END');
+      trace.mark('INFER_RESPONSE_COMPLETE');
       trace.version = Number(resp.model_version);
     }
     const inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
