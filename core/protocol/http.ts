@@ -303,6 +303,9 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
     }
     trace?.mark('HTTP_SEND_END');
     return { status: 200, headers, body: out };
+  } catch (err) {
+    if (trace) trace.error ??= err instanceof Error ? err.message : String(err);
+    throw err;
   } finally {
     trace?.finish();
   }

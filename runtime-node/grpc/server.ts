@@ -401,6 +401,9 @@ async function modelInfer<T>(
     const inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
     trace?.mark('GRPC_SEND_START');
     return encode(resp, inShm);
+  } catch (err) {
+    if (trace) trace.error ??= asTsiError(err).message;
+    throw err;
   } finally {
     trace?.finish();
   }
