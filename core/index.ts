@@ -64,6 +64,6 @@ export {
 } from './llm/index.js';
 export {
   JsModelHost, ModelRequest, ModelTensor, InferError, instantiateModel, toTensor, toTensors, errorOf, findModelFile,
-  type JsHost, type InitInfo, type InitializeArgs, type ModelResponse, type ResponseSender, type BlsRequest,
+  type JsHost, type InitInfo, type ModelTrace, type TraceSlot, type InitializeArgs, type ModelResponse, type ResponseSender, type BlsRequest,
   type BlsResponse, type TensorInit, type TensorValue, type TensorsInit, type WireRequest, type WireResponse,
 } from './js-model.js';

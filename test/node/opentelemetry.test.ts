@@ -42,6 +42,18 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse(output_tensors=resp.output_tensors()))
         return out
 `;
+// The same in JavaScript (tsi's own backend), calling the ensemble: request.trace() passed as `trace`.
+const BLS_JS = `export default class {
+  initialize(args) { this.server = args.server; }
+  async execute(requests) {
+    return Promise.all(requests.map(async (r) => {
+      const inputs = { INPUT0: { data: r.input('INPUT0').data, shape: [1, 16] }, INPUT1: { data: r.input('INPUT1').data, shape: [1, 16] } };
+      const resp = await this.server.infer({ model_name: 'ens', inputs, trace: r.trace() });
+      return { outputs: { OUTPUT0: resp.outputs.OUTPUT0.data, OUTPUT1: resp.outputs.OUTPUT1.data } };
+    }));
+  }
+}
+`;
 const body = (id?: string) => ({
   ...(id ? { id } : {}),
   inputs: [
@@ -89,9 +101,11 @@ describeOtel('OpenTelemetry mode', () => {
       'ens/1/.keep': '',
       'bls/config.pbtxt': `name: "bls"\nbackend: "python"\nmax_batch_size: 0\n${io('[1, 16]')}`,
       'bls/1/model.py': BLS_PY,
+      'bls_js/config.pbtxt': `name: "bls_js"\nbackend: "javascript"\nmax_batch_size: 0\n${io('[1, 16]')}`,
+      'bls_js/1/model.js': BLS_JS,
     });
     s = await startPythonServer({
-      modelRepositories: [MODELS, repo.path], modelControlMode: 'explicit', loadModels: ['simple', 'ens', 'bls'], grpcPort: 0, grpcAddress: '127.0.0.1',
+      modelRepositories: [MODELS, repo.path], modelControlMode: 'explicit', loadModels: ['simple', 'ens', 'bls', 'bls_js'], grpcPort: 0, grpcAddress: '127.0.0.1',
       trace: parseTraceConfig([
         'mode=opentelemetry', 'level=TIMESTAMPS', 'rate=1', `opentelemetry,url=${rx.url}`,
         'opentelemetry,resource=test.key=test.value', 'opentelemetry,resource=service.name=test_triton', 'opentelemetry,bsp_schedule_delay=20',
@@ -162,6 +176,15 @@ describeOtel('OpenTelemetry mode', () => {
     const [t] = traces(await collect());
     expect(t).toHaveLength(5);
     expect(spanTree(t!)).toEqual({ InferRequest: ['bls'], bls: ['compute', 'simple'], simple: ['compute'] });
+  });
+
+  it('traces a JavaScript model\'s BLS call to an ensemble down to the ensemble\'s step', async () => {
+    const r = await postJson(`${s.url}/v2/models/bls_js/infer`, body());
+    expect(r.status).toBe(200);
+    expect(r.body.outputs[1].data).toEqual(Array.from({ length: 16 }, (_, i) => i - 1));
+    const [t] = traces(await collect());
+    expect(t).toHaveLength(6);
+    expect(spanTree(t!)).toEqual({ InferRequest: ['bls_js'], bls_js: ['compute', 'ens'], ens: ['simple'], simple: ['compute'] });
   });
 
   it('continues the client\'s trace from traceparent over HTTP, gRPC and a gRPC stream', async () => {
