@@ -194,7 +194,7 @@ export class TraceManager {
   }
 }
 
-export type TraceAttribute = string | number | boolean;
+export type TraceAttribute = string | number | boolean | string[];
 
 /**
  * One traced request's timestamps (steady-clock nanoseconds), with the traces of the requests it

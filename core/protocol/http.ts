@@ -145,8 +145,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   // The OpenAI-compatible API of `llm` and `embedding` models (core/protocol/openai.ts, openai-embeddings.ts).
   route('/v1/models', { GET: () => listModels(server) });
   route('/v1/models/:model{.+}', { GET: (c) => getModel(server, c.req.param('model')!) });
-  route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput) });
-  route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput) });
+  route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput, ext.traces) });
+  route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput, ext.traces) });
   route('/v1/embeddings', { POST: (c) => embeddings(server, c.req.raw, maxInput) });
   mountExtensionRoutes(app, server, ext, (c) => readBody(c, maxInput));
 

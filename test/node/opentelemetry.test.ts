@@ -85,10 +85,18 @@ describeOtel('OpenTelemetry mode', () => {
   let s: TestServer;
   let repo: ReturnType<typeof tempRepo>;
   let grpc: GrpcTestClient;
-  /** Sends what the batch processor holds and returns the spans received since the last call. */
+  /**
+   * Sends what the batch processor holds, until `roots` more requests' spans have arrived (a trace is
+   * handed over when its request's last part ends, which may follow the answer by a moment), and
+   * returns the spans received since the last call.
+   */
   let seen = 0;
-  const collect = async () => {
-    await s.extensions.traces.flush();
+  const collect = async (roots = 1) => {
+    const arrived = () => rx.spans.slice(seen).filter((x) => x.name === 'InferRequest').length;
+    await expect.poll(async () => {
+      await s.extensions.traces.flush();
+      return arrived();
+    }, { timeout: 10_000 }).toBeGreaterThanOrEqual(roots);
     const out = rx.spans.slice(seen);
     seen = rx.spans.length;
     return out;
@@ -105,7 +113,7 @@ describeOtel('OpenTelemetry mode', () => {
       'bls_js/1/model.js': BLS_JS,
     });
     s = await startPythonServer({
-      modelRepositories: [MODELS, repo.path], modelControlMode: 'explicit', loadModels: ['simple', 'ens', 'bls', 'bls_js'], grpcPort: 0, grpcAddress: '127.0.0.1',
+      modelRepositories: [MODELS, repo.path], modelControlMode: 'explicit', loadModels: ['simple', 'ens', 'bls', 'bls_js', 'tiny_gpt'], grpcPort: 0, grpcAddress: '127.0.0.1',
       trace: parseTraceConfig([
         'mode=opentelemetry', 'level=TIMESTAMPS', 'rate=1', `opentelemetry,url=${rx.url}`,
         'opentelemetry,resource=test.key=test.value', 'opentelemetry,resource=service.name=test_triton', 'opentelemetry,bsp_schedule_delay=20',
@@ -193,7 +201,7 @@ describeOtel('OpenTelemetry mode', () => {
     await grpc.call('ModelInfer', grpcInfer('ens'), { traceparent: TRACEPARENT });
     const streamed = await streamAll(grpc, [grpcInfer('simple')], { traceparent: TRACEPARENT });
     expect(streamed[0]!.error_message).toBe('');
-    const got = traces(await collect());
+    const got = traces(await collect(3));
     // One client trace: every server span shares its id, each request's root a child of the client's span.
     expect(got).toHaveLength(1);
     const roots = got[0]!.filter((x) => x.name === 'InferRequest');
@@ -205,18 +213,43 @@ describeOtel('OpenTelemetry mode', () => {
     expect(roots.map((r) => names(r)[0]).sort()).toEqual(['GRPC_WAITREAD_END', 'GRPC_WAITREAD_END', 'HTTP_RECV_START']);
   });
 
+  it('traces an OpenAI chat stream with the GenAI conventions: model, token usage, first token', async () => {
+    const [, traceId, parentSpan] = TRACEPARENT.split('-');
+    const res = await fetch(`${s.url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json', traceparent: TRACEPARENT },
+      body: JSON.stringify({ model: 'tiny_gpt', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5, stream: true, stream_options: { include_usage: true } }),
+    });
+    expect(res.status).toBe(200);
+    const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)));
+    const usage = events.at(-1)!.usage;
+    expect(usage.completion_tokens).toBe(5);
+    const [t] = traces(await collect());
+    const root = rootOf(t!);
+    expect(root.traceId).toBe(traceId);
+    expect(root.parentSpanId).toBe(parentSpan);
+    expect(root.attributes).toMatchObject({
+      'gen_ai.operation.name': 'chat', 'gen_ai.request.model': 'tiny_gpt', 'gen_ai.request.max_tokens': 5,
+      'gen_ai.usage.input_tokens': usage.prompt_tokens, 'gen_ai.usage.output_tokens': 5, 'gen_ai.response.id': events[0].id,
+    });
+    expect(root.attributes['gen_ai.latency.time_to_first_token']).toBeGreaterThan(0);
+    expect(names(root)).toEqual(['HTTP_RECV_START', 'HTTP_RECV_END', 'FIRST_TOKEN', 'HTTP_SEND_END']);
+    expect(spanTree(t!).InferRequest).toEqual(['tiny_gpt']);
+    const model = t!.find((x) => x.name === 'tiny_gpt')!;
+    expect(names(model)).toEqual(['REQUEST_START', 'QUEUE_START', 'REQUEST_END']);
+  });
+
   it('honours rate and count for requests without a context, and traces every propagated one', async () => {
     expect((await postJson(`${s.url}/v2/trace/setting`, { trace_rate: '3', trace_count: '2' })).status).toBe(200);
     for (let i = 0; i < 9; i++) expect((await postJson(`${s.url}/v2/models/simple/infer`, body())).status).toBe(200);
     // Requests 0 and 3 are sampled; then the count is spent.
-    expect(traces(await collect())).toHaveLength(2);
+    expect(traces(await collect(2))).toHaveLength(2);
     expect((await getJson(`${s.url}/v2/trace/setting`)).body.trace_count).toBe('0');
     for (let i = 0; i < 4; i++) {
       const parent = `00-${String(i + 1).padStart(32, '0')}-${'1'.repeat(16)}-01`;
       expect((await postJson(`${s.url}/v2/models/simple/infer`, body(), { traceparent: parent })).status).toBe(200);
       expect((await postJson(`${s.url}/v2/models/simple/infer`, body())).status).toBe(200);
     }
-    const got = traces(await collect());
+    const got = traces(await collect(4));
     expect(got).toHaveLength(4);
     for (const t of got) expect(rootOf(t).parentSpanId).toBe('1'.repeat(16));
     // Propagated requests took nothing from the count.
