@@ -18,6 +18,7 @@ import { DiagLogLevel, diag } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
+import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 import type { Clock, Logger, Trace, TraceExporter } from '../../core/index.js';
 import { TSI_VERSION } from '../../core/index.js';
 import { SpanBuilder } from './spans.js';
@@ -61,7 +62,7 @@ export function createOtelExporter(pairs: readonly [string, string][], clock: Cl
     debug: () => {},
     verbose: () => {},
   }, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
-  const resource = resourceFromAttributes({ 'service.name': 'triton-inference-server' })
+  const resource = resourceFromAttributes({ [ATTR_SERVICE_NAME]: 'triton-inference-server' })
     .merge(detectResources({ detectors: [envDetector] }))
     .merge(resourceFromAttributes(s.resource));
   const processor = new BatchSpanProcessor(new OTLPTraceExporter({ url: s.url }), {
