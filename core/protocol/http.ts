@@ -124,8 +124,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
         onCancel: (cancel) => c.req.raw.signal.addEventListener('abort', cancel, { once: true }),
       })),
     });
-    route(`${base}/generate`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), false, maxInput) });
-    route(`${base}/generate_stream`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), true, maxInput) });
+    route(`${base}/generate`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), false, maxInput, ext.traces) });
+    route(`${base}/generate_stream`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), true, maxInput, ext.traces) });
   }
 
   route('/v2/repository/index', {

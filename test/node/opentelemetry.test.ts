@@ -238,6 +238,17 @@ describeOtel('OpenTelemetry mode', () => {
     expect(names(model)).toEqual(['REQUEST_START', 'QUEUE_START', 'REQUEST_END']);
   });
 
+  it('traces Triton\'s generate_stream like infer', async () => {
+    const res = await fetch(`${s.url}/v2/models/tiny_gpt/generate_stream`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ text_input: 'hello', max_tokens: 3 }),
+    });
+    expect(res.status).toBe(200);
+    expect((await res.text()).match(/^data: /gm)!.length).toBeGreaterThanOrEqual(1);
+    const [t] = traces(await collect());
+    expect(spanTree(t!)).toEqual({ InferRequest: ['tiny_gpt'] });
+    expect(names(rootOf(t!))).toEqual(['HTTP_RECV_START', 'HTTP_RECV_END', 'HTTP_SEND_END']);
+  });
+
   it('honours rate and count for requests without a context, and traces every propagated one', async () => {
     expect((await postJson(`${s.url}/v2/trace/setting`, { trace_rate: '3', trace_count: '2' })).status).toBe(200);
     for (let i = 0; i < 9; i++) expect((await postJson(`${s.url}/v2/models/simple/infer`, body())).status).toBe(200);
