@@ -159,7 +159,11 @@ export class TraceManager {
     }
     const sink = otel ? (tr: Trace) => this.exporter!.export(tr) : (tr: Trace) => this.collect(tr, s);
     const t = new Trace(this.newId(), model, this.clock, sink, this.newId);
-    if (otel && context) t.context = context;
+    if (otel) {
+      if (context) t.context = context;
+      // The OpenTelemetry ids are chosen now, so a model can be told its span's context while it runs.
+      t.otelIds = { traceId: context ? context.traceparent.trim().slice(3, 35) : randomHex(16), spanId: randomHex(8) };
+    }
     if (startStamp) t.mark(startStamp.name, startStamp.ns);
     return t;
   }
@@ -213,6 +217,8 @@ export class Trace implements TraceStamps {
   readonly children: Trace[] = [];
   /** Extra span attributes a front end knows (the GenAI ones for LLM requests). */
   readonly attributes: Record<string, TraceAttribute> = {};
+  /** "opentelemetry" mode: the trace's id and its model span's id, in hex, chosen when it starts. */
+  otelIds?: { traceId: string; spanId: string };
   private computing = 0;
   private finished = false;
   private emitted = false;
@@ -237,7 +243,17 @@ export class Trace implements TraceStamps {
     }, this.newId);
     t.parentId = this.id;
     t.child = true;
+    if (this.otelIds) t.otelIds = { traceId: this.otelIds.traceId, spanId: randomHex(8) };
     return t;
+  }
+
+  /**
+   * The W3C context of this trace's model span in "opentelemetry" mode, as Triton hands it to a
+   * Python model (`request.trace().get_context()`): `{"traceparent": "00-<trace>-<span>-01"}`.
+   */
+  get spanContext(): string | undefined {
+    const ids = this.otelIds;
+    return ids ? JSON.stringify({ traceparent: `00-${ids.traceId}-${ids.spanId}-01` }) : undefined;
   }
 
   requestEnd(error?: string): void {
@@ -285,6 +301,14 @@ export class Trace implements TraceStamps {
     }
     return out;
   }
+}
+
+/** `bytes` random bytes in lower-case hex (crypto.getRandomValues: in Node and every browser). */
+function randomHex(bytes: number): string {
+  const b = crypto.getRandomValues(new Uint8Array(bytes));
+  let out = '';
+  for (let i = 0; i < b.length; i++) out += b[i]!.toString(16).padStart(2, '0');
+  return out;
 }
 
 /**

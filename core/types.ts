@@ -83,6 +83,8 @@ export interface TraceStamps {
   /** An execution of the request began; the trace is not written while one runs. */
   computeStart(): void;
   computeEnd(): void;
+  /** "opentelemetry" mode: the model span's W3C context as JSON (Python's `request.trace().get_context()`). */
+  readonly spanContext?: string;
   /** The trace of a request made on this one's behalf (an ensemble step, a BLS call) to `model`. */
   spawn(model: string): TraceStamps;
   /** The request's final response left its model (stamps REQUEST_END; `error` when it failed). */

@@ -21,7 +21,7 @@ import { detectResources, envDetector, resourceFromAttributes } from '@opentelem
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 import type { Clock, Logger, Trace, TraceExporter } from '../../core/index.js';
 import { TSI_VERSION } from '../../core/index.js';
-import { SpanBuilder } from './spans.js';
+import { PresetIds, SpanBuilder } from './spans.js';
 
 export const DEFAULT_OTLP_URL = 'http://localhost:4318/v1/traces';
 
@@ -71,8 +71,9 @@ export function createOtelExporter(pairs: readonly [string, string][], clock: Cl
     maxExportBatchSize: Math.min(s.maxExportBatchSize, s.maxQueueSize),
   });
   // Always on: core has already sampled, and a client's unsampled `traceparent` is traced too (Triton).
-  const provider = new BasicTracerProvider({ resource, sampler: new AlwaysOnSampler(), spanProcessors: [processor] });
-  const builder = new SpanBuilder(provider.getTracer('tsi', TSI_VERSION), new W3CTraceContextPropagator(), clock);
+  const ids = new PresetIds();
+  const provider = new BasicTracerProvider({ resource, sampler: new AlwaysOnSampler(), spanProcessors: [processor], idGenerator: ids });
+  const builder = new SpanBuilder(provider.getTracer('tsi', TSI_VERSION), new W3CTraceContextPropagator(), clock, ids);
   log.info(`opentelemetry: exporting traces to ${s.url} (queue ${s.maxQueueSize}, batch ${s.maxExportBatchSize}, every ${s.scheduleDelayMs} ms)`);
   return {
     export(t: Trace): void {

@@ -7,12 +7,14 @@
  * the span they belong to; each model span carries Triton's `triton.*` attributes; a failed request
  * sets its spans' status to ERROR.
  *
- * Spans are made after the fact, with explicit start and end times: core stamps steady-clock
+ * Spans are made after the fact, with explicit start and end times and the ids core chose when the
+ * request began (a model may have been told its span's context): core stamps steady-clock
  * nanoseconds, turned into wall-clock time here by one offset taken when the exporter starts (as
  * Triton's `time_offset_`).
  */
 
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace as traceApi, type Context, type HrTime, type Span, type TextMapPropagator, type Tracer } from '@opentelemetry/api';
+import { RandomIdGenerator, type IdGenerator } from '@opentelemetry/sdk-trace-base';
 import type { Clock, Trace } from '../../core/index.js';
 
 const MODEL_EVENTS = new Set(['REQUEST_START', 'QUEUE_START', 'REQUEST_END']);
@@ -20,12 +22,40 @@ const COMPUTE_EVENTS = new Set(['COMPUTE_START', 'COMPUTE_INPUT_END', 'COMPUTE_O
 
 type Stamp = { name: string; ns: number };
 
+/**
+ * The SDK's id source, made to hand out the ids core chose for a trace (a model was told its span's
+ * context while it ran: Python's `request.trace().get_context()`); random ones otherwise.
+ */
+export class PresetIds implements IdGenerator {
+  private readonly random = new RandomIdGenerator();
+  private traceId?: string;
+  private spanId?: string;
+
+  /** The ids the next span started takes (each once). */
+  preset(traceId: string | undefined, spanId: string | undefined): void {
+    this.traceId = traceId;
+    this.spanId = spanId;
+  }
+
+  generateTraceId(): string {
+    const id = this.traceId ?? this.random.generateTraceId();
+    this.traceId = undefined;
+    return id;
+  }
+
+  generateSpanId(): string {
+    const id = this.spanId ?? this.random.generateSpanId();
+    this.spanId = undefined;
+    return id;
+  }
+}
+
 export class SpanBuilder {
   /** Wall-clock seconds at the exporter's start, and the nanoseconds past them, minus the steady clock then. */
   private readonly epochSec0: number;
   private readonly offsetNs: number;
 
-  constructor(private readonly tracer: Tracer, private readonly propagator: TextMapPropagator, clock: Clock) {
+  constructor(private readonly tracer: Tracer, private readonly propagator: TextMapPropagator, clock: Clock, private readonly ids: PresetIds) {
     const steady0 = clock.nowNs();
     const ms = clock.epochMs();
     this.epochSec0 = Math.floor(ms / 1000);
@@ -50,7 +80,10 @@ export class SpanBuilder {
     const own = stamps.filter((s) => !MODEL_EVENTS.has(s.name) && !COMPUTE_EVENTS.has(s.name));
     const first = stamps[0]?.ns ?? 0;
     const last = stamps[stamps.length - 1]?.ns ?? first;
+    // Without a client's context the root span starts the trace: with the id core chose for it.
+    this.ids.preset(t.otelIds?.traceId, undefined);
     const root = this.tracer.startSpan('InferRequest', { kind: SpanKind.SERVER, startTime: this.time(own[0]?.ns ?? first) }, parent);
+    this.ids.preset(undefined, undefined);
     for (const s of own) root.addEvent(s.name, this.time(s.ns));
     root.setAttributes(t.attributes);
     if (t.error !== undefined) root.setStatus({ code: SpanStatusCode.ERROR, message: t.error });
@@ -63,7 +96,9 @@ export class SpanBuilder {
     const mine = stamps.filter((s) => MODEL_EVENTS.has(s.name) || (t.parentId !== 0 && !COMPUTE_EVENTS.has(s.name)));
     const start = mine.find((s) => s.name === 'REQUEST_START')?.ns ?? stamps[0]?.ns ?? 0;
     const end = mine.find((s) => s.name === 'REQUEST_END')?.ns ?? stamps[stamps.length - 1]?.ns ?? start;
+    this.ids.preset(undefined, t.otelIds?.spanId);
     const span = this.tracer.startSpan(t.model, { kind: SpanKind.SERVER, startTime: this.time(start) }, parent);
+    this.ids.preset(undefined, undefined);
     span.setAttribute('triton.model_name', t.model);
     span.setAttribute('triton.model_version', t.version);
     span.setAttribute('triton.trace_id', t.id);

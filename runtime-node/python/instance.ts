@@ -212,11 +212,12 @@ export class PythonInstance implements BackendInstance {
         const { block, descs } = input.writeTensors([...r.inputs.values()]);
         taken.push(block[0]);
         const seq = (r as { sequence?: { id: bigint | string; start: boolean; end: boolean } }).sequence;
-        // [request id, correlation id, flags, timeout µs, parameters (JSON), requested outputs, block, inputs, traced]
+        // [request id, correlation id, flags, timeout µs, parameters (JSON), requested outputs, block, inputs, trace]
         return [
           r.id, seq ? (typeof seq.id === 'bigint' ? Number(seq.id) : seq.id) : 0, seq ? (seq.start ? 1 : 0) | (seq.end ? 2 : 0) : 0,
           (r as { timeoutUs?: number }).timeoutUs ?? 0, JSON.stringify(r.parameters, bigints), r.requestedOutputs, block, descs,
-          r.trace ? 1 : 0,
+          // Traced: the context its model sees (a JSON string in "opentelemetry" mode, else just true).
+          r.trace ? r.trace.spanContext ?? true : false,
         ] as const;
       });
     } catch (err) {

@@ -33,6 +33,7 @@ class TritonPythonModel:
     def execute(self, requests):
         out = []
         for request in requests:
+            pb_utils.Logger.log_info("trace context " + str(request.trace().get_context()))
             r = pb_utils.InferenceRequest(
                 model_name="simple", requested_output_names=["OUTPUT0", "OUTPUT1"], trace=request.trace(),
                 inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT0"), pb_utils.get_input_tensor_by_name(request, "INPUT1")])
@@ -184,6 +185,10 @@ describeOtel('OpenTelemetry mode', () => {
     const [t] = traces(await collect());
     expect(t).toHaveLength(5);
     expect(spanTree(t!)).toEqual({ InferRequest: ['bls'], bls: ['compute', 'simple'], simple: ['compute'] });
+    // The model was told its own span's context while it ran (Triton's get_context()).
+    const model = t!.find((x) => x.name === 'bls')!;
+    const told = s.logs.map((l) => /trace context (\{.*\})/.exec(l)?.[1]).filter(Boolean).at(-1)!;
+    expect(JSON.parse(told)).toEqual({ traceparent: `00-${model.traceId}-${model.spanId}-01` });
   });
 
   it('traces a JavaScript model\'s BLS call to an ensemble down to the ensemble\'s step', async () => {

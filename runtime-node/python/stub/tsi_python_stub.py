@@ -364,6 +364,8 @@ class Runtime:
         for i, (rid, corr, flags, timeout, params, outs, block, descs, traced) in enumerate(m["r"]):
             req = pb.InferenceRequest._incoming((x, i), rid, corr, flags, timeout, params, outs, [tensor(*d) for d in descs])
             if traced:
+                # OpenTelemetry mode sends the model span's context (Triton's get_context()); Triton mode none.
+                req._trace = pb.InferenceTrace(traced if isinstance(traced, str) else None)
                 req._trace._slot = (x, i)
             self.live[(x, i)] = (req, block[0], block[1])
             reqs.append(req)
