@@ -209,7 +209,7 @@ class Runtime:
     def _bls_message(self, req, call_id, stream):
         return {"k": "b", "id": call_id, "s": stream, "m": req._model_name, "v": req._model_version,
                 "i": req._id, "c": req._correlation_id, "f": req._flags, "to": req._timeout,
-                "p": req._parameters, "o": req._requested_list, "tr": req._trace._slot}
+                "p": req._parameters, "o": req._requested_list, "tr": getattr(req._trace, "_slot", None)}
 
     def _check_bls(self):
         if not self.initialized or self.finalizing:
