@@ -101,10 +101,6 @@ export class TraceManager {
     this.global = { ...DEFAULT_TRACE_SETTING, ...initial };
   }
 
-  get mode(): TraceMode {
-    return this.global.mode;
-  }
-
   /** The effective setting for a model (its overrides over the global one), or the global one. */
   setting(model?: string): TraceSetting {
     const o = model ? this.models.get(model)?.override : undefined;
@@ -317,9 +313,11 @@ function randomHex(bytes: number): string {
  */
 export function traceContextOf(header: (name: string) => string | undefined): TraceContext | undefined {
   const traceparent = header('traceparent');
-  if (!traceparent || !/^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}/.test(traceparent.trim())) return undefined;
+  // W3C: all-zero trace and span ids are invalid, and a propagator would drop them.
+  const m = traceparent && /^[\da-f]{2}-([\da-f]{32})-([\da-f]{16})-[\da-f]{2}/.exec(traceparent.trim());
+  if (!m || /^0+$/.test(m[1]!) || /^0+$/.test(m[2]!)) return undefined;
   const tracestate = header('tracestate');
-  return tracestate ? { traceparent: traceparent.trim(), tracestate } : { traceparent: traceparent.trim() };
+  return tracestate ? { traceparent: traceparent!.trim(), tracestate } : { traceparent: traceparent!.trim() };
 }
 
 /** Sets the transport's request to carry `trace`; core hands it on to the request it queues. */

@@ -76,6 +76,7 @@ describe('sampling in OpenTelemetry mode', () => {
     const h = (o: Record<string, string>) => (k: string) => o[k];
     expect(traceContextOf(h({ traceparent: CONTEXT.traceparent, tracestate: 'v=1' }))).toEqual({ ...CONTEXT, tracestate: 'v=1' });
     expect(traceContextOf(h({ traceparent: '00-zz-1-01' }))).toBeUndefined();
+    expect(traceContextOf(h({ traceparent: `00-${'0'.repeat(32)}-b7ad6b7169242424-01` }))).toBeUndefined();
     expect(traceContextOf(h({}))).toBeUndefined();
   });
 });
