@@ -48,6 +48,20 @@ export function otelSettings(pairs: readonly [string, string][]): OtelSettings {
   return out;
 }
 
+/** A diag argument as one line: an error (which the SDK's error handler hands over as JSON) by its message. */
+function diagText(v: unknown): string {
+  if (v instanceof Error) return v.message;
+  if (typeof v === 'string' && v.startsWith('{')) {
+    try {
+      const o = JSON.parse(v) as { message?: unknown };
+      if (typeof o.message === 'string') return o.message;
+    } catch {
+      // not JSON: as it is
+    }
+  }
+  return String(v);
+}
+
 /** The exporter core hands finished traces to; `flush` at shutdown sends what is queued. */
 export function createOtelExporter(pairs: readonly [string, string][], clock: Clock, log: Logger): TraceExporter & { shutdown(): Promise<void> } {
   const s = otelSettings(pairs);
@@ -56,8 +70,8 @@ export function createOtelExporter(pairs: readonly [string, string][], clock: Cl
   }
   // The SDK reports dropped spans and failed exports through its diag logger only.
   diag.setLogger({
-    error: (m, ...a) => log.error(`opentelemetry: ${[m, ...a].map(String).join(' ')}`),
-    warn: (m, ...a) => log.warn(`opentelemetry: ${[m, ...a].map(String).join(' ')}`),
+    error: (m, ...a) => log.error(`opentelemetry: ${[m, ...a].map(diagText).join(' ')}`),
+    warn: (m, ...a) => log.warn(`opentelemetry: ${[m, ...a].map(diagText).join(' ')}`),
     info: () => {},
     debug: () => {},
     verbose: () => {},
