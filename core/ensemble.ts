@@ -23,7 +23,7 @@ import type { PendingRequest } from './request.js';
 import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from './scheduling/scheduler.js';
 import type { ModelRepository } from './repository/repository.js';
 import { retainBuffer } from './tensor.js';
-import type { InferInput, InferResponse, Parameters, Tensor } from './types.js';
+import type { InferInput, InferRequest, InferResponse, Parameters, Tensor } from './types.js';
 
 export { ensembleComposingModels, validateEnsemble } from './config/ensemble-validate.js';
 
@@ -440,10 +440,12 @@ class EnsembleRun {
       }
       this.release(ids[i]!, iter);
     }
-    const req = {
+    const req: InferRequest = {
       model_name: step.model, model_version: step.version, id: this.request.id, parameters: this.params, inputs,
       outputs: this.pruned.wanted[s] as { name: string }[],
     };
+    // A traced ensemble request traces each step as its child (Triton's parent_id, nested spans).
+    if (this.request.trace) req.trace = this.request.trace.spawn(step.model);
     this.inflight++;
     if (this.stepInflight) this.stepInflight[s]!++;
     try {

@@ -42,7 +42,8 @@ export {
 } from './extensions.js';
 export { SharedMemoryManager, type SystemShmProvider, type ShmHandle, type ShmRef, type SystemRegionStatus } from './shared-memory.js';
 export {
-  TraceManager, Trace, attachTrace, traceOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
+  TraceManager, Trace, attachTrace, traceOf, traceContextOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
+  type TraceMode, type TraceContext, type TraceExporter, type TraceAttribute,
 } from './trace.js';
 export { LogSettings, controllableLogger, parseTraceConfig, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
 export {
@@ -63,6 +64,6 @@ export {
 } from './llm/index.js';
 export {
   JsModelHost, ModelRequest, ModelTensor, InferError, instantiateModel, toTensor, toTensors, errorOf, findModelFile,
-  type JsHost, type InitInfo, type InitializeArgs, type ModelResponse, type ResponseSender, type BlsRequest,
+  type JsHost, type InitInfo, type ModelTrace, type TraceSlot, type InitializeArgs, type ModelResponse, type ResponseSender, type BlsRequest,
   type BlsResponse, type TensorInit, type TensorValue, type TensorsInit, type WireRequest, type WireResponse,
 } from './js-model.js';

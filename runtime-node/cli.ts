@@ -161,7 +161,7 @@ export function buildCli(): Command {
     .option('--http-restricted-api <cats:key=value>', 'HTTP categories (as for gRPC) that need header <key>: <value>, else 403 (repeatable)', collect)
     .addOption(boolOption('--allow-client-shm', 'let clients register system shared memory regions', false))
     .option('--repository-poll-secs <secs>', 'poll interval in poll mode', parseNonNegativeSecs, 15)
-    .option('--trace-config <[triton,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, file=PATH, log-frequency=N (repeatable)', collect)
+    .option('--trace-config <[mode,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; opentelemetry,url=URL (default http://localhost:4318/v1/traces), opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_max_queue_size=N (2048), opentelemetry,bsp_schedule_delay=MS (5000), opentelemetry,bsp_max_export_batch_size=N (512) (repeatable)', collect)
     .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
     .addOption(boolOption('--log-info', 'print info lines', true))
     .addOption(boolOption('--log-warning', 'print warning lines', true))
@@ -232,7 +232,7 @@ export function buildCli(): Command {
       }
       let trace;
       try {
-        trace = parseTraceConfig((o.traceConfig ?? []) as string[]);
+        trace = parseTraceConfig((o.traceConfig ?? []) as string[], process.env);
       } catch (err) {
         process.stderr.write(`Error: ${asTsiError(err).message}\n`);
         process.exit(1);

@@ -283,6 +283,10 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     },
   });
   const shmProvider = nodeShmProvider({ log });
+  // The OpenTelemetry SDK loads only when its mode is asked for.
+  const otel = opts.trace?.mode === 'opentelemetry'
+    ? (await import('./otel/index.js')).createOtelExporter(opts.trace.modeSettings ?? [], server.clock, log)
+    : undefined;
   const extensions = new ServerExtensions(server, {
     allowClientShm: opts.allowClientShm ?? false,
     shmProvider,
@@ -290,6 +294,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     trace: opts.trace,
     traceWriter: fileTraceWriter,
     logFile: opts.logFile,
+    traceExporter: otel,
     stageModelFiles: tempFolderStager(),
     modelCode: { allowCodeUpload: opts.allowModelCodeUpload ?? false },
   });
@@ -376,6 +381,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       await metrics?.close();
       closeCredentials();
       await extensions.close();
+      await otel?.shutdown();
     },
   });
   return {

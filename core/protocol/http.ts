@@ -17,7 +17,7 @@ import { generate } from './generate.js';
 import { completions, getModel, listModels } from '../llm/index.js';
 import { embeddings } from './openai-embeddings.js';
 import type { InferenceServer } from '../server.js';
-import { attachTrace } from '../trace.js';
+import { attachTrace, traceContextOf } from '../trace.js';
 import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
 import { HEADER_LENGTH, bodyBytes, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
 
@@ -124,8 +124,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
         onCancel: (cancel) => c.req.raw.signal.addEventListener('abort', cancel, { once: true }),
       })),
     });
-    route(`${base}/generate`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), false, maxInput) });
-    route(`${base}/generate_stream`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), true, maxInput) });
+    route(`${base}/generate`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), false, maxInput, ext.traces) });
+    route(`${base}/generate_stream`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), true, maxInput, ext.traces) });
   }
 
   route('/v2/repository/index', {
@@ -145,8 +145,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   // The OpenAI-compatible API of `llm` and `embedding` models (core/protocol/openai.ts, openai-embeddings.ts).
   route('/v1/models', { GET: () => listModels(server) });
   route('/v1/models/:model{.+}', { GET: (c) => getModel(server, c.req.param('model')!) });
-  route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput) });
-  route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput) });
+  route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput, ext.traces) });
+  route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput, ext.traces) });
   route('/v1/embeddings', { POST: (c) => embeddings(server, c.req.raw, maxInput) });
   mountExtensionRoutes(app, server, ext, (c) => readBody(c, maxInput));
 
@@ -264,7 +264,7 @@ function responseEncoding(c: OutputCompression, accept: string | undefined, enc:
 async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: number, ext: ServerExtensions, c: OutputCompression): Promise<HttpReply> {
   const modelName = req.model;
   const ver = req.version;
-  const trace = ext.traces.sample(modelName, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() });
+  const trace = ext.traces.sample(modelName, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() }, traceContextOf(req.header));
   try {
     const body = await readRequestBody(req.header, req.body, maxInput);
     trace?.mark('HTTP_RECV_END');
@@ -285,7 +285,7 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
       onCancel: req.onCancel,
     });
     if (trace) {
-      trace.mark('REQUEST_END');
+      trace.mark('INFER_RESPONSE_COMPLETE');
       trace.version = Number(resp.model_version);
     }
     const inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
@@ -303,6 +303,9 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
     }
     trace?.mark('HTTP_SEND_END');
     return { status: 200, headers, body: out };
+  } catch (err) {
+    if (trace) trace.error ??= err instanceof Error ? err.message : String(err);
+    throw err;
   } finally {
     trace?.finish();
   }

@@ -16,6 +16,7 @@ import type { InferenceServer } from '../server.js';
 import { readWebBody } from './http-body.js';
 import { decodeString, encodeString } from '../tensor.js';
 import type { InferRequest } from '../types.js';
+import { traceContextOf, type TraceManager } from '../trace.js';
 import { llmModelOf, type LlmModelInfo } from '../llm/backend.js';
 import type { ChatMessage } from '../llm/chat.js';
 import { CHAT, COMPLETION, openAiError, streamed, whole, type Answer, type Wants } from './openai-answer.js';
@@ -191,7 +192,8 @@ function completionPrompt(body: Json): string {
 }
 
 /** `POST /v1/completions` and `POST /v1/chat/completions`. */
-export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number): Promise<Response> {
+export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number, traces?: TraceManager): Promise<Response> {
+  const received = server.clock.nowNs();
   let request: InferRequest;
   let body: Json;
   let wants: Wants;
@@ -234,6 +236,20 @@ export async function completions(server: InferenceServer, req: Request, chat: b
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: shape.object, created, model: body.model as string };
   const answer: Answer = { shape, wants, echo, tools: tools.parse ? { parser: toolParser, parallel: tools.parallel } : undefined };
+  const trace = traces?.sample(request.model_name, { name: 'HTTP_RECV_START', ns: received }, traceContextOf((h) => req.headers.get(h) ?? undefined));
+  if (trace) {
+    trace.mark('HTTP_RECV_END');
+    request.trace = trace;
+    // The GenAI semantic conventions' request attributes (the usage ones come with the finish).
+    const g = request.generation!;
+    Object.assign(trace.attributes, {
+      'gen_ai.operation.name': chat ? 'chat' : 'text_completion', 'gen_ai.request.model': String(body.model), 'gen_ai.response.id': id,
+      ...(g.maxTokens !== undefined ? { 'gen_ai.request.max_tokens': g.maxTokens } : {}),
+      ...(g.temperature !== undefined ? { 'gen_ai.request.temperature': g.temperature } : {}),
+      ...(g.topP !== undefined ? { 'gen_ai.request.top_p': g.topP } : {}),
+    });
+    answer.trace = trace;
+  }
   return body.stream === true
     ? streamed(server, request, req.signal, answer, { ...head, object: shape.chunkObject }, body.stream_options?.include_usage === true)
     : whole(server, request, req.signal, answer, head);

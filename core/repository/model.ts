@@ -186,7 +186,9 @@ export class ModelVersion {
    */
   submit(req: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void): PendingRequest {
     if (this.state !== 'READY' || !this.scheduler) {
-      throw new TsiError('UNAVAILABLE', `Request for unknown model: '${this.name}' version ${this.version} is not at ready state`);
+      const err = new TsiError('UNAVAILABLE', `Request for unknown model: '${this.name}' version ${this.version} is not at ready state`);
+      req.trace?.requestEnd(err.message);
+      throw err;
     }
     // Classification is rare: the map exists only for requests that ask for it.
     let classification: Map<string, number> | undefined;
@@ -198,6 +200,51 @@ export class ModelVersion {
         if (typeof c === 'number') (classification ??= new Map()).set(o.name, c);
       }
     }
+    const trace = req.trace;
+    if (trace) {
+      // The response callback is wrapped only for traced requests: REQUEST_END, and the error if any.
+      const inner = onResponse;
+      onResponse = (r, final) => {
+        if (final) trace.requestEnd(r instanceof TsiError ? r.message : undefined);
+        inner(r, final);
+      };
+    }
+    const pending = this.validate(req, onResponse, classification);
+    const now = this.clock.nowNs();
+    pending.receivedNs = now;
+    if (trace) {
+      pending.trace = trace;
+      trace.mark('REQUEST_START', now);
+      trace.mark('QUEUE_START', now);
+    }
+    pending.generation = req.generation;
+    // The cache's key is the request's tensors and parameters: parsed generation parameters are neither.
+    if (this.cache && !req.generation) {
+      if (this.cache.serve(this.name, this.version, pending, this.stats, this.clock)) return pending;
+      // The lookup took time (it hashes the inputs): the queue start is a reading of its own.
+      this.scheduler.enqueue(pending);
+    } else {
+      // Validated just now: receipt and queue start are the same instant.
+      this.scheduler.enqueue(pending, now);
+    }
+    return pending;
+  }
+
+  private validate(req: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, classification: Map<string, number> | undefined): PendingRequest {
+    const trace = req.trace;
+    if (!trace) return this.validated(req, onResponse, classification);
+    trace.version = this.version;
+    if (req.id) trace.requestId = req.id;
+    try {
+      return this.validated(req, onResponse, classification);
+    } catch (err) {
+      // Refused before it was queued: no response will come, so the trace ends here.
+      trace.requestEnd(err instanceof Error ? err.message : String(err));
+      throw err;
+    }
+  }
+
+  private validated(req: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, classification: Map<string, number> | undefined): PendingRequest {
     const pending = validateRequest(req, {
       modelName: this.name,
       config: this.config,
@@ -213,19 +260,6 @@ export class ModelVersion {
         }
       },
     });
-    const now = this.clock.nowNs();
-    pending.receivedNs = now;
-    pending.trace = req.trace;
-    pending.generation = req.generation;
-    // The cache's key is the request's tensors and parameters: parsed generation parameters are neither.
-    if (this.cache && !req.generation) {
-      if (this.cache.serve(this.name, this.version, pending, this.stats, this.clock)) return pending;
-      // The lookup took time (it hashes the inputs): the queue start is a reading of its own.
-      this.scheduler.enqueue(pending);
-    } else {
-      // Validated just now: receipt and queue start are the same instant.
-      this.scheduler.enqueue(pending, now);
-    }
     return pending;
   }
 

@@ -34,8 +34,11 @@ export interface GrpcStatus {
 export interface DirectModelInfer {
   /** A status to answer at once (API key refused, protocol restricted), or undefined to go on. */
   admit(headers: IncomingHttpHeaders): GrpcStatus | undefined;
-  /** Runs one ModelInfer message; resolves to the answer's whole gRPC frame, in pieces to write back to back. */
-  infer(message: Buffer, onCancel: (cancel: () => void) => void): Promise<Uint8Array[]>;
+  /**
+   * Runs one ModelInfer message; resolves to the answer's whole gRPC frame, in pieces to write back
+   * to back. `header` reads the call's metadata (a client's `traceparent`).
+   */
+  infer(message: Buffer, onCancel: (cancel: () => void) => void, header: (key: string) => string | undefined): Promise<Uint8Array[]>;
   /** The status of a failure `infer` threw. */
   status(err: unknown): GrpcStatus;
   /** Largest message accepted (grpc-js's grpc.max_receive_message_length). */
@@ -141,7 +144,11 @@ export function serveModelInfer(stream: ServerHttp2Stream, headers: IncomingHttp
       if (ended) cancel();
       else (cancels ??= []).push(cancel);
     };
-    d.infer(body.subarray(5), onCancel).then(
+    const header = (key: string) => {
+      const v = headers[key];
+      return Array.isArray(v) ? v[0] : v;
+    };
+    d.infer(body.subarray(5), onCancel, header).then(
       (answer) => end({ code: OK, details: 'OK' }, answer),
       (err) => end(d.status(err)),
     );

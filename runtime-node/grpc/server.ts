@@ -34,7 +34,7 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import {
-  TsiError, asTsiError, attachTrace, checkTraceModel, grpcCategory, parseTraceUpdate, putEntry, traceSettingsJson,
+  TsiError, asTsiError, attachTrace, checkTraceModel, traceContextOf, grpcCategory, parseTraceUpdate, putEntry, traceSettingsJson,
   type AuthRefusal, type ErrorCode, type InferenceServer, type InferResponse, type Restrictions, type ServerExtensions,
 } from '../../core/index.js';
 import {
@@ -227,7 +227,7 @@ function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: Re
       if (refusal) return refusalStatus(refusal);
       return restriction('ModelInfer', header, opts.restrictedProtocol);
     },
-    infer: async (message, onCancel) => modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame),
+    infer: async (message, onCancel, header) => modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame, header),
     status: (err) => toStatus(err) as GrpcStatus,
     maxMessageBytes: MAX_MESSAGE_BYTES,
   };
@@ -245,6 +245,11 @@ function restriction(method: string, header: (key: string) => unknown, r?: Restr
 
 /** The first value of a metadata key, as restriction() reads it from grpc-js's calls. */
 const fromMetadata = (metadata: grpc.Metadata) => (key: string) => metadata.get(key)[0];
+/** The same, as a string (binary metadata values never carry what is read this way). */
+const metadataValue = (metadata: grpc.Metadata) => (key: string): string | undefined => {
+  const v = metadata.get(key)[0];
+  return v === undefined ? undefined : String(v);
+};
 
 /** The status an API-key refusal ends a call with. */
 function refusalStatus(refusal: AuthRefusal): { code: grpc.status; details: string } {
@@ -295,7 +300,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
       } catch (err) {
         return callback(toStatus(err));
       }
-      modelInfer(server, ext, msg, onCancel, encodeInferResponse).then((res) => callback(null, res), (err) => callback(toStatus(err)));
+      modelInfer(server, ext, msg, onCancel, encodeInferResponse, metadataValue(call.metadata)).then((res) => callback(null, res), (err) => callback(toStatus(err)));
     },
     ModelStreamInfer: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
       const denied = restriction('ModelStreamInfer', fromMetadata(call.metadata), opts.restrictedProtocol);
@@ -377,9 +382,9 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
 /** One ModelInfer; `encode` writes the answer (one buffer for grpc-js, frame pieces for direct.ts). */
 async function modelInfer<T>(
   server: InferenceServer, ext: ServerExtensions, msg: Obj, onCancel: (cancel: () => void) => void,
-  encode: (resp: InferResponse, inShm?: ReadonlySet<string>) => T,
+  encode: (resp: InferResponse, inShm?: ReadonlySet<string>) => T, header: (key: string) => string | undefined,
 ): Promise<T> {
-  const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
+  const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() }, traceContextOf(header));
   try {
     const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
     if (shmInputs.length > 0) await ext.sharedMemory.readInputs(request, shmInputs);
@@ -390,12 +395,15 @@ async function modelInfer<T>(
     }
     const resp = await server.infer(request, { onCancel });
     if (trace) {
-      trace.mark('REQUEST_END');
+      trace.mark('INFER_RESPONSE_COMPLETE');
       trace.version = Number(resp.model_version);
     }
     const inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
     trace?.mark('GRPC_SEND_START');
     return encode(resp, inShm);
+  } catch (err) {
+    if (trace) trace.error ??= asTsiError(err).message;
+    throw err;
   } finally {
     trace?.finish();
   }
@@ -464,6 +472,8 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
   // A client that sends `triton_grpc_error: true` wants the first error an inference answers with to
   // end the stream with its status (Triton's grpc error mode); the stream's other requests are cancelled.
   const errorEnds = call.metadata.get('triton_grpc_error')[0] === 'true';
+  // A stream's metadata comes once: every request on it continues the client's trace, if it sent one.
+  const traceContext = traceContextOf(metadataValue(call.metadata));
   /** An inference's own error: inside the stream, flagged like any response, or the stream's end. */
   const failed = (msg: Obj, err: unknown, final: boolean) => {
     if (!errorEnds) return write(encodeStreamError(msg, asTsiError(err), { triton_final_response: final }));
@@ -482,7 +492,7 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
       fail({}, err);
       return;
     }
-    const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
+    const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() }, traceContext);
     // Responses of one request are written in order even though shared-memory writes are async.
     let chain = Promise.resolve();
     try {
@@ -498,7 +508,7 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
       let cancel: (() => void) | undefined;
       await server.inferStream(request, (resp, final) => {
         if (final && cancel) cancels.delete(cancel);
-        if (final && trace) trace.mark('REQUEST_END');
+        if (final && trace) trace.mark('INFER_RESPONSE_COMPLETE');
         chain = chain.then(async () => {
           if (resp instanceof TsiError) return failed(msg, resp, final);
           // A decoupled model's bare "final" flag is only sent when the client asked for it.

@@ -102,7 +102,8 @@ export class PythonInstance implements BackendInstance {
       python: runtime.python, env: runtime.env, model: this.name, instance: this.spec.name, log,
       startTimeoutMs: this.setup.startTimeoutMs, shm: this.setup.shm,
     }, 'serve');
-    const services = new StubServices(proc, ctx, this.tag, log);
+    // A BLS call made with `trace=request.trace()` names its request by (execution, index): its trace's parent.
+    const services = new StubServices(proc, ctx, this.tag, log, (x, i) => this.executions.get(x)?.requests[i]?.trace);
     proc.onMessage = (m) => this.receive(proc, services, m);
     proc.onBatchEnd = () => proc.ring!.flush();
     proc.onExit = (reason) => this.exited(proc, services, reason);
@@ -211,10 +212,12 @@ export class PythonInstance implements BackendInstance {
         const { block, descs } = input.writeTensors([...r.inputs.values()]);
         taken.push(block[0]);
         const seq = (r as { sequence?: { id: bigint | string; start: boolean; end: boolean } }).sequence;
-        // [request id, correlation id, flags, timeout µs, parameters (JSON), requested outputs, block, inputs]
+        // [request id, correlation id, flags, timeout µs, parameters (JSON), requested outputs, block, inputs, trace]
         return [
           r.id, seq ? (typeof seq.id === 'bigint' ? Number(seq.id) : seq.id) : 0, seq ? (seq.start ? 1 : 0) | (seq.end ? 2 : 0) : 0,
           (r as { timeoutUs?: number }).timeoutUs ?? 0, JSON.stringify(r.parameters, bigints), r.requestedOutputs, block, descs,
+          // Traced: the context its model sees (a JSON string in "opentelemetry" mode, else just true).
+          r.trace ? r.trace.spanContext ?? true : false,
         ] as const;
       });
     } catch (err) {

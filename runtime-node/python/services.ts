@@ -10,7 +10,7 @@
 
 import {
   CustomMetrics, TsiError, asTsiError, type ErrorCode, type MetricFamily, type MetricSeries, type InferRequest, type InferResponse,
-  type Logger, type ModelLoadContext, type Parameters, type Tensor,
+  type Logger, type ModelLoadContext, type Parameters, type Tensor, type TraceStamps,
 } from '../../core/index.js';
 import type { StubMessage } from './channel.js';
 import type { StubProcess } from './process.js';
@@ -34,6 +34,8 @@ export class StubServices {
   constructor(
     private readonly proc: StubProcess, private readonly ctx: ModelLoadContext, private readonly tag: string,
     private readonly log: Logger,
+    /** The trace of request `i` of execution `x`, if it is traced and still running. */
+    private readonly traceOf: (x: number, i: number) => TraceStamps | undefined = () => undefined,
   ) {
     this.metrics = ctx.metrics && new CustomMetrics(ctx.metrics);
   }
@@ -131,6 +133,10 @@ export class StubServices {
       outputs: names.length > 0 ? names.map((name) => ({ name })) : undefined,
     };
     if (m.i) request.id = String(m.i);
+    // `trace=request.trace()` of a traced request: the call is traced as that request's child (Triton).
+    const tr = m.tr as [number, number] | undefined;
+    const parent = tr ? this.traceOf(tr[0], tr[1]) : undefined;
+    if (parent) request.trace = parent.spawn(request.model_name);
     const send = (r: InferResponse | TsiError, final: boolean) => this.blsReply(id, r, final);
     const onCancel = (cancel: () => void) => this.cancels.set(id, cancel);
     try {

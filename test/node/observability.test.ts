@@ -268,9 +268,9 @@ describe('trace extension', () => {
     const names = (t: (typeof first)[number]) => t.stamps.map((x) => x.name);
     expect(names(first[0]!)).toEqual([
       'HTTP_RECV_START', 'HTTP_RECV_END', 'REQUEST_START', 'QUEUE_START', 'COMPUTE_START', 'COMPUTE_INPUT_END',
-      'COMPUTE_OUTPUT_START', 'COMPUTE_END', 'REQUEST_END', 'HTTP_SEND_START', 'HTTP_SEND_END',
+      'COMPUTE_OUTPUT_START', 'COMPUTE_END', 'REQUEST_END', 'INFER_RESPONSE_COMPLETE', 'HTTP_SEND_START', 'HTTP_SEND_END',
     ].filter((n) => names(first[0]!).includes(n)));
-    for (const n of ['HTTP_RECV_START', 'REQUEST_START', 'QUEUE_START', 'COMPUTE_START', 'COMPUTE_END', 'REQUEST_END', 'HTTP_SEND_END']) {
+    for (const n of ['HTTP_RECV_START', 'REQUEST_START', 'QUEUE_START', 'COMPUTE_START', 'COMPUTE_END', 'REQUEST_END', 'INFER_RESPONSE_COMPLETE', 'HTTP_SEND_END']) {
       expect(names(first[0]!)).toContain(n);
     }
     expect(names(first[1]!)).toEqual(expect.arrayContaining(['GRPC_WAITREAD_END', 'COMPUTE_START', 'COMPUTE_END', 'REQUEST_END']));

@@ -209,7 +209,7 @@ class Runtime:
     def _bls_message(self, req, call_id, stream):
         return {"k": "b", "id": call_id, "s": stream, "m": req._model_name, "v": req._model_version,
                 "i": req._id, "c": req._correlation_id, "f": req._flags, "to": req._timeout,
-                "p": req._parameters, "o": req._requested_list}
+                "p": req._parameters, "o": req._requested_list, "tr": getattr(req._trace, "_slot", None)}
 
     def _check_bls(self):
         if not self.initialized or self.finalizing:
@@ -361,8 +361,12 @@ class Runtime:
         x = m["x"]
         reqs = []
         tensor = self.inputs.tensor
-        for i, (rid, corr, flags, timeout, params, outs, block, descs) in enumerate(m["r"]):
+        for i, (rid, corr, flags, timeout, params, outs, block, descs, traced) in enumerate(m["r"]):
             req = pb.InferenceRequest._incoming((x, i), rid, corr, flags, timeout, params, outs, [tensor(*d) for d in descs])
+            if traced:
+                # OpenTelemetry mode sends the model span's context (Triton's get_context()); Triton mode none.
+                req._trace = pb.InferenceTrace(traced if isinstance(traced, str) else None)
+                req._trace._slot = (x, i)
             self.live[(x, i)] = (req, block[0], block[1])
             reqs.append(req)
         return reqs
