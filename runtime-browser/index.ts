@@ -6,7 +6,7 @@
  * can answer `/v2/...` for unmodified HTTP clients. Queueing, dynamic batching, sequences and
  * statistics are core's and apply here unchanged, and so do ensembles (core's), JavaScript models
  * (js-backend.ts), `llm` language models (llm-backend.ts: core's in-flight batching and OpenAI
- * API) and `embedding` sentence encoders (core/embedding.ts over this runtime's onnxruntime backend). Further backends plug in through `backends`, by the name a config's `backend` selects.
+ * API) and `embedding` sentence encoders (core/encoders/embedding.ts over this runtime's onnxruntime backend). Further backends plug in through `backends`, by the name a config's `backend` selects.
  */
 
 import {

@@ -1,5 +1,5 @@
 /**
- * `POST /v1/embeddings` over `embedding` models (core/embedding.ts), in OpenAI's shapes: `input` a
+ * `POST /v1/embeddings` over `embedding` models (core/encoders/embedding.ts), in OpenAI's shapes: `input` a
  * string or a list of strings, `encoding_format` `float` (lists of numbers) or `base64` (each vector's
  * little-endian float32 bytes, which the official clients ask for by default and decode), `dimensions`
  * for models that allow shorter vectors (the backend refuses it for others), and `usage` token counts.

@@ -106,7 +106,7 @@ describe('committed configs match the generated models', () => {
         return;
       }
       if (/backend:\s*"embedding"/.test(text)) {
-        // An embedding model's config names its text API; its graph is the encoder layout core/embedding.ts reads.
+        // An embedding model's config names its text API; its graph is the encoder layout core/encoders/embedding.ts reads.
         const e = await open(name);
         expect(e.inputNames).toEqual(['input_ids', 'attention_mask', 'token_type_ids']);
         expect(e.outputNames).toEqual(['last_hidden_state']);

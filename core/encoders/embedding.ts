@@ -22,14 +22,14 @@
  * it as one padded [rows, longest] request, so the dynamic batcher's batches become one ONNX run.
  */
 
-import type { Backend, BackendInstance, BackendModel, BackendRequest, InstanceSpec, ModelLoadContext } from './backend.js';
-import type { ExecutionTimes } from './execution.js';
-import type { ModelConfig, ModelInput, ModelOutput } from './config/model-config.js';
-import { TsiError } from './errors.js';
-import { modelFile } from './llm/model-folder.js';
-import { Tokenizer } from './llm/tokenizer.js';
-import { decodeString } from './tensor.js';
-import type { Tensor } from './types.js';
+import type { Backend, BackendInstance, BackendModel, BackendRequest, InstanceSpec, ModelLoadContext } from '../backend.js';
+import type { ExecutionTimes } from '../execution.js';
+import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
+import { TsiError } from '../errors.js';
+import { modelFile } from '../llm/model-folder.js';
+import { Tokenizer } from '../llm/tokenizer.js';
+import { decodeString } from '../tensor.js';
+import type { Tensor } from '../types.js';
 
 type Json = Record<string, any>;
 
