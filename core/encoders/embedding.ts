@@ -26,10 +26,9 @@ import type { Backend, BackendInstance, BackendModel, BackendRequest, InstanceSp
 import type { ExecutionTimes } from '../execution.js';
 import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
 import { TsiError } from '../errors.js';
-import { modelFile } from '../llm/model-folder.js';
-import { Tokenizer } from '../llm/tokenizer.js';
+import type { Tokenizer } from '../llm/tokenizer.js';
 import { decodeString } from '../tensor.js';
-import type { Tensor } from '../types.js';
+import { EncoderInstance, boolParam, loadEncoder, maxLengthOf, param, readJson, type Encoder } from './encoder.js';
 
 type Json = Record<string, any>;
 
@@ -72,27 +71,6 @@ export function createEmbeddingBackend(innerBackend: () => Promise<Backend>): Ba
   };
 }
 
-async function readJson(ctx: ModelLoadContext, path: string): Promise<Json | undefined> {
-  if (!(await ctx.files.exists(path))) return undefined;
-  try {
-    return JSON.parse(decodeString(await ctx.files.read(path))) as Json;
-  } catch (err) {
-    throw new TsiError('INVALID_ARG', `model '${ctx.config.name}': '${path}' is not valid JSON: ${(err as Error).message}`);
-  }
-}
-
-function param(config: ModelConfig, key: string): string | undefined {
-  return config.parameters?.[key]?.string_value?.trim();
-}
-
-function boolParam(config: ModelConfig, key: string): boolean | undefined {
-  const v = param(config, key);
-  if (v === undefined) return undefined;
-  if (v === 'true' || v === '1') return true;
-  if (v === 'false' || v === '0') return false;
-  throw new TsiError('INVALID_ARG', `model '${config.name}': config parameter '${key}' must be true or false, got '${v}'`);
-}
-
 /** The pooling, normalisation, length limit and matryoshka flag, from the parameters or the folder's files. */
 export async function embeddingSettings(ctx: ModelLoadContext, dir: string): Promise<EmbeddingSettings> {
   const { config } = ctx;
@@ -114,10 +92,7 @@ export async function embeddingSettings(ctx: ModelLoadContext, dir: string): Pro
   }
   const normalize = boolParam(config, 'normalize') ?? (modules?.some((m) => String(m.type).endsWith('.Normalize')) || (await ctx.files.exists(`${dir}/2_Normalize`)));
   const hf = (await readJson(ctx, `${dir}/config.json`)) ?? {};
-  const st = (await readJson(ctx, `${dir}/sentence_bert_config.json`)) ?? {};
-  const rawMax = param(config, 'max_seq_length');
-  const maxLength = rawMax !== undefined ? Number(rawMax) : Number(st.max_seq_length ?? hf.max_position_embeddings ?? 512);
-  if (!Number.isInteger(maxLength) || maxLength <= 0) throw new TsiError('INVALID_ARG', `model '${name}': max_seq_length must be a positive integer, got '${rawMax ?? maxLength}'`);
+  const maxLength = maxLengthOf(config, hf, (await readJson(ctx, `${dir}/sentence_bert_config.json`)) ?? {});
   const matryoshka = boolParam(config, 'matryoshka') ?? (hf.is_matryoshka === true || Array.isArray(hf.matryoshka_dimensions));
   return { pooling, normalize, maxLength, matryoshka };
 }
@@ -152,45 +127,28 @@ export function normalized(v: Float32Array): Float32Array {
 }
 
 class EmbeddingModel implements BackendModel {
-  private constructor(
-    private readonly ctx: ModelLoadContext, private readonly inner: BackendModel, private readonly tokenizer: Tokenizer,
-    private readonly settings: EmbeddingSettings, private readonly feeds: string[], private readonly output: string,
-  ) {}
+  private constructor(private readonly ctx: ModelLoadContext, private readonly enc: Encoder, private readonly settings: EmbeddingSettings) {}
 
   static async load(ctx: ModelLoadContext, onnx: Backend): Promise<EmbeddingModel> {
-    const { config, files, version } = ctx;
+    const { config } = ctx;
     const name = config.name ?? '';
     if (!(config.input ?? []).some((i) => i.name === 'text_input') || !(config.output ?? []).some((o) => o.name === 'embedding')) {
       throw new TsiError('INVALID_ARG', `model '${name}': an embedding model takes 'text_input' (TYPE_STRING) and returns 'embedding' (TYPE_FP32)`);
     }
-    const dir = String(version);
-    const file = await modelFile(files, dir, config);
-    const tokJson = await readJson(ctx, `${dir}/tokenizer.json`);
-    if (!tokJson) throw new TsiError('INVALID_ARG', `unable to find '${dir}/tokenizer.json' for model '${name}'`);
-    const tokenizer = new Tokenizer(tokJson, (await readJson(ctx, `${dir}/tokenizer_config.json`)) ?? {});
-    const settings = await embeddingSettings(ctx, dir);
-    const innerConfig: ModelConfig = { ...config, backend: 'onnxruntime', default_model_filename: file.path.slice(dir.length + 1), input: [], output: [] };
-    const io = await onnx.describeModel?.(innerConfig, version, files);
-    const names = new Set(io?.inputs.map((i) => i.name) ?? ['input_ids', 'attention_mask', 'token_type_ids']);
-    for (const need of ['input_ids', 'attention_mask']) {
-      if (!names.has(need)) throw new TsiError('INVALID_ARG', `model '${name}': '${file.path}' has no input '${need}' (an encoder takes input_ids and attention_mask)`);
-    }
-    const feeds = ['input_ids', 'attention_mask', 'token_type_ids'].filter((n) => names.has(n));
-    const output = io?.outputs.find((o) => o.name === 'last_hidden_state')?.name ?? io?.outputs.find((o) => o.shape.length === 3)?.name;
-    if (!output) throw new TsiError('INVALID_ARG', `model '${name}': '${file.path}' has no 'last_hidden_state' output ([batch, sequence, hidden])`);
-    innerConfig.input = feeds.map((n) => ({ name: n, data_type: 'TYPE_INT64', dims: [-1] }));
-    innerConfig.output = [{ name: output, data_type: 'TYPE_FP32', dims: [-1, -1] }];
-    const inner = await onnx.loadModel({ ...ctx, config: innerConfig });
-    ctx.log.info(`model '${name}': encoder ${file.path}, ${settings.pooling} pooling${settings.normalize ? ', normalized' : ''}, up to ${settings.maxLength} tokens${settings.matryoshka ? ', matryoshka dimensions' : ''}`);
-    return new EmbeddingModel(ctx, inner, tokenizer, settings, feeds, output);
+    const settings = await embeddingSettings(ctx, String(ctx.version));
+    const enc = await loadEncoder(ctx, onnx, (io) => io?.outputs.find((o) => o.name === 'last_hidden_state')?.name ?? io?.outputs.find((o) => o.shape.length === 3)?.name,
+      "'last_hidden_state' ([batch, sequence, hidden])", [-1, -1]);
+    ctx.log.info(`model '${name}': encoder ${enc.file}, ${settings.pooling} pooling${settings.normalize ? ', normalized' : ''}, up to ${settings.maxLength} tokens${settings.matryoshka ? ', matryoshka dimensions' : ''}`);
+    return new EmbeddingModel(ctx, enc, settings);
   }
 
   async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
-    return new EmbeddingInstance(this.ctx.config.name ?? '', await this.inner.createInstance(spec), this.tokenizer, this.settings, this.feeds, this.output);
+    const { enc } = this;
+    return new EmbeddingInstance(this.ctx.config.name ?? '', await enc.inner.createInstance(spec), enc.tokenizer, this.settings, enc.feeds, enc.output);
   }
 
   async unload(): Promise<void> {
-    await this.inner.unload();
+    await this.enc.inner.unload();
   }
 }
 
@@ -199,22 +157,12 @@ interface Row {
   ids: number[];
 }
 
-class EmbeddingInstance implements BackendInstance {
-  readonly device: string;
-
+class EmbeddingInstance extends EncoderInstance {
   constructor(
-    private readonly model: string, private readonly inner: BackendInstance, private readonly tokenizer: Tokenizer,
-    private readonly settings: EmbeddingSettings, private readonly feeds: string[], private readonly output: string,
+    model: string, inner: BackendInstance, private readonly tokenizer: Tokenizer,
+    private readonly settings: EmbeddingSettings, feeds: string[], output: string,
   ) {
-    this.device = inner.device;
-  }
-
-  get spec(): InstanceSpec {
-    return this.inner.spec;
-  }
-
-  get placement() {
-    return this.inner.placement;
+    super(model, inner, feeds, output);
   }
 
   /** The request's `dimensions` parameter, checked; undefined: the model's own. */
@@ -248,23 +196,7 @@ class EmbeddingInstance implements BackendInstance {
       }
     }
     if (rows.length === 0) return;
-    const R = rows.length;
-    const L = Math.max(...rows.map((r) => r.ids.length));
-    const ids = new BigInt64Array(R * L);
-    const mask = new BigInt64Array(R * L);
-    rows.forEach((r, i) => r.ids.forEach((id, t) => {
-      ids[i * L + t] = BigInt(id);
-      mask[i * L + t] = 1n;
-    }));
-    const data: Record<string, BigInt64Array> = { input_ids: ids, attention_mask: mask, token_type_ids: new BigInt64Array(R * L) };
-    const inputs = new Map<string, Tensor>(this.feeds.map((n) => [n, { name: n, datatype: 'INT64', shape: [R, L], data: data[n]! }]));
-    let result = new TsiError('INTERNAL', `model '${this.model}': the encoder sent no response`) as Tensor | TsiError;
-    const times = await this.inner.execute([{
-      id: live[0]!.id, inputs, requestedOutputs: [this.output], parameters: {}, batchSize: R,
-      send: (r) => {
-        result = r instanceof TsiError ? r : r.outputs.find((t) => t.name === this.output) ?? result;
-      },
-    }]);
+    const { result, times, longest: L } = await this.run(rows, live[0]!.id);
     if (result instanceof TsiError) {
       for (const req of live) req.send(result, true);
       return times;
@@ -301,7 +233,4 @@ class EmbeddingInstance implements BackendInstance {
     return times;
   }
 
-  async unload(): Promise<void> {
-    await this.inner.unload();
-  }
 }
