@@ -139,13 +139,16 @@ export class Tokenizer {
    * Refused when `a` with the special tokens alone is longer than `maxLength`.
    */
   encodePair(a: string, b: string, maxLength: number): { ids: number[]; typeIds: number[] } {
-    const full = this.hf.encode(a, { text_pair: b, return_token_type_ids: true });
+    // The library encodes an empty second text as no pair at all; transformers keeps the pair's
+    // template around it. So an empty one is encoded as a placeholder whose tokens are then cut.
+    const pair = b === '' ? 'a' : b;
+    const full = this.hf.encode(a, { text_pair: pair, return_token_type_ids: true });
     const ids: number[] = full.ids;
-    const typeIds = full.token_type_ids ?? new Array<number>(ids.length).fill(0);
-    if (ids.length <= maxLength) return { ids, typeIds };
-    const second: number[] = b === '' ? [] : this.hf.encode(b, { add_special_tokens: false }).ids;
-    const over = ids.length - maxLength;
-    if (over > second.length) {
+    const typeIds: number[] = full.token_type_ids ?? new Array<number>(ids.length).fill(0);
+    if (b !== '' && ids.length <= maxLength) return { ids, typeIds };
+    const second: number[] = this.hf.encode(pair, { add_special_tokens: false }).ids;
+    const over = b === '' ? second.length : ids.length - maxLength;
+    if (ids.length - second.length > maxLength) {
       throw new TsiError('INVALID_ARG', `the first text is ${ids.length - second.length} tokens with the special tokens, more than the model's ${maxLength}; only the second text is truncated`);
     }
     // The second text is the template's last sequence, followed only by special tokens.
@@ -154,7 +157,7 @@ export class Tokenizer {
     let tail = 0;
     while (tail <= L - n && !second.every((id, i) => ids[L - tail - n + i] === id)) tail++;
     const end = L - tail;
-    const keep = end - over;
+    const keep = end - Math.max(over, 0);
     return { ids: [...ids.slice(0, keep), ...ids.slice(end)], typeIds: [...typeIds.slice(0, keep), ...typeIds.slice(end)] };
   }
 
