@@ -10,9 +10,10 @@
  *   second; otherwise the lists pair up by position), `data[i].score` in the order given.
  * - `POST /v1/classify`: `input` a text or a list; each gets its `label`, `probs` and `num_classes`.
  *
- * Rerank and score want a one-label model (a cross-encoder's relevance); classify takes any. Each pair
- * or text becomes its own infer request, so the model's dynamic batcher gathers them (and other
- * clients') into the batches its instances run. Usage counts the prompt tokens the model read.
+ * Rerank and score want a one-label model (a cross-encoder's relevance); classify takes any. The pairs
+ * or texts go to the model as infer requests of up to its max_batch_size rows, which its dynamic
+ * batcher gathers with other clients' into the batches its instances run. Usage counts the prompt
+ * tokens the model read.
  */
 
 import { TsiError } from '../errors.js';
@@ -50,22 +51,37 @@ function modelOf(server: InferenceServer, body: Json): string {
   return name;
 }
 
-/** Scores each `[text, pair?]` as its own request. */
+/**
+ * Scores `[text, pair?]` items (all with a pair, or none), in requests of up to the model's
+ * max_batch_size rows each: a rerank of 100 documents is two requests, not 100, and the dynamic
+ * batcher still gathers them with other clients'.
+ */
 async function scoreAll(server: InferenceServer, name: string, items: [string, string | undefined][]): Promise<Scored[]> {
-  const batched = (server.model(name).config.max_batch_size ?? 0) > 0;
-  const shape = batched ? [1, 1] : [1];
-  return Promise.all(items.map(async ([text, pair]) => {
+  const maxBatch = server.model(name).config.max_batch_size ?? 0;
+  const size = maxBatch > 0 ? maxBatch : 1;
+  const chunks: [string, string | undefined][][] = [];
+  for (let i = 0; i < items.length; i += size) chunks.push(items.slice(i, i + size));
+  const answers = await Promise.all(chunks.map(async (chunk) => {
+    const shape = maxBatch > 0 ? [chunk.length, 1] : [1];
     const r: InferResponse = await server.infer({
       model_name: name,
       inputs: [
-        { name: 'text_input', datatype: 'BYTES', shape, data: [encodeString(text)] },
-        ...(pair === undefined ? [] : [{ name: 'text_pair', datatype: 'BYTES' as const, shape, data: [encodeString(pair)] }]),
+        { name: 'text_input', datatype: 'BYTES', shape, data: chunk.map(([t]) => encodeString(t)) },
+        ...(chunk[0]![1] === undefined ? [] : [{ name: 'text_pair', datatype: 'BYTES' as const, shape, data: chunk.map(([, p]) => encodeString(p!)) }]),
       ],
       outputs: [{ name: 'scores' }, { name: 'label' }, { name: 'num_tokens' }],
     });
-    const out = (n: string) => r.outputs.find((o) => o.name === n)!.data;
-    return { scores: out('scores') as Float32Array, label: decodeString((out('label') as Uint8Array[])[0]!), tokens: Number((out('num_tokens') as Int32Array)[0]) };
+    const out = (n: string) => r.outputs.find((o) => o.name === n)!;
+    const scores = out('scores');
+    const labels = scores.shape[scores.shape.length - 1]!;
+    const data = scores.data as Float32Array;
+    return chunk.map((_, k): Scored => ({
+      scores: data.slice(k * labels, (k + 1) * labels),
+      label: decodeString((out('label').data as Uint8Array[])[k]!),
+      tokens: Number((out('num_tokens').data as Int32Array)[k]),
+    }));
   }));
+  return answers.flat();
 }
 
 /** The one score of a one-label model (rerank, score), refused for a model with several labels. */
