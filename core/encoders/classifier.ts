@@ -22,13 +22,13 @@
  * `num_tokens` (INT32 [1]). Each gathered batch runs as one padded ONNX request (encoder.ts).
  */
 
-import type { Backend, BackendInstance, BackendModel, BackendRequest, InstanceSpec, ModelLoadContext } from '../backend.js';
+import type { Backend, BackendInstance, BackendRequest, ModelLoadContext } from '../backend.js';
 import type { ExecutionTimes } from '../execution.js';
 import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
 import { TsiError } from '../errors.js';
 import type { Tokenizer } from '../llm/tokenizer.js';
 import { decodeString, encodeString } from '../tensor.js';
-import { EncoderInstance, loadEncoder, maxLengthOf, param, readJson, type TokenRow } from './encoder.js';
+import { EncoderInstance, encoderBackend, loadEncoder, maxLengthOf, param, readJson, type LoadedEncoder, type TokenRow } from './encoder.js';
 
 type Json = Record<string, any>;
 
@@ -53,19 +53,7 @@ export interface ClassifierSettings {
 
 /** `innerBackend`: the runtime's onnxruntime backend, which runs the encoder. */
 export function createClassifierBackend(innerBackend: () => Promise<Backend>): Backend {
-  return {
-    name: 'classifier',
-    async autoCompleteConfig(config: ModelConfig): Promise<ModelConfig> {
-      return {
-        ...config,
-        input: config.input && config.input.length > 0 ? config.input : CLASSIFIER_INPUTS,
-        output: config.output && config.output.length > 0 ? config.output : CLASSIFIER_OUTPUTS,
-      };
-    },
-    async loadModel(ctx: ModelLoadContext): Promise<BackendModel> {
-      return ClassifierModel.load(ctx, await innerBackend());
-    },
-  };
+  return encoderBackend('classifier', CLASSIFIER_INPUTS, CLASSIFIER_OUTPUTS, innerBackend, loadClassifier);
 }
 
 /** The activation config.json asks for (transformers' pipeline rule, a CrossEncoder's activation_fn first). */
@@ -111,33 +99,18 @@ export function classifierSettings(config: ModelConfig, hf: Json, tokConfig: Jso
   return { labels, activation: asked ?? activationOf(hf, count), maxLength: maxLengthOf(config, hf, st) };
 }
 
-class ClassifierModel implements BackendModel {
-  private constructor(
-    private readonly ctx: ModelLoadContext, private readonly inner: BackendModel, private readonly tokenizer: Tokenizer,
-    private readonly settings: ClassifierSettings, private readonly feeds: string[], private readonly output: string,
-  ) {}
-
-  static async load(ctx: ModelLoadContext, onnx: Backend): Promise<ClassifierModel> {
-    const { config } = ctx;
-    const name = config.name ?? '';
-    if (!(config.input ?? []).some((i) => i.name === 'text_input') || !(config.output ?? []).some((o) => o.name === 'scores')) {
-      throw new TsiError('INVALID_ARG', `model '${name}': a classifier model takes 'text_input' (TYPE_STRING, and optionally 'text_pair') and returns 'scores' (TYPE_FP32)`);
-    }
-    const enc = await loadEncoder(ctx, onnx, (io) => io?.outputs.find((o) => o.name === 'logits')?.name ?? io?.outputs.find((o) => o.shape.length === 2)?.name,
-      "'logits' ([batch, labels]: a sequence-classification head)", [-1]);
-    const dims = enc.io?.outputs.find((o) => o.name === enc.output)?.shape[1];
-    const settings = classifierSettings(config, enc.hf, (await readJson(ctx, `${ctx.version}/tokenizer_config.json`)) ?? {}, typeof dims === 'number' && dims > 0 ? dims : undefined);
-    ctx.log.info(`model '${name}': cross-encoder ${enc.file}, ${settings.labels.length} label(s) (${settings.labels.slice(0, 4).join(', ')}${settings.labels.length > 4 ? '…' : ''}), ${settings.activation}, up to ${settings.maxLength} tokens`);
-    return new ClassifierModel(ctx, enc.inner, enc.tokenizer, settings, enc.feeds, enc.output);
+async function loadClassifier(ctx: ModelLoadContext, onnx: Backend): Promise<LoadedEncoder> {
+  const { config } = ctx;
+  const name = config.name ?? '';
+  if (!(config.input ?? []).some((i) => i.name === 'text_input') || !(config.output ?? []).some((o) => o.name === 'scores')) {
+    throw new TsiError('INVALID_ARG', `model '${name}': a classifier model takes 'text_input' (TYPE_STRING, and optionally 'text_pair') and returns 'scores' (TYPE_FP32)`);
   }
-
-  async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
-    return new ClassifierInstance(this.ctx.config.name ?? '', await this.inner.createInstance(spec), this.tokenizer, this.settings, this.feeds, this.output);
-  }
-
-  async unload(): Promise<void> {
-    await this.inner.unload();
-  }
+  const enc = await loadEncoder(ctx, onnx, (io) => io?.outputs.find((o) => o.name === 'logits')?.name ?? io?.outputs.find((o) => o.shape.length === 2)?.name,
+    "'logits' ([batch, labels]: a sequence-classification head)", [-1]);
+  const dims = enc.io?.outputs.find((o) => o.name === enc.output)?.shape[1];
+  const settings = classifierSettings(config, enc.hf, (await readJson(ctx, `${ctx.version}/tokenizer_config.json`)) ?? {}, typeof dims === 'number' && dims > 0 ? dims : undefined);
+  ctx.log.info(`model '${name}': cross-encoder ${enc.file}, ${settings.labels.length} label(s) (${settings.labels.slice(0, 4).join(', ')}${settings.labels.length > 4 ? '…' : ''}), ${settings.activation}, up to ${settings.maxLength} tokens`);
+  return { inner: enc.inner, instance: (inner) => new ClassifierInstance(name, inner, enc.tokenizer, settings, enc.feeds, enc.output) };
 }
 
 interface Row extends TokenRow {

@@ -22,13 +22,13 @@
  * it as one padded [rows, longest] request, so the dynamic batcher's batches become one ONNX run.
  */
 
-import type { Backend, BackendInstance, BackendModel, BackendRequest, InstanceSpec, ModelLoadContext } from '../backend.js';
+import type { Backend, BackendInstance, BackendRequest, ModelLoadContext } from '../backend.js';
 import type { ExecutionTimes } from '../execution.js';
-import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
+import type { ModelInput, ModelOutput } from '../config/model-config.js';
 import { TsiError } from '../errors.js';
 import type { Tokenizer } from '../llm/tokenizer.js';
 import { decodeString } from '../tensor.js';
-import { EncoderInstance, boolParam, loadEncoder, maxLengthOf, param, readJson, type Encoder } from './encoder.js';
+import { EncoderInstance, boolParam, encoderBackend, loadEncoder, maxLengthOf, param, readJson, type LoadedEncoder } from './encoder.js';
 
 type Json = Record<string, any>;
 
@@ -56,19 +56,7 @@ export interface EmbeddingSettings {
 
 /** `innerBackend`: the runtime's onnxruntime backend, which runs the encoder. */
 export function createEmbeddingBackend(innerBackend: () => Promise<Backend>): Backend {
-  return {
-    name: 'embedding',
-    async autoCompleteConfig(config: ModelConfig): Promise<ModelConfig> {
-      return {
-        ...config,
-        input: config.input && config.input.length > 0 ? config.input : EMBEDDING_INPUTS,
-        output: config.output && config.output.length > 0 ? config.output : EMBEDDING_OUTPUTS,
-      };
-    },
-    async loadModel(ctx: ModelLoadContext): Promise<BackendModel> {
-      return EmbeddingModel.load(ctx, await innerBackend());
-    },
-  };
+  return encoderBackend('embedding', EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, innerBackend, loadEmbedding);
 }
 
 /** The pooling, normalisation, length limit and matryoshka flag, from the parameters or the folder's files. */
@@ -126,30 +114,17 @@ export function normalized(v: Float32Array): Float32Array {
   return v.map((x) => x / n);
 }
 
-class EmbeddingModel implements BackendModel {
-  private constructor(private readonly ctx: ModelLoadContext, private readonly enc: Encoder, private readonly settings: EmbeddingSettings) {}
-
-  static async load(ctx: ModelLoadContext, onnx: Backend): Promise<EmbeddingModel> {
-    const { config } = ctx;
-    const name = config.name ?? '';
-    if (!(config.input ?? []).some((i) => i.name === 'text_input') || !(config.output ?? []).some((o) => o.name === 'embedding')) {
-      throw new TsiError('INVALID_ARG', `model '${name}': an embedding model takes 'text_input' (TYPE_STRING) and returns 'embedding' (TYPE_FP32)`);
-    }
-    const settings = await embeddingSettings(ctx, String(ctx.version));
-    const enc = await loadEncoder(ctx, onnx, (io) => io?.outputs.find((o) => o.name === 'last_hidden_state')?.name ?? io?.outputs.find((o) => o.shape.length === 3)?.name,
-      "'last_hidden_state' ([batch, sequence, hidden])", [-1, -1]);
-    ctx.log.info(`model '${name}': encoder ${enc.file}, ${settings.pooling} pooling${settings.normalize ? ', normalized' : ''}, up to ${settings.maxLength} tokens${settings.matryoshka ? ', matryoshka dimensions' : ''}`);
-    return new EmbeddingModel(ctx, enc, settings);
+async function loadEmbedding(ctx: ModelLoadContext, onnx: Backend): Promise<LoadedEncoder> {
+  const { config } = ctx;
+  const name = config.name ?? '';
+  if (!(config.input ?? []).some((i) => i.name === 'text_input') || !(config.output ?? []).some((o) => o.name === 'embedding')) {
+    throw new TsiError('INVALID_ARG', `model '${name}': an embedding model takes 'text_input' (TYPE_STRING) and returns 'embedding' (TYPE_FP32)`);
   }
-
-  async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
-    const { enc } = this;
-    return new EmbeddingInstance(this.ctx.config.name ?? '', await enc.inner.createInstance(spec), enc.tokenizer, this.settings, enc.feeds, enc.output);
-  }
-
-  async unload(): Promise<void> {
-    await this.enc.inner.unload();
-  }
+  const settings = await embeddingSettings(ctx, String(ctx.version));
+  const enc = await loadEncoder(ctx, onnx, (io) => io?.outputs.find((o) => o.name === 'last_hidden_state')?.name ?? io?.outputs.find((o) => o.shape.length === 3)?.name,
+    "'last_hidden_state' ([batch, sequence, hidden])", [-1, -1]);
+  ctx.log.info(`model '${name}': encoder ${enc.file}, ${settings.pooling} pooling${settings.normalize ? ', normalized' : ''}, up to ${settings.maxLength} tokens${settings.matryoshka ? ', matryoshka dimensions' : ''}`);
+  return { inner: enc.inner, instance: (inner) => new EmbeddingInstance(name, inner, enc.tokenizer, settings, enc.feeds, enc.output) };
 }
 
 interface Row {

@@ -12,7 +12,7 @@
 
 import type { Backend, BackendInstance, BackendModel, InstanceSpec, ModelLoadContext } from '../backend.js';
 import type { ExecutionTimes, ModelIoInfo } from '../execution.js';
-import type { ModelConfig } from '../config/model-config.js';
+import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
 import { TsiError } from '../errors.js';
 import { modelFile } from '../llm/model-folder.js';
 import { Tokenizer } from '../llm/tokenizer.js';
@@ -48,6 +48,40 @@ export function maxLengthOf(config: ModelConfig, hf: Json, st: Json = {}): numbe
   const n = raw !== undefined ? Number(raw) : Number(st.max_seq_length ?? hf.max_position_embeddings ?? 512);
   if (!Number.isInteger(n) || n <= 0) throw new TsiError('INVALID_ARG', `model '${config.name}': max_seq_length must be a positive integer, got '${raw ?? n}'`);
   return n;
+}
+
+/** What an encoder backend's load makes: the inner model, and how an instance of it becomes this backend's. */
+export interface LoadedEncoder {
+  inner: BackendModel;
+  instance(inner: BackendInstance): BackendInstance;
+}
+
+/**
+ * A backend of this room: `name` in config.pbtxt, its inputs and outputs auto-completed when the
+ * config leaves them out, `load` reading the folder over `innerBackend` (the runtime's onnxruntime
+ * backend, which runs the encoder).
+ */
+export function encoderBackend(
+  name: string, inputs: ModelInput[], outputs: ModelOutput[], innerBackend: () => Promise<Backend>,
+  load: (ctx: ModelLoadContext, onnx: Backend) => Promise<LoadedEncoder>,
+): Backend {
+  return {
+    name,
+    async autoCompleteConfig(config: ModelConfig): Promise<ModelConfig> {
+      return {
+        ...config,
+        input: config.input && config.input.length > 0 ? config.input : inputs,
+        output: config.output && config.output.length > 0 ? config.output : outputs,
+      };
+    },
+    async loadModel(ctx: ModelLoadContext): Promise<BackendModel> {
+      const { inner, instance } = await load(ctx, await innerBackend());
+      return {
+        createInstance: async (spec: InstanceSpec) => instance(await inner.createInstance(spec)),
+        unload: () => inner.unload(),
+      };
+    },
+  };
 }
 
 /** A loaded encoder: its tokenizer, config.json, and the inner onnxruntime model with the feeds and the output read. */
