@@ -23,12 +23,12 @@
  */
 
 import type { Backend, BackendInstance, BackendRequest, ModelLoadContext } from '../backend.js';
-import type { ExecutionTimes } from '../execution.js';
+import type { ResponsePayload } from '../execution.js';
+import type { Tensor } from '../types.js';
 import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
 import { TsiError } from '../errors.js';
-import type { Tokenizer } from '../llm/tokenizer.js';
 import { decodeString, encodeString } from '../tensor.js';
-import { EncoderInstance, encoderBackend, loadEncoder, maxLengthOf, param, readJson, type LoadedEncoder, type TokenRow } from './encoder.js';
+import { EncoderInstance, encoderBackend, loadEncoder, maxLengthOf, param, readJson, type Encoder, type LoadedEncoder, type TokenRow } from './encoder.js';
 
 type Json = Record<string, any>;
 
@@ -110,22 +110,15 @@ async function loadClassifier(ctx: ModelLoadContext, onnx: Backend): Promise<Loa
   const dims = enc.io?.outputs.find((o) => o.name === enc.output)?.shape[1];
   const settings = classifierSettings(config, enc.hf, (await readJson(ctx, `${ctx.version}/tokenizer_config.json`)) ?? {}, typeof dims === 'number' && dims > 0 ? dims : undefined);
   ctx.log.info(`model '${name}': cross-encoder ${enc.file}, ${settings.labels.length} label(s) (${settings.labels.slice(0, 4).join(', ')}${settings.labels.length > 4 ? '…' : ''}), ${settings.activation}, up to ${settings.maxLength} tokens`);
-  return { inner: enc.inner, instance: (inner) => new ClassifierInstance(name, inner, enc.tokenizer, settings, enc.feeds, enc.output) };
-}
-
-interface Row extends TokenRow {
-  req: BackendRequest;
+  return { inner: enc.inner, instance: (inner) => new ClassifierInstance(name, inner, enc, settings) };
 }
 
 class ClassifierInstance extends EncoderInstance {
-  constructor(
-    model: string, inner: BackendInstance, private readonly tokenizer: Tokenizer,
-    private readonly settings: ClassifierSettings, feeds: string[], output: string,
-  ) {
-    super(model, inner, feeds, output);
+  constructor(model: string, inner: BackendInstance, enc: Encoder, private readonly settings: ClassifierSettings) {
+    super(model, inner, enc);
   }
 
-  private rowsOf(req: BackendRequest): Row[] {
+  protected rowsOf(req: BackendRequest): TokenRow[] {
     const texts = req.inputs.get('text_input')!.data as Uint8Array[];
     const pairs = req.inputs.get('text_pair')?.data as Uint8Array[] | undefined;
     if (pairs && pairs.length !== texts.length) {
@@ -135,61 +128,38 @@ class ClassifierInstance extends EncoderInstance {
     return texts.map((t, i) => {
       if (pairs) {
         try {
-          return { req, ...this.tokenizer.encodePair(decodeString(t), decodeString(pairs[i]!), max) };
+          return this.tokenizer.encodePair(decodeString(t), decodeString(pairs[i]!), max);
         } catch (err) {
           throw new TsiError('INVALID_ARG', `model '${this.model}': input 'text_input': ${(err as Error).message}`);
         }
       }
       const ids = this.tokenizer.encode(decodeString(t));
       if (ids.length > max) throw new TsiError('INVALID_ARG', `model '${this.model}': input 'text_input' is ${ids.length} tokens, more than the model's ${max}`);
-      return { req, ids };
+      return { ids };
     });
   }
 
-  async execute(requests: BackendRequest[]): Promise<ExecutionTimes | void> {
-    const rows: Row[] = [];
-    const live: BackendRequest[] = [];
-    for (const req of requests) {
-      try {
-        rows.push(...this.rowsOf(req));
-        live.push(req);
-      } catch (err) {
-        req.send(err as TsiError, true);
-      }
-    }
-    if (rows.length === 0) return;
-    const { result, times } = await this.run(rows, live[0]!.id);
-    if (result instanceof TsiError) {
-      for (const req of live) req.send(result, true);
-      return times;
-    }
-    const logits = result.data as Float32Array;
-    const labels = result.shape[1]!;
-    let i = 0;
-    for (const req of live) {
-      const mine = rows.filter((r) => r.req === req);
-      const scores = new Float32Array(mine.length * labels);
-      const best: Uint8Array[] = [];
-      const counts = new Int32Array(mine.length);
-      mine.forEach((r, k) => {
-        const s = activate(logits.subarray((i + k) * labels, (i + k + 1) * labels), this.settings.activation);
-        scores.set(s, k * labels);
-        let top = 0;
-        for (let j = 1; j < labels; j++) if (s[j]! > s[top]!) top = j;
-        best.push(encodeString(this.settings.labels[top] ?? `LABEL_${top}`));
-        counts[k] = r.ids.length;
-      });
-      const n = mine.length;
-      const batch = req.inputs.get('text_input')!.shape.length > 1;
-      req.send({
-        outputs: [
-          { name: 'scores', datatype: 'FP32', shape: batch ? [n, labels] : [labels], data: scores },
-          { name: 'label', datatype: 'BYTES', shape: batch ? [n, 1] : [1], data: best },
-          { name: 'num_tokens', datatype: 'INT32', shape: batch ? [n, 1] : [1], data: counts },
-        ],
-      }, true);
-      i += mine.length;
-    }
-    return times;
+  protected respond(req: BackendRequest, out: Tensor, first: number, rows: TokenRow[]): ResponsePayload {
+    const logits = out.data as Float32Array;
+    const labels = out.shape[1]!;
+    const scores = new Float32Array(rows.length * labels);
+    const best: Uint8Array[] = [];
+    const counts = new Int32Array(rows.length);
+    rows.forEach((r, k) => {
+      const s = activate(logits.subarray((first + k) * labels, (first + k + 1) * labels), this.settings.activation);
+      scores.set(s, k * labels);
+      let top = 0;
+      for (let j = 1; j < labels; j++) if (s[j]! > s[top]!) top = j;
+      best.push(encodeString(this.settings.labels[top] ?? `LABEL_${top}`));
+      counts[k] = r.ids.length;
+    });
+    const shape = (row: number[]) => this.shapeFor(req, rows.length, row);
+    return {
+      outputs: [
+        { name: 'scores', datatype: 'FP32', shape: shape([labels]), data: scores },
+        { name: 'label', datatype: 'BYTES', shape: shape([1]), data: best },
+        { name: 'num_tokens', datatype: 'INT32', shape: shape([1]), data: counts },
+      ],
+    };
   }
 }

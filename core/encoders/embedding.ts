@@ -23,12 +23,12 @@
  */
 
 import type { Backend, BackendInstance, BackendRequest, ModelLoadContext } from '../backend.js';
-import type { ExecutionTimes } from '../execution.js';
+import type { ResponsePayload } from '../execution.js';
+import type { Tensor } from '../types.js';
 import type { ModelInput, ModelOutput } from '../config/model-config.js';
 import { TsiError } from '../errors.js';
-import type { Tokenizer } from '../llm/tokenizer.js';
 import { decodeString } from '../tensor.js';
-import { EncoderInstance, boolParam, encoderBackend, loadEncoder, maxLengthOf, param, readJson, type LoadedEncoder } from './encoder.js';
+import { EncoderInstance, boolParam, encoderBackend, loadEncoder, maxLengthOf, param, readJson, type Encoder, type LoadedEncoder, type TokenRow } from './encoder.js';
 
 type Json = Record<string, any>;
 
@@ -124,20 +124,12 @@ async function loadEmbedding(ctx: ModelLoadContext, onnx: Backend): Promise<Load
   const enc = await loadEncoder(ctx, onnx, (io) => io?.outputs.find((o) => o.name === 'last_hidden_state')?.name ?? io?.outputs.find((o) => o.shape.length === 3)?.name,
     "'last_hidden_state' ([batch, sequence, hidden])", [-1, -1]);
   ctx.log.info(`model '${name}': encoder ${enc.file}, ${settings.pooling} pooling${settings.normalize ? ', normalized' : ''}, up to ${settings.maxLength} tokens${settings.matryoshka ? ', matryoshka dimensions' : ''}`);
-  return { inner: enc.inner, instance: (inner) => new EmbeddingInstance(name, inner, enc.tokenizer, settings, enc.feeds, enc.output) };
-}
-
-interface Row {
-  req: BackendRequest;
-  ids: number[];
+  return { inner: enc.inner, instance: (inner) => new EmbeddingInstance(name, inner, enc, settings) };
 }
 
 class EmbeddingInstance extends EncoderInstance {
-  constructor(
-    model: string, inner: BackendInstance, private readonly tokenizer: Tokenizer,
-    private readonly settings: EmbeddingSettings, feeds: string[], output: string,
-  ) {
-    super(model, inner, feeds, output);
+  constructor(model: string, inner: BackendInstance, enc: Encoder, private readonly settings: EmbeddingSettings) {
+    super(model, inner, enc);
   }
 
   /** The request's `dimensions` parameter, checked; undefined: the model's own. */
@@ -152,60 +144,34 @@ class EmbeddingInstance extends EncoderInstance {
     return n;
   }
 
-  async execute(requests: BackendRequest[]): Promise<ExecutionTimes | void> {
-    const rows: Row[] = [];
-    const live: BackendRequest[] = [];
-    for (const req of requests) {
-      try {
-        const texts = req.inputs.get('text_input')!.data as Uint8Array[];
-        const mine = texts.map((t) => ({ req, ids: this.tokenizer.encode(decodeString(t)) }));
-        for (const r of mine) {
-          if (r.ids.length > this.settings.maxLength) {
-            throw new TsiError('INVALID_ARG', `model '${this.model}': input 'text_input' is ${r.ids.length} tokens, more than the model's ${this.settings.maxLength}`);
-          }
-        }
-        rows.push(...mine);
-        live.push(req);
-      } catch (err) {
-        req.send(err as TsiError, true);
+  protected rowsOf(req: BackendRequest): TokenRow[] {
+    const texts = req.inputs.get('text_input')!.data as Uint8Array[];
+    return texts.map((t) => {
+      const ids = this.tokenizer.encode(decodeString(t));
+      if (ids.length > this.settings.maxLength) {
+        throw new TsiError('INVALID_ARG', `model '${this.model}': input 'text_input' is ${ids.length} tokens, more than the model's ${this.settings.maxLength}`);
       }
-    }
-    if (rows.length === 0) return;
-    const { result, times, longest: L } = await this.run(rows, live[0]!.id);
-    if (result instanceof TsiError) {
-      for (const req of live) req.send(result, true);
-      return times;
-    }
-    const h = result.data as Float32Array;
-    const dim = result.shape[2]!;
-    let i = 0;
-    for (const req of live) {
-      const mine = rows.filter((r) => r.req === req);
-      try {
-        const want = this.dimensionsOf(req, dim) ?? dim;
-        const out = new Float32Array(mine.length * want);
-        const counts = new Int32Array(mine.length);
-        mine.forEach((r, k) => {
-          let v = pool(h, i + k, L, dim, r.ids.length, this.settings.pooling);
-          if (this.settings.normalize) v = normalized(v);
-          if (want < dim) v = normalized(v.subarray(0, want));
-          out.set(v, k * want);
-          counts[k] = r.ids.length;
-        });
-        const n = mine.length;
-        const batch = req.inputs.get('text_input')!.shape.length > 1;
-        req.send({
-          outputs: [
-            { name: 'embedding', datatype: 'FP32', shape: batch ? [n, want] : [want], data: out },
-            { name: 'num_tokens', datatype: 'INT32', shape: batch ? [n, 1] : [1], data: counts },
-          ],
-        }, true);
-      } catch (err) {
-        req.send(err as TsiError, true);
-      }
-      i += mine.length;
-    }
-    return times;
+      return { ids };
+    });
   }
 
+  protected respond(req: BackendRequest, h: Tensor, first: number, rows: TokenRow[], L: number): ResponsePayload {
+    const dim = h.shape[2]!;
+    const want = this.dimensionsOf(req, dim) ?? dim;
+    const out = new Float32Array(rows.length * want);
+    const counts = new Int32Array(rows.length);
+    rows.forEach((r, k) => {
+      let v = pool(h.data as Float32Array, first + k, L, dim, r.ids.length, this.settings.pooling);
+      if (this.settings.normalize) v = normalized(v);
+      if (want < dim) v = normalized(v.subarray(0, want));
+      out.set(v, k * want);
+      counts[k] = r.ids.length;
+    });
+    return {
+      outputs: [
+        { name: 'embedding', datatype: 'FP32', shape: this.shapeFor(req, rows.length, [want]), data: out },
+        { name: 'num_tokens', datatype: 'INT32', shape: this.shapeFor(req, rows.length, [1]), data: counts },
+      ],
+    };
+  }
 }

@@ -11,7 +11,7 @@
  */
 
 import type { Backend, BackendInstance, BackendModel, InstanceSpec, ModelLoadContext } from '../backend.js';
-import type { ExecutionTimes, ModelIoInfo } from '../execution.js';
+import type { BackendRequest, ExecutionTimes, ModelIoInfo, ResponsePayload } from '../execution.js';
 import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
 import { TsiError } from '../errors.js';
 import { modelFile } from '../llm/model-folder.js';
@@ -135,8 +135,15 @@ export interface TokenRow {
 export abstract class EncoderInstance implements BackendInstance {
   readonly device: string;
 
-  constructor(protected readonly model: string, protected readonly inner: BackendInstance, protected readonly feeds: string[], protected readonly output: string) {
+  protected readonly tokenizer: Tokenizer;
+  private readonly feeds: string[];
+  private readonly output: string;
+
+  constructor(protected readonly model: string, protected readonly inner: BackendInstance, enc: Pick<Encoder, 'tokenizer' | 'feeds' | 'output'>) {
     this.device = inner.device;
+    this.tokenizer = enc.tokenizer;
+    this.feeds = enc.feeds;
+    this.output = enc.output;
   }
 
   get spec(): InstanceSpec {
@@ -147,7 +154,48 @@ export abstract class EncoderInstance implements BackendInstance {
     return this.inner.placement;
   }
 
-  abstract execute(requests: import('../backend.js').BackendRequest[]): Promise<ExecutionTimes | void>;
+  /** An output's shape for a request of `rows` rows: `[rows, ...row]` when it came batched (`[n, 1]` texts), else `row`. */
+  protected shapeFor(req: BackendRequest, rows: number, row: number[]): number[] {
+    return req.inputs.get('text_input')!.shape.length > 1 ? [rows, ...row] : row;
+  }
+
+  /** A request's rows, tokenized and checked (a throw refuses that request alone). */
+  protected abstract rowsOf(req: BackendRequest): TokenRow[];
+
+  /** A request's response from the batch's output, its rows starting at `first`. */
+  protected abstract respond(req: BackendRequest, out: Tensor, first: number, rows: TokenRow[], longest: number): ResponsePayload;
+
+  /**
+   * Tokenizes every request's rows, runs them all as one padded request of the inner model, and
+   * answers each request from its rows of the output; a request refused by its rows or its response
+   * fails alone, the encoder's failure fails them all.
+   */
+  async execute(requests: BackendRequest[]): Promise<ExecutionTimes | void> {
+    const rows: TokenRow[] = [];
+    const live: { req: BackendRequest; rows: TokenRow[] }[] = [];
+    for (const req of requests) {
+      try {
+        const mine = this.rowsOf(req);
+        rows.push(...mine);
+        live.push({ req, rows: mine });
+      } catch (err) {
+        req.send(err as TsiError, true);
+      }
+    }
+    if (rows.length === 0) return;
+    const { result, times, longest } = await this.run(rows, live[0]!.req.id);
+    let first = 0;
+    for (const { req, rows: mine } of live) {
+      try {
+        if (result instanceof TsiError) throw result;
+        req.send(this.respond(req, result, first, mine, longest), true);
+      } catch (err) {
+        req.send(err as TsiError, true);
+      }
+      first += mine.length;
+    }
+    return times;
+  }
 
   /** Runs `rows` right-padded as one request of the inner model; `id` names it in traces. */
   protected async run(rows: TokenRow[], id: string): Promise<{ result: Tensor | TsiError; times: ExecutionTimes | void; longest: number }> {
