@@ -65,6 +65,10 @@ beforeAll(async () => {
     await symlink(hub, join(root, 'repo', `${name}_hub`, '1'));
     await writeFile(join(root, 'repo', `${name}_hub`, 'config.pbtxt'), 'backend: "classifier"\nmax_batch_size: 8\n');
   }
+  // The same files with the activation overridden by the config: raw logits.
+  await mkdir(join(root, 'repo', 'tiny_rerank_raw'));
+  await symlink(join(root, 'hub', 'tiny_rerank'), join(root, 'repo', 'tiny_rerank_raw', '1'));
+  await writeFile(join(root, 'repo', 'tiny_rerank_raw', 'config.pbtxt'), 'backend: "classifier"\nmax_batch_size: 8\nparameters { key: "activation" value { string_value: "none" } }\n');
   env.localModelPath = join(root, 'hub') + '/';
   env.allowRemoteModels = false;
   for (const name of [...RERANKERS, 'tiny_classify'] as Name[]) {
@@ -78,7 +82,7 @@ beforeAll(async () => {
   }
   server = await startTestServer({
     modelRepositories: [MODELS, join(root, 'repo')], modelControlMode: 'explicit',
-    loadModels: [...RERANKERS, 'tiny_classify', 'tiny_embed', 'tiny_rerank_hub', 'tiny_rerank_xlmr_hub'],
+    loadModels: [...RERANKERS, 'tiny_classify', 'tiny_embed', 'tiny_rerank_hub', 'tiny_rerank_xlmr_hub', 'tiny_rerank_raw'],
   });
 }, 120_000);
 
@@ -244,6 +248,19 @@ describe('/v1/score and /v1/classify', () => {
       expect(d.label).toBe(['negative', 'neutral', 'positive'][probs.indexOf(Math.max(...probs))]);
     }
     expect(r.body.usage.prompt_tokens).toBe(tokens);
+  });
+});
+
+describe('activation', () => {
+  it('follows config.json (sigmoid for one label) unless the config parameter says otherwise', async () => {
+    const docs = DOCS.slice(0, 3);
+    const raw = await postJson(`${server.url}/v1/score`, { model: 'tiny_rerank_raw', text_1: QUERY, text_2: docs });
+    const sig = await postJson(`${server.url}/v1/score`, { model: 'tiny_rerank', text_1: QUERY, text_2: docs });
+    for (const [i, d] of docs.entries()) {
+      const logit = (await ortLogits('tiny_rerank', pairIds('tiny_rerank', QUERY, d)))[0]!;
+      close(raw.body.data[i].score, logit, `raw ${i}`);
+      close(sig.body.data[i].score, sigmoid(logit), `sigmoid ${i}`);
+    }
   });
 });
 
