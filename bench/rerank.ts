@@ -5,10 +5,11 @@
  * worker thread) against transformers.js in process on the same folder
  * (AutoTokenizer + AutoModelForSequenceClassification on onnx/model.onnx, the 100 pairs as one padded
  * batch, sigmoid applied), for the default repository's tiny_rerank (BERT-style) and tiny_rerank_xlmr
- * (XLM-R-style). Both sides first run twice untimed; then each is timed for `--seconds`, alternating
- * rounds so load on the machine falls on both. The ratio is tsi / transformers.js.
+ * (XLM-R-style). Both sides first run twice untimed; then each is timed for `--seconds` per round,
+ * alternating over `--rounds` short rounds so that load from elsewhere on the machine falls on both
+ * alike. The ratio is tsi / transformers.js.
  *
- * Run:  npx tsx bench/rerank.ts [--seconds 3] [--passages 100] [--markdown]
+ * Run:  npx tsx bench/rerank.ts [--seconds 1] [--rounds 6] [--passages 100] [--markdown]
  */
 
 // --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
@@ -22,8 +23,9 @@ import { createLogger } from '../core/index.js';
 import { startServer } from '../runtime-node/index.js';
 import { MODELS } from '../test/helpers/server.js';
 
-const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '3' }, passages: { type: 'string', default: '100' } } });
+const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '1' }, rounds: { type: 'string', default: '6' }, passages: { type: 'string', default: '100' } } });
 const seconds = Number(args.seconds);
+const rounds = Number(args.rounds);
 const count = Number(args.passages);
 
 const WORDS = ['the', 'cat', 'sat', 'on', 'mat', 'model', 'server', 'batches', 'requests', 'search', 'query', 'document', 'tensor', 'fast', 'slow', 'token', 'vector', 'and', 'of', 'a'];
@@ -58,7 +60,7 @@ async function timed(once: () => Promise<unknown>): Promise<number> {
 }
 
 const rows: (string | number)[][] = [['model', 'tsi /v1/rerank (pairs/s)', 'transformers.js (pairs/s)', 'ratio']];
-console.log(`rerank: 1 query × ${count} passages, ${seconds} s per side per round, 2 rounds; ${machine()}`);
+console.log(`rerank: 1 query × ${count} passages, ${seconds} s per side per round, ${rounds} rounds; ${machine()}`);
 try {
   for (const m of MODELS_USED) {
     const tok = await AutoTokenizer.from_pretrained(m);
@@ -79,12 +81,12 @@ try {
     }
     let a = 0;
     let b = 0;
-    for (let round = 0; round < 2; round++) {
+    for (let round = 0; round < rounds; round++) {
       a += await timed(viaTsi);
       b += await timed(viaTj);
     }
-    a /= 2;
-    b /= 2;
+    a /= rounds;
+    b /= rounds;
     rows.push([m, a.toFixed(0), b.toFixed(0), `${(a / b).toFixed(2)}×`]);
     console.log(`${m.padEnd(18)} tsi ${a.toFixed(0).padStart(7)} pairs/s   transformers.js ${b.toFixed(0).padStart(7)} pairs/s   ratio ${(a / b).toFixed(2)}×`);
     await model.dispose();
