@@ -57,7 +57,10 @@ export { MetricsRegistry, MetricFamily, MetricSeries, type MetricSample, type Me
 export { ResponseCache, parseCacheConfig, parseCacheFlags, requestKey, type CacheStats } from './cache.js';
 export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './scheduling/rate-limiter.js';
 export { generate, generateRequest, generateResponseJson } from './protocol/generate.js';
-export { createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling } from './embedding.js';
+export {
+  createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling,
+  createClassifierBackend, activate, activationOf, ACTIVATIONS, CLASSIFIER_INPUTS, CLASSIFIER_OUTPUTS, type Activation,
+} from './encoders/index.js';
 export {
   createLlmBackend, llmModelOf, KvBatch, Tokenizer, TextStream, ChatTemplate, LlmStats, layoutOf, kvBytesPerToken, VARIANTS, VARIANT_RULES, allGpu,
   type DecoderRuntime, type DecoderSession, type DecoderLayout, type StepRequest, type StepResult, type LlmModelInfo, type TensorKit, type KvArray, type KvGroup, type MemoryFacts, type VariantRule,

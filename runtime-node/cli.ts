@@ -373,8 +373,8 @@ export function buildCli(): Command {
 
   program
     .command('pull')
-    .description('fetch an onnx-community model folder from the Hugging Face Hub (HF_ENDPOINT, HF_TOKEN) with only the files one variant needs, resumably, and write the config.pbtxt that serves it')
-    .argument('<repo>', 'the Hub repo id, e.g. onnx-community/Qwen2.5-0.5B-Instruct')
+    .description('fetch an onnx-community model folder from the Hugging Face Hub (HF_ENDPOINT, HF_TOKEN) with only the files one variant needs, resumably, and write the config.pbtxt that serves it: a causal LM (llm backend) or a reranker / sequence classifier (classifier backend)')
+    .argument('<repo>', 'the Hub repo id, e.g. onnx-community/Qwen2.5-0.5B-Instruct or onnx-community/bge-reranker-base-ONNX')
     .option('--variant <variant>', 'the weights to fetch: q4, fp16, fp32, quantized, q4f16... or a file name under onnx/ (default: the best present for --device: on cpu model, model_q4, model_quantized...; on gpu model_fp16, model, model_q4f16, model_q4...)')
     .option('--device <device>', 'where it will be served: cpu, or gpu (also writes instance_group [{ kind: KIND_GPU }])', 'cpu')
     .option('--repository <dir>', 'the model repository to write into', 'models')

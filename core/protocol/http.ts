@@ -16,6 +16,7 @@ import { errorReply, errorResponse, json, toResponse, type HttpReply } from './h
 import { generate } from './generate.js';
 import { completions, getModel, listModels } from '../llm/index.js';
 import { embeddings } from './openai-embeddings.js';
+import { classify, rerank, score } from './openai-scoring.js';
 import type { InferenceServer } from '../server.js';
 import { attachTrace, traceContextOf } from '../trace.js';
 import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
@@ -142,12 +143,16 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     },
   });
   route('/v2/repository/:repo{[^/]+}/index', { POST: () => repoNameUnsupported() });
-  // The OpenAI-compatible API of `llm` and `embedding` models (core/protocol/openai.ts, openai-embeddings.ts).
+  // The OpenAI-compatible API of `llm`, `embedding` and `classifier` models (core/protocol/openai.ts, openai-embeddings.ts, openai-scoring.ts).
   route('/v1/models', { GET: () => listModels(server) });
   route('/v1/models/:model{.+}', { GET: (c) => getModel(server, c.req.param('model')!) });
   route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput, ext.traces) });
   route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput, ext.traces) });
   route('/v1/embeddings', { POST: (c) => embeddings(server, c.req.raw, maxInput) });
+  route('/v1/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });
+  route('/v2/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });
+  route('/v1/score', { POST: (c) => score(server, c.req.raw, maxInput) });
+  route('/v1/classify', { POST: (c) => classify(server, c.req.raw, maxInput) });
   mountExtensionRoutes(app, server, ext, (c) => readBody(c, maxInput));
 
   options.extend?.(app, server);

@@ -10,6 +10,7 @@
 import { HTTP_STATUS, TsiError, asTsiError } from '../errors.js';
 import type { InferenceServer } from '../server.js';
 import { SSE_HEADERS, SseStream, cancelOn } from './sse.js';
+import { readWebBody } from './http-body.js';
 import { decodeString } from '../tensor.js';
 import type { InferRequest, InferResponse } from '../types.js';
 import type { Trace } from '../trace.js';
@@ -26,6 +27,22 @@ export function openAiError(err: unknown): Response {
   const type = status === 404 ? 'NotFoundError' : status >= 500 ? 'InternalServerError' : 'BadRequestError';
   const param = (err as { param?: string } | undefined)?.param ?? null;
   return new Response(JSON.stringify({ error: { message: plain(e.message), type, param, code: status } }), { status, headers: JSON_HEADERS });
+}
+
+/** A refusal of the request's `param` field, as OpenAI's error body names it. */
+export const bad = (message: string, param?: string) => Object.assign(new TsiError('INVALID_ARG', message), { param });
+
+/** The request's body, which must be one JSON object (bounded by the server's input limit). */
+export async function readOpenAiBody(req: Request, maxInput: number): Promise<Json> {
+  const raw = await readWebBody(req, maxInput);
+  let body: unknown;
+  try {
+    body = JSON.parse(decodeString(raw));
+  } catch (err) {
+    throw bad(`the request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw bad('the request body must be a JSON object');
+  return body as Json;
 }
 
 /** The scheduler's message without Triton's `[request id: ...]` prefix, which means nothing here. */
