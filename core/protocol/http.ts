@@ -17,6 +17,7 @@ import { generate } from './generate.js';
 import { completions, getModel, listModels } from '../llm/index.js';
 import { embeddings } from './openai-embeddings.js';
 import type { InferenceServer } from '../server.js';
+import type { InferResponse } from '../types.js';
 import { attachTrace } from '../trace.js';
 import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
 import { HEADER_LENGTH, bodyBytes, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
@@ -274,21 +275,28 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
     const config = (await server.resident(modelName, ver)).config;
     const decoded = decodeInferRequest(body, req.header(HEADER_LENGTH), modelName, ver, () => config);
     const shm = ext.sharedMemory;
-    if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);
-    if (decoded.shmOutputs.size > 0) shm.checkOutputs(decoded.shmOutputs);
-    if (trace) {
-      attachTrace(decoded.request, trace);
-      trace.requestId = decoded.request.id ?? '';
+    const release = shm.hold(decoded.shmInputs, decoded.shmOutputs);
+    let resp: InferResponse;
+    let inShm: Set<string> | undefined;
+    try {
+      if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);
+      if (decoded.shmOutputs.size > 0) shm.checkOutputs(decoded.shmOutputs);
+      if (trace) {
+        attachTrace(decoded.request, trace);
+        trace.requestId = decoded.request.id ?? '';
+      }
+      resp = await server.infer(decoded.request, {
+        decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
+        onCancel: req.onCancel,
+      });
+      if (trace) {
+        trace.mark('REQUEST_END');
+        trace.version = Number(resp.model_version);
+      }
+      inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
+    } finally {
+      await release();
     }
-    const resp = await server.infer(decoded.request, {
-      decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
-      onCancel: req.onCancel,
-    });
-    if (trace) {
-      trace.mark('REQUEST_END');
-      trace.version = Number(resp.model_version);
-    }
-    const inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
     trace?.mark('HTTP_SEND_START');
     const enc = encodeInferResponse(resp, decoded.encoding, inShm);
     const headers: Record<string, string> = { 'Content-Type': enc.contentType };

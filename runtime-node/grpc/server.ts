@@ -382,18 +382,25 @@ async function modelInfer<T>(
   const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
   try {
     const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
-    if (shmInputs.length > 0) await ext.sharedMemory.readInputs(request, shmInputs);
-    if (shmOutputs.size > 0) ext.sharedMemory.checkOutputs(shmOutputs);
-    if (trace) {
-      attachTrace(request, trace);
-      trace.requestId = request.id ?? '';
+    const release = ext.sharedMemory.hold(shmInputs, shmOutputs);
+    let resp: InferResponse;
+    let inShm: Set<string> | undefined;
+    try {
+      if (shmInputs.length > 0) await ext.sharedMemory.readInputs(request, shmInputs);
+      if (shmOutputs.size > 0) ext.sharedMemory.checkOutputs(shmOutputs);
+      if (trace) {
+        attachTrace(request, trace);
+        trace.requestId = request.id ?? '';
+      }
+      resp = await server.infer(request, { onCancel });
+      if (trace) {
+        trace.mark('REQUEST_END');
+        trace.version = Number(resp.model_version);
+      }
+      inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
+    } finally {
+      await release();
     }
-    const resp = await server.infer(request, { onCancel });
-    if (trace) {
-      trace.mark('REQUEST_END');
-      trace.version = Number(resp.model_version);
-    }
-    const inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
     trace?.mark('GRPC_SEND_START');
     return encode(resp, inShm);
   } finally {
@@ -485,8 +492,10 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
     const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
     // Responses of one request are written in order even though shared-memory writes are async.
     let chain = Promise.resolve();
+    let release: (() => Promise<void>) | undefined;
     try {
       const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
+      release = ext.sharedMemory.hold(shmInputs, shmOutputs);
       const enableEmptyFinal = request.parameters?.triton_enable_empty_final_response === true;
       if (shmInputs.length > 0) await ext.sharedMemory.readInputs(request, shmInputs);
       if (shmOutputs.size > 0) ext.sharedMemory.checkOutputs(shmOutputs);
@@ -524,6 +533,7 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
       chain = chain.then(() => fail(msg, err));
     } finally {
       await chain;
+      await release?.();
       trace?.finish();
     }
   };
