@@ -40,7 +40,7 @@ export interface NodeShmProvider extends SystemShmProvider {
 export function shmPath(key: string): string {
   const name = key.startsWith('/') ? key.slice(1) : key;
   if (name === '' || name === '.' || name === '..' || /[/\\\0]/.test(name)) {
-    throw new TsiError('INTERNAL',
+    throw new TsiError('INVALID_ARG',
       `Unable to open shared memory region: '${key}': a key must be a single name such as '/my_region' (no further '/', '..', '\\\\' or NUL)`);
   }
   return `${SHM_DIR}/${name}`;
