@@ -185,11 +185,30 @@ export class ModelVersion {
         if (typeof c === 'number') (classification ??= new Map()).set(o.name, c);
       }
     }
+    // A model that is not decoupled answers once. A backend may still send that answer and then the
+    // final flag on its own (Triton's repeat backend under `decoupled: false`): the answer is held until
+    // the flag completes it; a second answer is an error, in Triton's words.
+    let held: ResponsePayload | undefined;
+    let answers = 0;
     const pending = validateRequest(req, {
       modelName: this.name,
       config: this.config,
       internalInputs: this.internalInputs,
       sink: (resp, final) => {
+        if (!this.decoupled && !(resp instanceof TsiError)) {
+          const bare = final && resp.outputs.length === 0 && answers > 0;
+          if (!bare) answers++;
+          if (answers > 1) {
+            held = undefined;
+            if (final) onResponse(new TsiError('INTERNAL', `expected a single response, got ${answers}`), true);
+            return;
+          }
+          if (!final) {
+            held = resp;
+            return;
+          }
+          if (bare) resp = held!;
+        }
         if (resp instanceof TsiError) onResponse(resp, final);
         else {
           try {
