@@ -161,7 +161,13 @@ export class SharedMemoryManager {
   }
 
   registerCuda(name: string): never {
+    if (!this.opts.allowClientShm) throw new TsiError('UNSUPPORTED', SHM_DISABLED_MESSAGE);
     throw new TsiError('UNSUPPORTED', `failed to register CUDA shared memory region '${name}': GPUs not supported`);
+  }
+
+  /** There are no CUDA regions to unregister; refused, as in Triton, when client shared memory is off. */
+  unregisterCuda(): void {
+    if (!this.opts.allowClientShm) throw new TsiError('UNSUPPORTED', SHM_DISABLED_MESSAGE);
   }
 
   cudaStatus(name?: string): { name: string; device_id: number; byte_size: number }[] {

@@ -379,7 +379,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
     }),
     CudaSharedMemoryStatus: unary('CudaSharedMemoryStatus', (req) => ({ regions: Object.fromEntries(cuda(req.name).map((r) => [r.name, r])) })),
     CudaSharedMemoryRegister: unary('CudaSharedMemoryRegister', (req) => ext.sharedMemory.registerCuda(req.name)),
-    CudaSharedMemoryUnregister: unary('CudaSharedMemoryUnregister', () => ({})),
+    CudaSharedMemoryUnregister: unary('CudaSharedMemoryUnregister', () => (ext.sharedMemory.unregisterCuda(), {})),
     TraceSetting: unary('TraceSetting', (req) => {
       const model: string | undefined = req.model_name || undefined;
       if (model) checkTraceModel(server, model);

@@ -187,6 +187,11 @@ withShm('system shared memory', () => {
     expect((await postJson(`${s.url}/v2/systemsharedmemory/region/never/unregister`, '')).status).toBe(200);
     expect((await postJson(`${s.url}/v2/systemsharedmemory/unregister`, '')).status).toBe(200);
     expect((await getJson(`${s.url}/v2/systemsharedmemory/status`)).body).toEqual([]);
+    // No CUDA here: registration says so; unregistering (nothing) is fine.
+    const cuda = await postJson(`${s.url}/v2/cudasharedmemory/region/g/register`, { raw_handle: { b64: 'AAAA' }, device_id: 0, byte_size: 8 });
+    expect(cuda).toMatchObject({ status: 501, body: { error: "failed to register CUDA shared memory region 'g': GPUs not supported" } });
+    expect((await postJson(`${s.url}/v2/cudasharedmemory/unregister`, '')).status).toBe(200);
+    expect(await c.call('CudaSharedMemoryUnregister', { name: '' })).toEqual({});
   });
 });
 
@@ -291,10 +296,11 @@ describe('shared memory refusals', () => {
       ],
     });
     expect(infer).toMatchObject({ status: 400, body: { error: "Unable to find shared memory region: 'r' (input 'INPUT0')" } });
+    // CUDA shared memory: refused as client shared memory first, as in Triton.
     const cuda = await postJson(`${s.url}/v2/cudasharedmemory/region/g/register`, { raw_handle: { b64: 'AAAA' }, device_id: 0, byte_size: 8 });
-    expect(cuda).toMatchObject({ status: 501, body: { error: "failed to register CUDA shared memory region 'g': GPUs not supported" } });
+    expect(cuda).toMatchObject({ status: 501, body: { error: disabled } });
     expect((await getJson(`${s.url}/v2/cudasharedmemory/status`)).body).toEqual([]);
     expect((await getJson(`${s.url}/v2/cudasharedmemory/region/g/status`)).status).toBe(404);
-    expect((await postJson(`${s.url}/v2/cudasharedmemory/unregister`, '')).status).toBe(200);
+    expect(await postJson(`${s.url}/v2/cudasharedmemory/unregister`, '')).toMatchObject({ status: 501, body: { error: disabled } });
   });
 });
