@@ -146,11 +146,13 @@ export class SharedMemoryManager {
   }
 
   /**
-   * Marks the regions a request's inputs and outputs name as in use until the returned release is called (once, when the
-   * request's last response has been written); names not registered are left to the reads and writes
-   * to refuse.
+   * Marks the regions a request's inputs and outputs name as in use until the returned release is
+   * called (once, when the request's last response has been written); undefined if it names none.
+   * Names not registered are left to the reads and writes to refuse.
    */
-  hold(inputs: readonly ShmRef[], outputs: ReadonlyMap<string, ShmRef>): () => Promise<void> {
+  hold(inputs: readonly ShmRef[], outputs: ReadonlyMap<string, ShmRef>): (() => Promise<void>) | undefined {
+    // Most requests name no region: nothing to allocate, nor to wait for, on their path.
+    if (inputs.length === 0 && outputs.size === 0) return undefined;
     const names = new Set([...inputs, ...outputs.values()].map((r) => r.region));
     const held = [...names].map((n) => this.regions.get(n)).filter((r): r is Region => r !== undefined);
     for (const r of held) r.users++;

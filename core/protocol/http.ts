@@ -304,7 +304,7 @@ async function infer(
       }
       inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
     } finally {
-      await release();
+      if (release) await release();
     }
     trace?.mark('HTTP_SEND_START');
     const enc = encodeInferResponse(resp, decoded.encoding, inShm);

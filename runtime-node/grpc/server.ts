@@ -432,7 +432,7 @@ async function modelInfer<T>(
       }
       inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
     } finally {
-      await release();
+      if (release) await release();
     }
     trace?.mark('GRPC_SEND_START');
     return encode(resp, inShm);
@@ -573,7 +573,7 @@ function streamInfer(
       chain = chain.then(() => fail(msg, err));
     } finally {
       await chain;
-      await release?.();
+      if (release) await release();
       trace?.finish();
     }
   };
