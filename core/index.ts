@@ -20,7 +20,7 @@ export { ModelStats, type FailureReason } from './stats.js';
 export { PendingRequest, validateRequest, requestPrefix, type SequenceFlags } from './request.js';
 export {
   describeValue, checkJsonParam, checkProtoParam, checkDatatype, checkShape, REQUEST_PARAMS, INPUT_PARAMS, OUTPUT_PARAMS,
-  TRITON_GRPC_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, type ParamRules,
+  TRITON_GRPC_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, forwardHeaders, headerForwardPattern, type ParamRules,
 } from './protocol/request-params.js';
 export {
   createHttpApp, inferEndpoint, chooseEncoding, errorResponse, errorReply, json, readBody, DEFAULT_MAX_INPUT_SIZE, DEFAULT_COMPRESSION,

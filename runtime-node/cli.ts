@@ -135,6 +135,12 @@ export function buildCli(): Command {
     .option('--grpc-address <address>', 'gRPC listen address', '0.0.0.0')
     .addOption(boolOption('--allow-grpc', 'serve gRPC', true))
     .option('--grpc-restricted-protocol <cats:key=value>', 'gRPC categories (health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging) that need metadata triton-grpc-protocol-<key>=<value> (repeatable)', collect)
+    .option('--grpc-header-forward-pattern <regex>', 'gRPC metadata whose keys match (case-insensitive unless the pattern starts with (?-i)) reach the model as string request parameters')
+    .option('--grpc-max-response-pool-size <n>', 'responses a gRPC stream may hold unsent before it stops reading further requests', (v) => {
+      const n = Number(v);
+      if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError(`--grpc-max-response-pool-size must be greater than 0, got '${v}'`);
+      return n;
+    })
     .addOption(new Option('--grpc-infer-response-compression-level <level>', 'compress gRPC responses').choices(['none', 'low', 'medium', 'high']).default('none'))
     .addOption(boolOption('--grpc-use-ssl', 'serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)', false))
     .addOption(boolOption('--grpc-use-ssl-mutual', 'gRPC over TLS that requires client certificates signed by --grpc-root-cert (implies --grpc-use-ssl)', false))
@@ -158,6 +164,7 @@ export function buildCli(): Command {
     .addOption(boolOption('--allow-cpu-metrics', 'include nv_cpu_* host metrics', true))
     .addOption(boolOption('--allow-gpu-metrics', 'include nv_gpu_* metrics of NVIDIA GPUs (read with nvidia-smi)', true))
     .option('--metrics-interval-ms <ms>', 'how often GPU metrics are read', parseIntArg, 2000)
+    .option('--http-header-forward-pattern <regex>', 'HTTP headers whose names match (case-insensitive unless the pattern starts with (?-i)) reach the model as string request parameters')
     .option('--http-restricted-api <cats:key=value>', 'HTTP categories (as for gRPC) that need header <key>: <value>, else 403 (repeatable)', collect)
     .addOption(boolOption('--allow-client-shm', 'let clients register system shared memory regions', false))
     .option('--repository-poll-secs <secs>', 'poll interval in poll mode', parseNonNegativeSecs, 15)
@@ -292,6 +299,9 @@ export function buildCli(): Command {
           gpuMetrics: o.allowGpuMetrics,
           metricsIntervalMs: o.metricsIntervalMs,
           httpRestrictedApi: o.httpRestrictedApi,
+          httpHeaderForwardPattern: o.httpHeaderForwardPattern,
+          grpcHeaderForwardPattern: o.grpcHeaderForwardPattern,
+          grpcMaxResponsePoolSize: o.grpcMaxResponsePoolSize,
           allowClientShm: o.allowClientShm,
           allowModelCodeUpload: o.allowModelCodeUpload,
           httpTls,

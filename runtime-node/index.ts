@@ -9,7 +9,7 @@ import { deflate, gzip } from 'node:zlib';
 import { availableParallelism, totalmem } from 'node:os';
 import {
   BackendRegistry, createEmbeddingBackend, createClassifierBackend, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
-  createLogger, type ConfigurableLogger, type LogFormat, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
+  createLogger, headerForwardPattern, type ConfigurableLogger, type LogFormat, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc/server.js';
@@ -81,6 +81,11 @@ export interface NodeServerOptions {
   nvidiaSmi?: string;
   /** --http-restricted-api specs, `<categories>:<key>=<value>`. */
   httpRestrictedApi?: string[];
+  /** --http-header-forward-pattern / --grpc-header-forward-pattern: regular expressions (Triton's reading). */
+  httpHeaderForwardPattern?: string;
+  grpcHeaderForwardPattern?: string;
+  /** --grpc-max-response-pool-size: responses a gRPC stream may hold unsent before it stops reading. */
+  grpcMaxResponsePoolSize?: number;
   /** --allow-client-shm (default false). */
   allowClientShm?: boolean;
   /** Poll interval in poll mode (default 15; 0 = never poll after start-up). */
@@ -254,6 +259,9 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
   const log = controllableLogger(opts.log ?? stderrLogger(opts.logVerbose ?? 0));
   const httpRestrictions = parseRestrictions(opts.httpRestrictedApi ?? [], '--http-restricted-api');
   const grpcRestrictions = parseRestrictions(opts.grpcRestrictedProtocol ?? [], '--grpc-restricted-protocol', 'triton-grpc-protocol-');
+  const forward = (p: string | undefined, flag: string) => (p === undefined || p === '' ? undefined : headerForwardPattern(p, flag));
+  const httpForward = forward(opts.httpHeaderForwardPattern, '--http-header-forward-pattern');
+  const grpcForward = forward(opts.grpcHeaderForwardPattern, '--grpc-header-forward-pattern');
   const schedulerDelay = opts.schedulerDelay ?? schedulerDelayFromEnv(process.env);
   if (schedulerDelay) {
     log.info(`scheduler test hook: batching schedulers hold until ${schedulerDelay.requests} queued request(s)`
@@ -333,7 +341,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
           opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined,
           opts.allowDashboard ? dashboardRoutes(server, { tuneReports: opts.dashboardTuneReports }) : undefined,
         ),
-        extensions, restrictedApi: httpRestrictions,
+        extensions, restrictedApi: httpRestrictions, headerForwardPattern: httpForward,
       };
       const app = createHttpApp(server, httpOptions);
       // Listen before loading models, as Triton does: liveness answers while models load; readiness waits.
@@ -348,6 +356,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     if (opts.grpcPort !== undefined) {
       grpc = await listenGrpc(server, {
         port: opts.grpcPort, address: opts.grpcAddress ?? '0.0.0.0', extensions, restrictedProtocol: grpcRestrictions,
+        headerForwardPattern: grpcForward, maxResponsePoolSize: opts.grpcMaxResponsePoolSize,
         responseCompression: opts.grpcResponseCompression,
         tls: grpcTls, authorize: keyring && grpcAuthorizer(keyring), handshakeTimeoutMs: opts.grpcHandshakeTimeoutMs,
       });

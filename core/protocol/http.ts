@@ -19,7 +19,9 @@ import { embeddings } from './openai-embeddings.js';
 import { classify, rerank, score } from './openai-scoring.js';
 import type { InferenceServer } from '../server.js';
 import { attachTrace, traceContextOf } from '../trace.js';
+import type { InferResponse } from '../types.js';
 import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
+import { forwardHeaders } from './request-params.js';
 import { HEADER_LENGTH, bodyBytes, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
 
 export { errorReply, errorResponse, json, type HttpReply } from './http-common.js';
@@ -38,6 +40,8 @@ export interface HttpOptions {
   extensions?: ServerExtensions;
   /** --http-restricted-api: categories that need a header (403 without it). */
   restrictedApi?: Restrictions;
+  /** --http-header-forward-pattern: headers whose names match reach the model as request parameters. */
+  headerForwardPattern?: RegExp;
   /** Which infer responses are compressed for clients that accept it (see `compressionPolicy`). */
   compression?: CompressionPolicy;
   /** A faster compressor than CompressionStream where the runtime has one (Node: zlib at level 1). */
@@ -121,6 +125,7 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     route(`${base}/infer`, {
       POST: async (c) => toResponse(await inferHttp({
         model: c.req.param('model')!, version: version(c), header: (n) => c.req.header(n),
+        headers: () => c.req.raw.headers.entries(),
         body: c.req.raw.body,
         onCancel: (cancel) => c.req.raw.signal.addEventListener('abort', cancel, { once: true }),
       })),
@@ -217,6 +222,8 @@ export interface InferHttpRequest {
   model: string;
   version: string | undefined;
   header(name: string): string | undefined;
+  /** Every header as sent (name, value), for --http-header-forward-pattern. */
+  headers(): Iterable<readonly [string, string]>;
   /** The body as sent (still compressed if it was): see BodySource. */
   body: BodySource;
   /** Registers what to call when the client goes away before its answer (its connection closed). */
@@ -240,7 +247,7 @@ export function inferEndpoint(
       return { status: 403, headers: { 'Content-Type': 'application/json' }, body: errorBody(restrictedMessage(restricted.key)) };
     }
     try {
-      return await infer(server, req, maxInput, ext, out);
+      return await infer(server, req, maxInput, ext, out, options.headerForwardPattern);
     } catch (err) {
       return errorReply(err);
     }
@@ -266,7 +273,9 @@ function responseEncoding(c: OutputCompression, accept: string | undefined, enc:
   return size >= c.policy.minBytes ? chooseEncoding(accept) : undefined;
 }
 
-async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: number, ext: ServerExtensions, c: OutputCompression): Promise<HttpReply> {
+async function infer(
+  server: InferenceServer, req: InferHttpRequest, maxInput: number, ext: ServerExtensions, c: OutputCompression, forward: RegExp | undefined,
+): Promise<HttpReply> {
   const modelName = req.model;
   const ver = req.version;
   const trace = ext.traces.sample(modelName, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() }, traceContextOf(req.header));
@@ -278,22 +287,30 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
     // A model registered for on-demand loading loads here, and the request waits for it.
     const config = (await server.resident(modelName, ver)).config;
     const decoded = decodeInferRequest(body, req.header(HEADER_LENGTH), modelName, ver, () => config);
+    if (forward) forwardHeaders(forward, req.headers(), decoded.request);
     const shm = ext.sharedMemory;
-    if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);
-    if (decoded.shmOutputs.size > 0) shm.checkOutputs(decoded.shmOutputs);
-    if (trace) {
-      attachTrace(decoded.request, trace);
-      trace.requestId = decoded.request.id ?? '';
+    const release = shm.hold(decoded.shmInputs, decoded.shmOutputs);
+    let resp: InferResponse;
+    let inShm: Set<string> | undefined;
+    try {
+      if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);
+      if (decoded.shmOutputs.size > 0) shm.checkOutputs(decoded.shmOutputs);
+      if (trace) {
+        attachTrace(decoded.request, trace);
+        trace.requestId = decoded.request.id ?? '';
+      }
+      resp = await server.infer(decoded.request, {
+        decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
+        onCancel: req.onCancel,
+      });
+      if (trace) {
+        trace.mark('INFER_RESPONSE_COMPLETE');
+        trace.version = Number(resp.model_version);
+      }
+      inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
+    } finally {
+      if (release) await release();
     }
-    const resp = await server.infer(decoded.request, {
-      decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
-      onCancel: req.onCancel,
-    });
-    if (trace) {
-      trace.mark('INFER_RESPONSE_COMPLETE');
-      trace.version = Number(resp.model_version);
-    }
-    const inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
     trace?.mark('HTTP_SEND_START');
     const enc = encodeInferResponse(resp, decoded.encoding, inShm);
     const headers: Record<string, string> = { 'Content-Type': enc.contentType };

@@ -312,10 +312,10 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
       binaries.push(bytes);
     } else if (t.data.length > JSON_CHUNK || t.datatype === 'INT64' || t.datatype === 'UINT64') {
       // 64-bit integers always through jsonDataText, which writes them exactly.
-      data = jsonDataText(t.datatype, t.data);
+      data = jsonDataText(t.datatype, t.data, t.name);
       chunked = true;
     } else {
-      o.data = toJsonValues(t.datatype, t.data);
+      o.data = toJsonValues(t.datatype, t.data, t.name);
     }
     if (Object.keys(params).length > 0) o.parameters = params;
     return { o, data };

@@ -58,11 +58,15 @@ export function checkOverridePath(key: string): string {
   return rel;
 }
 
-/** Triton's model name check for loads. */
+/**
+ * Triton's model name check for loads: blank after trimming whitespace, or `..` (after trimming), or a
+ * name holding a path separator is refused; other names with dots (`...`, `a..b`) are plain names.
+ * A NUL or a backslash (a separator on Windows) is refused too, where Triton would pass them on.
+ */
 export function checkModelName(name: string): void {
-  if (name === '') throw new TsiError('INVALID_ARG', 'model name must not be empty');
-  if (name.trim() === '') throw new TsiError('INVALID_ARG', 'model name must not contain only whitespace characters');
-  if (name.includes('..') || name.includes('/') || name.includes('\\')) {
+  const trimmed = name.replace(/^[ \t\n\r\f\v]+|[ \t\n\r\f\v]+$/g, '');
+  if (trimmed === '') throw new TsiError('INVALID_ARG', 'Model name cannot be empty. Please enter a valid name to deploy.');
+  if (trimmed === '..' || trimmed === '.' || /[/\\\0]/.test(name)) {
     throw new TsiError('INVALID_ARG', `invalid model name '${name}', model name must not contain path traversal characters`);
   }
 }

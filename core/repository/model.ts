@@ -22,6 +22,9 @@ import type { ResponseCache } from '../cache.js';
 import type { MetricsRegistry } from '../metrics.js';
 import type { ModelRateLimit, RateLimiter } from '../scheduling/rate-limiter.js';
 
+/** The most elements one batch entry of an output may have for classification (Triton's bound). */
+const MAX_CLASSIFICATION_ELEMENTS = 1_000_000;
+
 export type ModelState = 'UNKNOWN' | 'LOADING' | 'READY' | 'UNAVAILABLE' | 'UNLOADING';
 
 export interface LoadOptions {
@@ -245,11 +248,30 @@ export class ModelVersion {
   }
 
   private validated(req: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, classification: Map<string, number> | undefined): PendingRequest {
+    // A model that is not decoupled answers once. A backend may still send that answer and then the
+    // final flag on its own (Triton's repeat backend under `decoupled: false`): the answer is held until
+    // the flag completes it; a second answer is an error, in Triton's words.
+    let held: ResponsePayload | undefined;
+    let answers = 0;
     const pending = validateRequest(req, {
       modelName: this.name,
       config: this.config,
       internalInputs: this.internalInputs,
       sink: (resp, final) => {
+        if (!this.decoupled && !(resp instanceof TsiError)) {
+          const bare = final && resp.outputs.length === 0 && answers > 0;
+          if (!bare) answers++;
+          if (answers > 1) {
+            held = undefined;
+            if (final) onResponse(new TsiError('INTERNAL', `expected a single response, got ${answers}`), true);
+            return;
+          }
+          if (!final) {
+            held = resp;
+            return;
+          }
+          if (bare) resp = held!;
+        }
         if (resp instanceof TsiError) onResponse(resp, final);
         else {
           try {
@@ -291,13 +313,19 @@ export class ModelVersion {
 
   /** Triton's classification extension: top-k "value:index[:label]" strings per batch row. */
   private classify(t: Tensor, k: number): OutputTensor {
-    if (t.datatype === 'BYTES' || t.datatype === 'FP16' || t.datatype === 'BF16') {
-      throw new TsiError('INVALID_ARG', `classification is not supported for output '${t.name}' of datatype ${t.datatype}`);
+    // Triton's texts (its frontend's classification.cc), then the output's name.
+    if (t.datatype === 'BYTES' || t.datatype === 'FP16' || t.datatype === 'BF16' || t.datatype === 'BOOL') {
+      throw new TsiError('INVALID_ARG', `class result not available for output due to unsupported type '${t.datatype}' (output '${t.name}' of model '${this.name}')`);
     }
     const batching = (this.config.max_batch_size ?? 0) > 0;
     const rows = batching ? (t.shape[0] ?? 1) : 1;
     const data = t.data as NumericArray;
     const classes = rows > 0 ? data.length / rows : 0;
+    // Sorting every class of a row costs its length: Triton bounds it.
+    if (classes > MAX_CLASSIFICATION_ELEMENTS) {
+      throw new TsiError('INVALID_ARG',
+        `classification output tensor too large (output '${t.name}' of model '${this.name}' has ${classes} elements per batch entry, at most ${MAX_CLASSIFICATION_ELEMENTS} can be classified)`);
+    }
     const labels = this.labels.get(t.name);
     const isFloat = t.datatype === 'FP32' || t.datatype === 'FP64';
     const kk = Math.min(k, classes);

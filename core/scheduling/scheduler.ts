@@ -336,6 +336,13 @@ function hasCancelled(batch: PendingRequest[]): boolean {
 }
 
 /** Answers the batch's cancelled requests with CANCELLED and returns the others. */
+/** Answers a request its client cancelled before it ran: a CANCELED failure in the statistics, Triton's CANCELLED. */
+export function answerCancelled(ctx: SchedulerContext, r: PendingRequest, now: number, epochMs: number): void {
+  ctx.stats.recordFailure(now - r.receivedNs, 'CANCELED', epochMs);
+  ctx.stats.inflight--;
+  r.send(new TsiError('CANCELLED', `${requestPrefix(r.id)}Request was cancelled`), true);
+}
+
 function dropCancelled(ctx: SchedulerContext, batch: PendingRequest[], behindOf: InstancePool | undefined, instance: BackendInstance): PendingRequest[] {
   const keep: PendingRequest[] = [];
   const now = ctx.clock.nowNs();
@@ -347,9 +354,7 @@ function dropCancelled(ctx: SchedulerContext, batch: PendingRequest[], behindOf:
       continue;
     }
     dropped++;
-    ctx.stats.recordFailure(now - r.receivedNs, 'CANCELED', epochMs);
-    ctx.stats.inflight--;
-    r.send(new TsiError('CANCELLED', `${requestPrefix(r.id)}Request was cancelled`), true);
+    answerCancelled(ctx, r, now, epochMs);
   }
   if (behindOf) behindOf.whenQueuedBatchStarts(instance, () => (ctx.stats.pending -= dropped));
   else ctx.stats.pending -= dropped;

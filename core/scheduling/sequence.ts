@@ -18,7 +18,7 @@ import { decideBatch, batchPolicy, compatible, WakeTimer, type BatchPolicy } fro
 import { TsiError, invalidArg, unsupported } from '../errors.js';
 import type { ConfigDataType, ModelConfig, SequenceControl } from '../config/model-config.js';
 import { requestPrefix, type PendingRequest, type SequenceId } from '../request.js';
-import { InstancePool, STOPPING_MESSAGE, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
+import { InstancePool, STOPPING_MESSAGE, answerCancelled, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
 import { allocate, elementCount, encodeString } from '../tensor.js';
 import type { DataType, NumericArray, Tensor } from '../types.js';
 
@@ -231,7 +231,40 @@ export class SequenceBatcher implements Scheduler {
     stats.inflight++;
     const item: Item = { req: r, seq };
     if (this.iterative) r.onRelease = (again) => (again ? this.requeue(item) : this.release(item));
+    r.onCancel(() => this.cancelSequence(item));
     this.place(item);
+    this.dispatch();
+  }
+
+  /**
+   * A client cancelled a request still waiting (in its slot's queue or the backlog): as in Triton, the
+   * whole sequence is cancelled — every request of it still waiting is answered CANCELLED, and the
+   * sequence ends, freeing its slot for the backlog. A request already executing is left to finish.
+   */
+  private cancelSequence(item: Item): void {
+    const { seq } = item;
+    const mine = (i: Item) => i.seq === seq;
+    const slotQueue = item.slot?.queue;
+    const entry = slotQueue ? undefined : this.backlog.find((b) => b.items.some(mine));
+    const from = slotQueue ?? entry?.items;
+    if (!from || !from.includes(item)) return;
+    const dropped = from.filter(mine);
+    const kept = from.filter((i) => !mine(i));
+    from.splice(0, from.length, ...kept);
+    if (entry && kept.length === 0) this.backlog.splice(this.backlog.indexOf(entry), 1);
+    const now = this.ctx.clock.nowNs();
+    const epochMs = this.ctx.clock.epochMs();
+    this.ctx.log.verbose(1, `sequence ${seq.id} of model '${this.model}' cancelled: ${dropped.length} waiting request(s) cancelled`);
+    for (const i of dropped) {
+      this.ctx.stats.pending--;
+      seq.open--;
+      answerCancelled(this.ctx, i.req, now, epochMs);
+    }
+    if (this.seqs.get(seq.key) === seq) this.seqs.delete(seq.key);
+    seq.ended = true;
+    const slot = seq.slot;
+    seq.slot = undefined;
+    if (slot) this.maybeRelease(slot);
     this.dispatch();
   }
 

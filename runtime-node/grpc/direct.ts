@@ -36,9 +36,9 @@ export interface DirectModelInfer {
   admit(headers: IncomingHttpHeaders): GrpcStatus | undefined;
   /**
    * Runs one ModelInfer message; resolves to the answer's whole gRPC frame, in pieces to write back
-   * to back. `header` reads the call's metadata (a client's `traceparent`).
+   * to back. `headers`: the call's metadata (a client's `traceparent`, headers to forward).
    */
-  infer(message: Buffer, onCancel: (cancel: () => void) => void, header: (key: string) => string | undefined): Promise<Uint8Array[]>;
+  infer(message: Buffer, onCancel: (cancel: () => void) => void, headers: IncomingHttpHeaders): Promise<Uint8Array[]>;
   /** The status of a failure `infer` threw. */
   status(err: unknown): GrpcStatus;
   /** Largest message accepted (grpc-js's grpc.max_receive_message_length). */
@@ -144,11 +144,7 @@ export function serveModelInfer(stream: ServerHttp2Stream, headers: IncomingHttp
       if (ended) cancel();
       else (cancels ??= []).push(cancel);
     };
-    const header = (key: string) => {
-      const v = headers[key];
-      return Array.isArray(v) ? v[0] : v;
-    };
-    d.infer(body.subarray(5), onCancel, header).then(
+    d.infer(body.subarray(5), onCancel, headers).then(
       (answer) => end({ code: OK, details: 'OK' }, answer),
       (err) => end(d.status(err)),
     );

@@ -350,6 +350,7 @@ export class Connection {
       model: m[1]!,
       version: m[2],
       header: (name) => headers.get(name.toLowerCase()),
+      headers: () => head.raw,
       body: (limit) => body.read(limit, binaryStart(headers.get('inference-header-content-length'))),
       onCancel: (cancel) => {
         this.cancelInfer = cancel;
