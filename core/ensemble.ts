@@ -455,7 +455,7 @@ class EnsembleRun {
 
   private onResponse(s: number, iter: number, resp: InferResponse | TsiError, final: boolean): void {
     const step = this.plan.steps[s]!;
-    if (resp instanceof TsiError) this.fail(step, resp);
+    if (resp instanceof TsiError) this.fail(resp);
     else if (!this.done && !(final && step.decoupled && isCompletionOnly(resp))) {
       const out = step.decoupled ? this.iterations![s]!++ : iter;
       const { outputNames, outputIds } = step;
@@ -528,12 +528,14 @@ class EnsembleRun {
     this.owner.runDone(this.request, true);
   }
 
-  private fail(step: StepPlan, err: TsiError): void {
+  private fail(err: TsiError): void {
     if (this.done) return;
     this.done = true;
     this.failed = true;
-    // Statistics (and a drain) wait in `finish` for the steps still running.
-    this.request.send(new TsiError(err.code, `in ensemble '${this.plan.name}', step ${step.index} (model '${step.model}') failed: ${err.message}`, { cause: err }), true);
+    // Statistics (and a drain) wait in `finish` for the steps still running. Triton's text: the
+    // ensemble's name, then the step's own message unchanged (clients match on what follows the comma;
+    // the step's messages name their model).
+    this.request.send(new TsiError(err.code, `in ensemble '${this.plan.name}', ${err.message}`, { cause: err }), true);
   }
 }
 
