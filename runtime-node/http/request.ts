@@ -74,6 +74,8 @@ export class Body {
   private total = 0;
   private limit = Infinity;
   private alignAt?: number;
+  /** A raw binary infer body: Triton words its size refusal differently. */
+  private raw = false;
   private ended = false;
   private failure?: Error;
   private waiter?: { resolve: (b: Uint8Array) => void; reject: (e: Error) => void };
@@ -180,6 +182,7 @@ export class Body {
   read(limit: number, alignAt?: number): Promise<Uint8Array> {
     this.limit = limit;
     this.alignAt = alignAt;
+    this.raw = alignAt === 0;
     if (this.total > limit) this.drop();
     return new Promise((resolve, reject) => {
       this.waiter = { resolve, reject };
@@ -209,7 +212,7 @@ export class Body {
     const w = this.waiter;
     if (!w) return;
     if (this.failure) w.reject(this.failure);
-    else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit));
+    else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit, this.raw));
     else if (!this.ended) return;
     else {
       this.flush();
