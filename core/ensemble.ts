@@ -226,8 +226,9 @@ export function createEnsembleBackend(server: EnsembleHost): Backend {
         await Promise.all([...new Set(composing.map((c) => c.name))].map((m) => server.repository.ensureLoaded(m)));
         const stepConfigs = (cfg.ensemble_scheduling?.step ?? []).map((s) => composingVersion(server, name, s.model_name ?? '', s.model_version ?? -1).config);
         const { decoupled } = validateEnsemble(cfg, stepConfigs);
-        // Triton marks the ensemble itself decoupled (visible in its config) when any step is.
-        if (decoupled) cfg.model_transaction_policy = { ...cfg.model_transaction_policy, decoupled: true };
+        // Triton sets the ensemble's transaction policy once its steps are checked: decoupled when any
+        // step is, and present either way (its config shows `model_transaction_policy {}`).
+        cfg.model_transaction_policy = { ...cfg.model_transaction_policy, decoupled };
         const plan = buildPlan(cfg, stepConfigs, decoupled);
         return {
           createInstance: () => Promise.reject(new TsiError('INTERNAL', `ensemble '${name}' has no instances`)),

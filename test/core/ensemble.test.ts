@@ -78,6 +78,8 @@ describe('ensemble dataflow', () => {
     const r = await t.infer('e', { IN: [1, 2, 3, 4] });
     expect(r.status).toBe(500);
     expect(r.body.error).toBe("in ensemble 'e', toy model 'bad' failed on purpose");
+    // As Triton fills it once the steps are checked (L0_model_config's ensemble autofill cases).
+    expect((await t.call('GET', '/v2/models/e/config')).body.model_transaction_policy).toEqual({ decoupled: false });
     const stats = (await t.call('GET', '/v2/models/stats')).body.model_stats as any[];
     const of = (n: string) => stats.find((s) => s.name === n).inference_stats;
     expect(of('e').fail.count).toBe(1);
