@@ -131,10 +131,15 @@ export class PythonInstance implements BackendInstance {
       `Failed to process the request(s) for model instance '${this.spec.name}', message: Stub process '${this.spec.name}' is not healthy.${why}`);
   }
 
-  /** The live process; without one, a restart is started (unless one runs, or just failed) and the request refused. */
+  /**
+   * The live process; without one, the request is refused and a restart started (unless one runs, or
+   * just failed). As in Triton's python backend, a process that died idle is replaced when the next
+   * request finds it dead, not when it dies: until then the model reports not ready.
+   */
   private ready(): Promise<StubProcess> {
     if (this.proc?.alive) return Promise.resolve(this.proc);
     if (this.stopping) return Promise.reject(new TsiError('UNAVAILABLE', `instance ${this.spec.name} of model '${this.name}' is unloading`));
+    if (!this.starting) this.setup.log.error(`${this.tag}: Stub process is unhealthy and it will be restarted.`);
     this.restart();
     return Promise.reject(this.unhealthy());
   }
@@ -365,9 +370,14 @@ export class PythonInstance implements BackendInstance {
       this.setup.log.info(`model '${this.name}' instance ${this.spec.name}: the Python process (pid ${proc.pid}) ${reason} while the server is stopping; it is not restarted`);
       return;
     }
+    // Triton's backend replaces the process when an execution finds it dead: at once when it died
+    // under one, else at the next request (which fails); until the new one is ready, not ready.
     this.setup.log.error(`${this.tag}: Stub process '${this.spec.name}' is not healthy. The Python process (pid ${proc.pid}) ${reason}; `
-      + 'the model is not ready until a new one is');
-    this.restart();
+      + `the model is not ready until ${open.length ? 'a new one is' : 'the next request starts a new one'}`);
+    if (open.length) {
+      this.setup.log.error(`${this.tag}: Stub process is unhealthy and it will be restarted.`);
+      this.restart();
+    }
   }
 
   async unload(): Promise<void> {
