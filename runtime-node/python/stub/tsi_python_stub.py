@@ -33,7 +33,7 @@ import numpy as np
 
 import triton_python_backend_utils as pb
 
-from tsi_shm import RING_HEADER, InputRegion, Ring, _align
+from tsi_shm import RING_HEADER, InputRegion, Ring, SharedMemory, _align
 
 CTRL_FD, INPUT_FD, RING_FD = 3, 4, 5
 ALIAS_MIN_BYTES = 64 * 1024
@@ -84,6 +84,8 @@ class Runtime:
         self.model_dir = init["dir"]
         self.inputs = InputRegion(INPUT_FD)
         self.ring = Ring(RING_FD, int(init["growth"]))
+        import c_python_backend_utils
+        c_python_backend_utils.shared_memory = SharedMemory(self.ring, self.lock)
         self.frees = collections.deque()
         self.live = {}  # (exec id, index) -> (request, block start, block end)
         self.calls = {}
