@@ -7,7 +7,7 @@
  * `c_python_backend_utils.shared_memory` gives them to models, through a real server here.
  */
 
-import { closeSync, fstatSync, readSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { InputRegion, OutputRing, createShmFile, type OutDesc } from '../../runtime-node/python/shm.js';
 import { pythonRepo, startPythonServer } from '../helpers/python-server.js';
@@ -111,4 +111,19 @@ describe("the stub's pool as Triton's c_python_backend_utils.shared_memory shows
       repo.cleanup();
     }
   }, 60_000);
+});
+
+describe('a pool that cannot grow', () => {
+  it("says so in Triton's words (L0_backend_python test_growth_error), and the region stays usable", () => {
+    // /dev/full answers every write with ENOSPC, as a full /dev/shm does when pages are touched.
+    const fd = openSync('/dev/full', 'r+');
+    try {
+      const r = new InputRegion(fd, 4096, 4096);
+      const t = { name: 'A', datatype: 'UINT8' as const, shape: [100], data: new Uint8Array(100) };
+      expect(() => r.writeTensors([t])).toThrow(/^Failed to increase the shared memory pool size to 4096 bytes\. If you are running tsi inside docker, use '--shm-size' flag/);
+      expect(r.usedBytes).toBe(0); // the block was given back
+    } finally {
+      closeSync(fd);
+    }
+  });
 });

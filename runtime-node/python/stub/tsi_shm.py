@@ -28,8 +28,10 @@ def _reserve(fd, size):
         os.posix_fallocate(fd, 0, size)
     except OSError as e:
         if e.errno == errno.ENOSPC:
+            # Triton's text (shm_manager.cc), which clients and tests match.
             raise pb.TritonModelException(
-                "no room for %d bytes of shared memory (is /dev/shm too small? docker run --shm-size=...)" % size)
+                "Failed to increase the shared memory pool size to %d bytes. If you are running tsi inside docker, "
+                "use '--shm-size' flag to control the shared memory region size. Error: no space left in /dev/shm" % size)
         # Filesystems without fallocate: the pages are allocated as they are written.
 
 
