@@ -27,7 +27,7 @@ import { dirname } from 'node:path';
 import type { StubMessage } from './channel.js';
 import { StubProcess } from './process.js';
 import type { InputRegion, OutDesc } from './shm.js';
-import { StubServices, bigints, errorOfCode } from './services.js';
+import { StubServices, bigints, errorOfCode, wireCorrelationId } from './services.js';
 import type { PythonRuntime } from './interpreter.js';
 
 export interface ModelSetup {
@@ -218,7 +218,7 @@ export class PythonInstance implements BackendInstance {
         const seq = (r as { sequence?: { id: bigint | string; start: boolean; end: boolean } }).sequence;
         // [request id, correlation id, flags, timeout µs, parameters (JSON), requested outputs, block, inputs]
         return [
-          r.id, seq ? (typeof seq.id === 'bigint' ? Number(seq.id) : seq.id) : 0, seq ? (seq.start ? 1 : 0) | (seq.end ? 2 : 0) : 0,
+          r.id, seq ? wireCorrelationId(seq.id) : 0, seq ? (seq.start ? 1 : 0) | (seq.end ? 2 : 0) : 0,
           (r as { timeoutUs?: number }).timeoutUs ?? 0, JSON.stringify(r.parameters, bigints), r.requestedOutputs, block, descs,
         ] as const;
       });

@@ -210,7 +210,7 @@ class Runtime:
 
     def _bls_message(self, req, call_id, stream):
         return {"k": "b", "id": call_id, "s": stream, "m": req._model_name, "v": req._model_version,
-                "i": req._id, "c": req._correlation_id, "f": req._flags, "to": req._timeout,
+                "i": req._id, "c": _wire_correlation_id(req._correlation_id), "f": req._flags, "to": req._timeout,
                 "p": req._parameters, "o": req._requested_list}
 
     def _check_bls(self):
@@ -364,6 +364,8 @@ class Runtime:
         reqs = []
         tensor = self.inputs.tensor
         for i, (rid, corr, flags, timeout, params, outs, block, descs) in enumerate(m["r"]):
+            if isinstance(corr, dict):
+                corr = int(corr["u"])  # a uint64 past 2^53 (services.ts wireCorrelationId)
             req = pb.InferenceRequest._incoming((x, i), rid, corr, flags, timeout, params, outs, [tensor(*d) for d in descs])
             self.live[(x, i)] = (req, block[0], block[1])
             reqs.append(req)
@@ -404,6 +406,13 @@ def read_one(sock):
             os._exit(0)
         buf += chunk
     return json.loads(buf[4:4 + _LEN.unpack_from(buf, 0)[0]])
+
+
+def _wire_correlation_id(c):
+    """An int past 2^53 goes as {"u": decimal}: tsi reads JSON numbers as doubles."""
+    if isinstance(c, int) and not isinstance(c, bool) and c > (1 << 53) - 1:
+        return {"u": str(c)}
+    return c
 
 
 def send_plain(sock, msg):
