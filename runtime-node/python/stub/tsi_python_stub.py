@@ -81,6 +81,8 @@ class Runtime:
         # Triton's stub knows itself by its instance's name (`<model>_0_0`), which its messages use.
         self.instance = init["args"]["model_instance_name"]
         self.decoupled = bool(init["decoupled"])
+        # A model that may release requests with RESCHEDULE (tsi_executor waits for its async executes).
+        self.iterative = bool(json.loads(init["args"]["model_config"]).get("sequence_batching", {}).get("iterative_sequence"))
         self.model_dir = init["dir"]
         self.inputs = InputRegion(INPUT_FD)
         self.ring = Ring(RING_FD, int(init["growth"]))
