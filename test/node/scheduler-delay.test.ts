@@ -173,3 +173,21 @@ describe('TRITONSERVER_DELAY_SCHEDULER=1 with TRITONSERVER_BACKLOG_DELAY_SCHEDUL
     expect((await statsOf(s, 'direct')).executions).toBe(4);
   });
 });
+
+describe('TRITONSERVER_DELAY_SCHEDULER=2, direct max_queue_delay_microseconds with minimum_slot_utilization 0 (L0_sequence_batcher test_queue_delay_no_min_util)', () => {
+  const server = serverWith({ TRITONSERVER_DELAY_SCHEDULER: '2', TRITONSERVER_BACKLOG_DELAY_SCHEDULER: '0' }, {
+    'qdelay/config.pbtxt': renamed('simple_sequence', 'qdelay')
+      .replace('sequence_batching {', 'sequence_batching {\n  direct { max_queue_delay_microseconds: 3000000, minimum_slot_utilization: 0 }'),
+    'qdelay/1/model.onnx': onnx('simple_sequence'),
+  });
+
+  it("counts a batch's padding rows in its batch size, as Triton's null requests: two batches of 2, three inferences", async () => {
+    const s = server();
+    // Sequence 1001 (one request, no END) in slot 0 and 1002's first in slot 1 run together; 1002's
+    // second then runs in slot 1 with slot 0 padded: [null, 1002].
+    const [, first] = await sendOneByOne(s, 'qdelay', [step(1001, 1, { start: true }), step(1002, 11, { start: true })]);
+    expect(output(first)).toEqual([12]);
+    expect(output((await postJson(`${s.url}/v2/models/qdelay/infer`, step(1002, 12, {}))).body)).toEqual([12]);
+    expect(await statsOf(s, 'qdelay')).toEqual({ executions: 2, inferences: 3, batches: [[2, 2]] });
+  });
+});
