@@ -44,12 +44,19 @@ interface Sequence {
   key: string;
   id: SequenceId;
   slot?: Slot;
+  /** Its place in the backlog while it waits for a slot. */
+  backlog?: BacklogEntry;
   /** Implicit state by input name; undefined until the first step answered. */
   state?: Map<string, Tensor>;
   lastNs: number;
   /** Requests queued or executing: a busy sequence is never reaped. */
   open: number;
   ended: boolean;
+}
+
+interface BacklogEntry {
+  key: string;
+  items: Item[];
 }
 
 interface Item {
@@ -128,7 +135,7 @@ export class SequenceBatcher implements Scheduler {
   private readonly lanes: Lane[] = [];
   private readonly freeSlots: Slot[] = [];
   private readonly seqs = new Map<string, Sequence>();
-  private readonly backlog: { key: string; items: Item[] }[] = [];
+  private readonly backlog: BacklogEntry[] = [];
   private readonly reaper: WakeTimer;
   private stopping = false;
   /** Only sequences in progress may go on (a stopping server); see `closeSequences`. */
@@ -220,7 +227,7 @@ export class SequenceBatcher implements Scheduler {
         log.warn(`sequence ${flags.id} for model '${this.model}' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.`);
       }
       // A restarted id keeps its slot (or backlog place); its old requests still run with the old state.
-      seq = { key, id: flags.id, slot: seq?.slot, lastNs: now, open: 0, ended: false };
+      seq = { key, id: flags.id, slot: seq?.slot, backlog: seq?.backlog, lastNs: now, open: 0, ended: false };
       this.seqs.set(key, seq);
     }
     seq = seq!;
@@ -232,6 +239,9 @@ export class SequenceBatcher implements Scheduler {
     const item: Item = { req: r, seq };
     if (this.iterative) r.onRelease = (again) => (again ? this.requeue(item) : this.release(item));
     this.place(item);
+    // As Triton, the correlation ID is free again once its END is queued, not once it has run: a
+    // START with the same ID meanwhile is a new sequence (backlogged when no slot is free).
+    if (flags.end && this.seqs.get(key) === seq) this.seqs.delete(key);
     this.dispatch();
   }
 
@@ -241,11 +251,13 @@ export class SequenceBatcher implements Scheduler {
     if (seq.slot) {
       item.slot = seq.slot;
       seq.slot.queue.push(item);
+    } else if (seq.backlog) {
+      seq.backlog.items.push(item);
+    } else if (this.freeSlots.length > 0) {
+      this.bind(this.freeSlots.shift()!, key, [item]);
     } else {
-      const waiting = this.backlog.find((b) => b.key === key);
-      if (waiting) waiting.items.push(item);
-      else if (this.freeSlots.length > 0) this.bind(this.freeSlots.shift()!, key, [item]);
-      else this.backlog.push({ key, items: [item] });
+      seq.backlog = { key, items: [item] };
+      this.backlog.push(seq.backlog);
     }
   }
 
@@ -284,8 +296,10 @@ export class SequenceBatcher implements Scheduler {
 
   private bind(slot: Slot, key: string, items: Item[]): void {
     slot.key = key;
-    this.seqs.get(key)!.slot = slot;
     for (const item of items) {
+      // The sequence (and one it restarted, sharing its place) may have queued its END already.
+      item.seq.slot = slot;
+      item.seq.backlog = undefined;
       item.slot = slot;
       slot.queue.push(item);
     }

@@ -191,3 +191,24 @@ describe('TRITONSERVER_DELAY_SCHEDULER=2, direct max_queue_delay_microseconds wi
     expect(await statsOf(s, 'qdelay')).toEqual({ executions: 2, inferences: 3, batches: [[2, 2]] });
   });
 });
+
+describe('TRITONSERVER_DELAY_SCHEDULER=4 with TRITONSERVER_BACKLOG_DELAY_SCHEDULER=2 (L0_sequence_batcher test_backlog_same_correlation_id)', () => {
+  const server = serverWith({ TRITONSERVER_DELAY_SCHEDULER: '4', TRITONSERVER_BACKLOG_DELAY_SCHEDULER: '2' }, {
+    'samecid/config.pbtxt': renamed('simple_sequence', 'samecid').replace('max_batch_size: 8', 'max_batch_size: 2'),
+    'samecid/1/model.onnx': onnx('simple_sequence'),
+  });
+
+  it('a START for an ID whose END is queued (not yet run) is a new sequence, backlogged, not queued behind the old one', async () => {
+    const s = server();
+    // Sequences 1 and 2 fill both slots, their ENDs queued; then 2 again: the backlog (2 requests)
+    // releases the hold. It used to join the old sequence 2's slot, the backlog never filled, and
+    // the requests waited for ever.
+    const replies = await sendOneByOne(s, 'samecid', [
+      step(1, 1, { start: true }), step(2, 11, { start: true }), step(1, 3, { end: true }), step(2, 13, { end: true }),
+      step(2, 111, { start: true }), step(2, 113, { end: true }),
+    ]);
+    expect(replies).toHaveLength(6);
+    // Two batches of both slots; then the new sequence 2, alone in the first slot freed, twice.
+    expect(await statsOf(s, 'samecid')).toEqual({ executions: 4, inferences: 6, batches: [[1, 2], [2, 2]] });
+  });
+});
