@@ -57,6 +57,8 @@ interface Sequence {
 interface BacklogEntry {
   key: string;
   items: Item[];
+  /** When its requests' shortest timeout runs out (clock ns), if any set one. */
+  expiresNs?: number;
 }
 
 interface Item {
@@ -251,13 +253,20 @@ export class SequenceBatcher implements Scheduler {
     if (seq.slot) {
       item.slot = seq.slot;
       seq.slot.queue.push(item);
-    } else if (seq.backlog) {
-      seq.backlog.items.push(item);
-    } else if (this.freeSlots.length > 0) {
+    } else if (this.freeSlots.length > 0 && !seq.backlog) {
       this.bind(this.freeSlots.shift()!, key, [item]);
     } else {
-      seq.backlog = { key, items: [item] };
-      this.backlog.push(seq.backlog);
+      if (!seq.backlog) {
+        seq.backlog = { key, items: [] };
+        this.backlog.push(seq.backlog);
+      }
+      seq.backlog.items.push(item);
+      // A backlogged sequence lives as long as its requests' shortest timeout (Triton's backlog expiry).
+      const t = item.req.timeoutUs;
+      if (t > 0) {
+        const at = item.req.enqueuedNs + t * 1000;
+        if (seq.backlog.expiresNs === undefined || at < seq.backlog.expiresNs) seq.backlog.expiresNs = at;
+      }
     }
   }
 
@@ -502,11 +511,34 @@ export class SequenceBatcher implements Scheduler {
 
   private armReaper(): void {
     for (const seq of this.seqs.values()) if (seq.slot && seq.open === 0) this.reaper.at(seq.lastNs + this.idleNs);
+    for (const b of this.backlog) if (b.expiresNs !== undefined) this.reaper.at(b.expiresNs);
+  }
+
+  /**
+   * Backlogged sequences whose timeout ran out before they got a slot: every request of theirs is
+   * refused with Triton's text, and the ID is forgotten (a later request of it must START again).
+   */
+  private expireBacklog(now: number): void {
+    for (let i = 0; i < this.backlog.length; i++) {
+      const b = this.backlog[i]!;
+      if (b.expiresNs === undefined || b.expiresNs > now) continue;
+      this.backlog.splice(i--, 1);
+      for (const { req, seq } of b.items) {
+        seq.backlog = undefined;
+        if (this.seqs.get(seq.key) === seq) this.seqs.delete(seq.key);
+        seq.ended = true;
+        seq.open--;
+        this.ctx.stats.pending--;
+        this.ctx.stats.inflight--;
+        req.send(new TsiError('UNAVAILABLE', 'timeout of the corresponding sequence has been expired'), true);
+      }
+    }
   }
 
   /** Releases the slots of sequences idle longer than max_sequence_idle_microseconds. */
   private reap(): void {
     const now = this.ctx.clock.nowNs();
+    this.expireBacklog(now);
     for (const seq of [...this.seqs.values()]) {
       if (!seq.slot || seq.open > 0 || now - seq.lastNs < this.idleNs) continue;
       this.ctx.log.verbose(1, `Reaper: sequence ${seq.id} of model '${this.model}': max sequence idle exceeded`);

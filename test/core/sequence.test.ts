@@ -179,6 +179,24 @@ describe('SequenceBatcher (direct)', () => {
     expect(h.backend.batches.map((b) => col(b, 'CORRID')[0])).toEqual([1n, 1n, 2n, 2n, 2n, 3n]);
   });
 
+  it("refuses a backlogged sequence whose requests' timeout runs out before it gets a slot, and forgets its ID (SequenceBatcherRequestTimeoutTest)", async () => {
+    const h = harness(accumulator({ max_batch_size: 1 }, { max_sequence_idle_microseconds: 10_000_000 }));
+    h.backend.compute = accumulate;
+    await h.submit(step(1, 1, { start: true })).done;
+    const timed = (x: number, flags: { start?: boolean; end?: boolean } = {}) =>
+      request({ inputs: { INPUT0: [x] }, batch: 1, sequence: { id: 2, ...flags }, timeoutUs: 500 });
+    const b1 = h.submit(timed(10, { start: true }));
+    const b2 = h.submit(timed(20));
+    await h.clock.advanceUs(499);
+    expect(b1.result).toBeUndefined();
+    await h.clock.advanceUs(1);
+    for (const b of [b1, b2]) expect((await b.done as TsiError).message).toBe('timeout of the corresponding sequence has been expired');
+    expect(h.scheduler.queued()).toBe(0);
+    expect((h.submit(timed(30, { end: true })).result as TsiError).message).toMatch(/sequence 2 to model 'acc' must specify the START flag/);
+    // The sequence in the slot never noticed.
+    expect(values(await h.submit(step(1, 2, { end: true })).done)).toEqual([3]);
+  });
+
   it('reaps a sequence idle past max_sequence_idle_microseconds and frees its slot', async () => {
     const h = harness(accumulator({ max_batch_size: 1 }));
     h.backend.compute = accumulate;
