@@ -389,7 +389,7 @@ export class SequenceBatcher implements Scheduler {
     void runExecution(this.ctx, this.pool, lane.instance, batch, { uncounted: padding });
   }
 
-  /** Direct: row i = slot i up to the highest ready slot; undefined rows become padding. */
+  /** Direct: row i = slot i up to the highest slot with a queued request; undefined rows become padding. */
   private takeDirect(lane: Lane, now: number): (Item | undefined)[] | undefined {
     let hi = -1;
     let ready = 0;
@@ -416,7 +416,8 @@ export class SequenceBatcher implements Scheduler {
         rows.push(lane.slots[i]!.queue.shift());
       } else rows.push(undefined);
     }
-    while (rows.length > 0 && rows[rows.length - 1] === undefined) rows.pop();
+    // Up to the highest slot with a queued request, even one left out for its shape: Triton pads it
+    // with a null request, and the batch size (its statistics) counts it.
     return rows;
   }
 

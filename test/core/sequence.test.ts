@@ -179,6 +179,27 @@ describe('SequenceBatcher (direct)', () => {
     expect(h.backend.batches.map((b) => col(b, 'CORRID')[0])).toEqual([1n, 1n, 2n, 2n, 2n, 3n]);
   });
 
+  it('pads a slot whose head has another shape, up to the highest slot with a request (L0_sequence_batcher test_ragged_batch)', async () => {
+    const h = harness(accumulator({
+      input: [{ name: 'INPUT0', data_type: 'TYPE_FP32', dims: [-1] }], output: [{ name: 'OUTPUT0', data_type: 'TYPE_FP32', dims: [-1] }],
+    }));
+    h.backend.hold = true;
+    const shaped = (id: number, n: number) => request({ inputs: { INPUT0: Array(n).fill(id) }, batch: 1, sequence: { id, start: true, end: true } });
+    h.submit(shaped(1, 1)); // slot 0, runs at once (held); its END frees the slot
+    await flush();
+    h.submit(shaped(2, 2)); // slot 0
+    h.submit(shaped(3, 3)); // slot 1: another shape, so not in slot 0's batch
+    h.backend.release(0);
+    await flush();
+    h.backend.hold = false;
+    h.backend.release(0);
+    await flush();
+    // Slot 0's batch pads slot 1 (left out for its shape, so not dropped from the batch); then slot 1's
+    // pads slot 0.
+    expect(h.backend.batches.map((b) => [b.rows, col(b, 'READY')])).toEqual([[1, [1]], [2, [1, 0]], [2, [0, 1]]]);
+    expect(h.stats.inferenceCount).toBe(3);
+  });
+
   it("refuses a backlogged sequence whose requests' timeout runs out before it gets a slot, and forgets its ID (SequenceBatcherRequestTimeoutTest)", async () => {
     const h = harness(accumulator({ max_batch_size: 1 }, { max_sequence_idle_microseconds: 10_000_000 }));
     h.backend.compute = accumulate;
