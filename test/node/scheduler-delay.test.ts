@@ -212,3 +212,27 @@ describe('TRITONSERVER_DELAY_SCHEDULER=4 with TRITONSERVER_BACKLOG_DELAY_SCHEDUL
     expect(await statsOf(s, 'samecid')).toEqual({ executions: 4, inferences: 6, batches: [[1, 2], [2, 2]] });
   });
 });
+
+describe('TRITONSERVER_DELAY_SCHEDULER=10 with TRITONSERVER_BACKLOG_DELAY_SCHEDULER=3 (L0_sequence_batcher test_backlog_fill_no_end)', () => {
+  const server = serverWith({ TRITONSERVER_DELAY_SCHEDULER: '10', TRITONSERVER_BACKLOG_DELAY_SCHEDULER: '3' }, {
+    'fill/config.pbtxt': renamed('simple_sequence', 'fill').replace('max_batch_size: 8', 'max_batch_size: 4'),
+    'fill/1/model.onnx': onnx('simple_sequence'),
+  });
+
+  it('fills the slots the short sequences free from the backlog; the batches keep the slots up to the last busy one', async () => {
+    const s = server();
+    const replies = await sendOneByOne(s, 'fill', [
+      step(1001, 1, { start: true }), step(1001, 2, {}), step(1001, 3, { end: true }),
+      step(1002, 11, { start: true }), step(1002, 13, { end: true }),
+      step(1003, 111, { start: true }), step(1003, 113, { end: true }),
+      step(1004, 1111, { start: true }), step(1004, 1112, {}), step(1004, 1113, { end: true }),
+      step(1005, 11111, { start: true, end: true }),
+      step(1006, 22222, { start: true }), step(1006, 22223, {}),
+    ]);
+    expect(replies).toHaveLength(13);
+    // 1006's END comes later, alone in its slot (the third) with the two below it padded.
+    expect((await postJson(`${s.url}/v2/models/fill/infer`, step(1006, 22224, { end: true }))).status).toBe(200);
+    // Triton's expectation: three batches of 4, then two of 3 (1006 took the slot 1003 freed).
+    expect(await statsOf(s, 'fill')).toEqual({ executions: 5, inferences: 14, batches: [[3, 2], [4, 3]] });
+  });
+});
