@@ -122,8 +122,9 @@ export class PythonInstance implements BackendInstance {
   }
 
   /**
-   * Triton's answer while no healthy process serves: from the moment one dies until its successor is
-   * ready (its restart is under way meanwhile) requests fail at once instead of waiting on it.
+   * Triton's answer while no healthy process serves: to the request that finds the process dead (it
+   * starts the restart), and to those whose restart failed. Requests arriving while a restart is
+   * under way wait for it.
    */
   private unhealthy(): TsiError {
     const why = this.lastFailure ? ` ${this.lastFailure.error.message}` : '';
@@ -139,7 +140,9 @@ export class PythonInstance implements BackendInstance {
   private ready(): Promise<StubProcess> {
     if (this.proc?.alive) return Promise.resolve(this.proc);
     if (this.stopping) return Promise.reject(new TsiError('UNAVAILABLE', `instance ${this.spec.name} of model '${this.name}' is unloading`));
-    if (!this.starting) this.setup.log.error(`${this.tag}: Stub process is unhealthy and it will be restarted.`);
+    // A restart under way: wait for it, as requests queued behind Triton's restarting execute do.
+    if (this.starting) return this.starting.catch(() => Promise.reject(this.unhealthy()));
+    this.setup.log.error(`${this.tag}: Stub process is unhealthy and it will be restarted.`);
     this.restart();
     return Promise.reject(this.unhealthy());
   }

@@ -81,7 +81,11 @@ describe('a model whose process dies', () => {
       expect(r.status).toBe(500);
       expect(r.body.error).toMatch(/^Failed to process the request\(s\) for model instance 'health_py_0_0', message: Stub process 'health_py_0_0' is not healthy\./);
       expect(logged('Stub process is unhealthy and it will be restarted.')).toBe(true);
+      // The next request waits for the new process (Triton's restart test: the second request works).
+      const waiting = infer('health_py');
+      expect(await eventually(() => s.server.model('health_py').stats.inflight === 1)).toBe(true);
       rmSync(hold);
+      expect((await waiting).body.outputs[0].data).toEqual([1, 2]);
       expect(await eventually(() => httpReady('health_py'), 30_000)).toBe(true);
       expect(await grpcReady('health_py')).toBe(true);
       expect(logged("Stub process 'health_py_0_0' is healthy again")).toBe(true);
