@@ -75,12 +75,14 @@ export function parseRestrictions(specs: readonly string[], flag: string, keyPre
     const m = /^([^:]+):([^=]+)=(.*)$/.exec(spec);
     if (!m) throw new TsiError('INVALID_ARG', `${flag} expects <category>[,<category>...]:<key>=<value>, got '${spec}'`);
     const key = keyPrefix + m[2]!.trim();
+    // Triton's words (command_line_parser.cc): an HTTP category is an "api", a gRPC one a "protocol".
+    const kind = flag.includes('grpc') ? 'protocol' : 'api';
     for (const raw of m[1]!.split(',')) {
       const cat = raw.trim() as ApiCategory;
       if (!API_CATEGORIES.includes(cat)) {
-        throw new TsiError('INVALID_ARG', `${flag}: unknown API category '${raw.trim()}'; expected one of ${API_CATEGORIES.join(', ')}`);
+        throw new TsiError('INVALID_ARG', `unknown restricted ${kind} '${raw.trim()}' (${flag}: expected one of ${API_CATEGORIES.join(', ')})`);
       }
-      if (out.has(cat)) throw new TsiError('INVALID_ARG', `${flag}: category '${cat}' is restricted more than once`);
+      if (out.has(cat)) throw new TsiError('INVALID_ARG', `restricted ${kind} '${cat}' can not be specified in multiple config groups (${flag})`);
       out.set(cat, { key, value: m[3]! });
     }
   }

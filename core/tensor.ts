@@ -351,6 +351,21 @@ export function splitBatch(t: Tensor, rows: readonly number[]): Tensor[] {
   return out;
 }
 
+/**
+ * Splits a flat output among requests by the shapes of their `source` inputs (Triton's batch output
+ * BATCH_SCATTER_WITH_INPUT_SHAPE): each part takes as many elements as its input has, and its shape.
+ */
+export function scatterByShapes(t: Tensor, shapes: readonly (readonly number[])[]): Tensor[] {
+  const bytes = Array.isArray(t.data);
+  let start = 0;
+  return shapes.map((shape) => {
+    const end = start + elementCount(shape);
+    const data = bytes ? (t.data as Uint8Array[]).slice(start, end) : (t.data as NumericArray).subarray(start, end);
+    start = end;
+    return { name: t.name, datatype: t.datatype, shape: [...shape], data };
+  });
+}
+
 export function shapeToString(shape: readonly number[]): string {
   return `[${shape.join(',')}]`;
 }

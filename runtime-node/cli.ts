@@ -71,10 +71,13 @@ function parsePositiveInt(v: string): number {
   return n;
 }
 
-/** --http-max-input-size: 0 would refuse every body, so it is refused as Triton refuses it. */
-function parseMaxInputSize(v: string): number {
+/**
+ * --http-max-input-size: 0 would refuse every body, so it is refused as Triton refuses it, with
+ * Triton's line alone (its test finds it in the log) rather than commander's "argument is invalid".
+ */
+function parseMaxInputSize(v: string, cmd: Command): number {
   const n = Number(v);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError(`--http-max-input-size must be greater than 0, got '${v}'`);
+  if (!Number.isSafeInteger(n) || n <= 0) cmd.error('Error: --http-max-input-size must be greater than 0.');
   return n;
 }
 
@@ -123,7 +126,7 @@ export function buildCli(): Command {
     .description('tsi: a Triton-compatible inference server for ONNX models, in TypeScript')
     .version(TSI_VERSION);
 
-  program
+  const serve: Command = program
     .command('serve')
     .description('serve a Triton model repository over the KServe v2 HTTP API')
     .addOption(new Option('--model-repository <path>', 'model repository folder (repeatable; default: the package\'s models/)').argParser(collect))
@@ -190,7 +193,7 @@ export function buildCli(): Command {
     .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
     .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)
-    .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', parseMaxInputSize, 64 * 1024 * 1024)
+    .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', (v) => parseMaxInputSize(v, serve), 64 * 1024 * 1024)
     .addOption(new Option('--http-compression <mode>', 'compress infer responses for clients that accept it: auto (JSON of at least --http-compression-min-bytes), always (as Triton), off').choices(['auto', 'always', 'off']).default('auto'))
     .option('--http-compression-min-bytes <bytes>', 'smallest JSON infer response compressed in auto mode', parseIntArg, 65536)
     .option('--exit-timeout-secs <secs>', 'shutdown: how long in-flight requests and sequences in progress may take once the listeners are closed, before the models are unloaded anyway', parseIntArg, 30)

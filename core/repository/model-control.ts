@@ -40,17 +40,19 @@ export type LoadParamValue = string | Uint8Array | boolean | number;
 const FILE_PREFIX = 'file:';
 
 /**
- * Checks a `file:` parameter's path: relative, `/`-separated, no `.`/`..`/empty segments, no
- * backslash or NUL. Returns the path (without the prefix).
+ * Checks a `file:` parameter's path: within the model folder, `/`-separated, no `.`/`..`/empty
+ * segments, no backslash or NUL. A leading `/` names the model folder's root, as Triton joins the
+ * path to the model folder (`file:/1/model.py` is the model's `1/model.py`). Returns the path
+ * relative to the model folder (without the prefix).
  */
 export function checkOverridePath(key: string): string {
-  const rel = key.slice(FILE_PREFIX.length);
+  const rel = key.slice(FILE_PREFIX.length).replace(/^\/+/, '');
   const bad = (why: string) => new TsiError('INVALID_ARG',
     `Invalid file parameter '${key}': ${why}; model files must stay within the model directory`);
   if (rel === '') throw bad('the path is empty');
   if (rel.includes('\\')) throw bad('backslashes are not allowed in the path');
   if (rel.includes('\0')) throw bad('NUL characters are not allowed in the path');
-  if (rel.startsWith('/') || /^[A-Za-z]:/.test(rel)) throw bad('absolute paths are not allowed');
+  if (/^[A-Za-z]:/.test(rel)) throw bad('drive letters are not allowed in the path');
   for (const seg of rel.split('/')) {
     if (seg === '..') throw bad(`'..' is not allowed in the path`);
     if (seg === '' || seg === '.') throw bad('empty or \'.\' path segments are not allowed');

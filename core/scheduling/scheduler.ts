@@ -266,10 +266,14 @@ export async function runExecution(
   }
   const ex = new Execution(ctx, startNs ?? clock.nowNs(), opts.deferResponses === true && !ctx.decoupled);
   let rows = 0;
+  let padRows = 0;
   let counted = 0;
   for (let i = 0; i < batch.length; i++) {
     const r = batch[i]!;
-    if (uncounted?.has(r)) continue;
+    if (uncounted?.has(r)) {
+      padRows += r.batchSize;
+      continue;
+    }
     rows += r.batchSize;
     counted++;
     r.joinExecution(ex, i);
@@ -292,7 +296,7 @@ export async function runExecution(
     for (const r of batch) if (!r.completed) r.send(e, true);
   } finally {
     ex.executed = true;
-    stats.recordExecution(rows, ex.times);
+    stats.recordExecution(rows + padRows, ex.times, rows);
     end ??= clock.nowNs();
     const epochMs = clock.epochMs();
     for (let i = 0; i < batch.length; i++) {

@@ -12,7 +12,7 @@
 
 import { availableParallelism } from 'node:os';
 import {
-  TsiError, canTransfer, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
+  TsiError, canTransfer, concatBatch, configTypeToDatatype, decodeString, encodeString, scatterByShapes, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
   type InstancePlacement, type InstanceSpec, type Logger, type ModelConfig, type ModelInput, type ModelOutput, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
 } from '../../core/index.js';
@@ -210,6 +210,8 @@ class OnnxInstance implements BackendInstance {
   /** Config tensors by name, looked up on every batch. */
   private readonly inputs: Map<string, ModelInput>;
   private readonly outputs: Map<string, ModelOutput>;
+  /** Batch outputs scattered by an input's shapes (BATCH_SCATTER_WITH_INPUT_SHAPE): target → source input. */
+  private readonly scatter = new Map<string, string>();
   /** The process's resident growth while the session was created (other loads at that moment blur it). */
   readonly memoryBytes: number;
 
@@ -220,6 +222,11 @@ class OnnxInstance implements BackendInstance {
   ) {
     this.inputs = new Map((config.input ?? []).map((i) => [i.name!, i]));
     this.outputs = new Map((config.output ?? []).map((o) => [o.name!, o]));
+    for (const bo of config.batch_output ?? []) {
+      if ((bo.kind ?? 'BATCH_SCATTER_WITH_INPUT_SHAPE') === 'BATCH_SCATTER_WITH_INPUT_SHAPE' && bo.source_input?.[0]) {
+        for (const target of bo.target_name ?? []) this.scatter.set(target, bo.source_input[0]);
+      }
+    }
     this.inputIndex = new Map(ready.inputNames.map((n, i) => [n, i]));
     this.memoryBytes = Math.max(0, ready.rss[1] - ready.rss[0]);
     this.outputNames = ready.outputNames;
@@ -304,7 +311,10 @@ class OnnxInstance implements BackendInstance {
       if (cfg?.reshape) shape = batching ? [w.dims[0]!, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])];
       const data = datatype === 'BYTES' ? (w.data as string[]).map(encodeString) : (w.data as Tensor['data']);
       const t: Tensor = { name, datatype, shape, data };
-      if (batching && requests.length > 1) {
+      const source = batching ? this.scatter.get(name) : undefined;
+      if (source !== undefined) {
+        outputs.set(name, scatterByShapes(t, requests.map((r) => r.inputs.get(source)!.shape)));
+      } else if (batching && requests.length > 1) {
         if (shape[0] !== rows.reduce((a, b) => a + b, 0)) {
           throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has ${shape[0]} rows for a batch of ${rows.reduce((a, b) => a + b, 0)}`);
         }

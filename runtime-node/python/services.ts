@@ -121,7 +121,7 @@ export class StubServices {
   private async bls(m: StubMessage, inputs: Tensor[]): Promise<void> {
     const id = m.id as number;
     const parameters = JSON.parse(String(m.p || '{}')) as Parameters;
-    const corr = m.c as number | string;
+    const corr = correlationIdOfWire(m.c);
     if (corr !== 0 && corr !== '') parameters.sequence_id = corr;
     const flags = (m.f as number) ?? 0;
     if (flags & FLAG_SEQUENCE_START) parameters.sequence_start = true;
@@ -182,6 +182,22 @@ export class StubServices {
     for (const h of all) if ('increment' in h) h.release();
     for (const h of all) if (!('increment' in h)) h.release();
   }
+}
+
+/**
+ * A correlation id on the stub channel, where JSON numbers are doubles on tsi's side: a number while
+ * exact, a string id as itself, a uint64 past 2^53 as `{"u": "<decimal>"}` (the stub makes it a
+ * Python int, and sends one back the same way).
+ */
+export function wireCorrelationId(id: bigint | string): number | string | { u: string } {
+  if (typeof id === 'string') return id;
+  return id <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(id) : { u: id.toString() };
+}
+
+/** The other way: what the stub sent as a correlation id. */
+export function correlationIdOfWire(c: unknown): number | string | bigint {
+  if (c !== null && typeof c === 'object' && typeof (c as { u?: unknown }).u === 'string') return BigInt((c as { u: string }).u);
+  return c as number | string;
 }
 
 /** JSON.stringify replacer: 64-bit parameters (bigint) as numbers, as Triton's JSON writes them. */

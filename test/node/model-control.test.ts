@@ -120,8 +120,8 @@ describe('explicit mode', () => {
   it('refuses every file name that would leave the model folder, writing nothing', async () => {
     const canary = mkdtempSync(join(tmpdir(), 'tsi-canary-'));
     const attempts = [
-      'file:../evil.onnx', 'file:1/../../evil.onnx', `file:${canary}/evil.onnx`, 'file:/etc/evil', 'file:1\\..\\..\\evil.onnx',
-      'file:..', 'file:1//model.onnx', 'file:./1/model.onnx', 'file:', 'file:C:/evil',
+      'file:../evil.onnx', 'file:1/../../evil.onnx', 'file:/../evil.onnx', 'file:1\\..\\..\\evil.onnx',
+      'file:..', 'file:1//model.onnx', 'file:./1/model.onnx', 'file:', 'file:/', 'file:C:/evil',
     ];
     try {
       for (const key of attempts) {
@@ -131,10 +131,20 @@ describe('explicit mode', () => {
         expect(r.status, key).toBe(400);
         expect(r.body.error, key).toMatch(new RegExp(`^failed to load 'trav', failed to poll from model repository: Invalid file parameter '${key.replace(/[\\^$.*+?()[\]{}|]/g, '\\$&')}'`));
       }
-      expect(readdirSync(canary)).toEqual([]);
       expect(existsSync(join(tmpdir(), 'evil.onnx'))).toBe(false);
       expect(stagedFolders('trav')).toHaveLength(0);
       expect((await getJson(`${s.url}/v2/models/trav`)).status).toBe(404);
+      // A leading slash names the model folder's root, as Triton joins the path to it
+      // (L0_backend_python model_control sends `file:/1/model.py`): what looks absolute lands inside.
+      const inside = await postJson(`${s.url}/v2/repository/models/trav/load`, {
+        parameters: { config: JSON.stringify({ name: 'trav', backend: 'onnxruntime' }), 'file:/1/model.onnx': b64(addSub), [`file:${canary}/evil.onnx`]: b64(addSub) },
+      });
+      expect(inside.status, JSON.stringify(inside.body)).toBe(200);
+      expect(readdirSync(canary)).toEqual([]);
+      const [staged] = stagedFolders('trav');
+      expect(existsSync(join(tmpdir(), staged!, '1', 'model.onnx'))).toBe(true);
+      expect(existsSync(join(tmpdir(), staged!, canary.slice(1), 'evil.onnx'))).toBe(true);
+      expect((await postJson(`${s.url}/v2/repository/models/trav/unload`, {})).status).toBe(200);
     } finally {
       rmSync(canary, { recursive: true, force: true });
     }

@@ -137,6 +137,20 @@ describe('what a request carries', () => {
   });
 });
 
+describe('a correlation id past 2^53', () => {
+  it('reaches the model exact (the stub channel carries it as a decimal, not a double)', async () => {
+    const r = await fetch(`${s.url}/v2/models/sequence_py/infer`, {
+      method: 'POST',
+      body: '{"parameters":{"sequence_id":18446744073709551615,"sequence_start":true,"sequence_end":true},'
+        + '"inputs":[{"name":"X","datatype":"INT32","shape":[1],"data":[4]}],"outputs":[{"name":"INFO"}]}',
+    });
+    const text = await r.text();
+    expect(r.status, text).toBe(200);
+    // INFO is Python's json.dumps of what the model saw: the id as an exact integer literal.
+    expect(text).toContain('\\"correlation_id\\": 18446744073709551615,');
+  });
+});
+
 describe('BYTES tensors', () => {
   it('round-trip elements with NUL and non-UTF-8 bytes exactly (HTTP binary and gRPC)', async () => {
     const elements = [
