@@ -165,9 +165,15 @@ describe('BYTES tensors', () => {
   });
 
   it('keeps strings as strings over JSON', async () => {
-    const r = await postJson(`${s.url}/v2/models/bytes_echo/infer`, { inputs: [{ name: 'TEXT', datatype: 'BYTES', shape: [2], data: ['abc', 'ünï'] }] });
+    const r = await postJson(`${s.url}/v2/models/bytes_echo/infer`, { inputs: [{ name: 'TEXT', datatype: 'BYTES', shape: [2], data: ['abc', 'xyz'] }] });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(r.body.outputs.find((o: { name: string }) => o.name === 'REVERSED').data).toEqual(['cba', new TextDecoder().decode(new TextEncoder().encode('ünï').reverse())]);
+    expect(r.body.outputs.find((o: { name: string }) => o.name === 'REVERSED').data).toEqual(['cba', 'zyx']);
+  });
+
+  it('refuses, naming the output, a BYTES output that is not UTF-8 when asked for as JSON (bytes of "ünï" reversed)', async () => {
+    const r = await postJson(`${s.url}/v2/models/bytes_echo/infer`, { inputs: [{ name: 'TEXT', datatype: 'BYTES', shape: [2], data: ['abc', 'ünï'] }] });
+    expect(r.status, JSON.stringify(r.body)).toBe(400);
+    expect(r.body.error).toContain("element 1 of output 'REVERSED'");
   });
 });
 
