@@ -97,7 +97,7 @@ describe('generation controls', () => {
     // which the server counts.
     const before = (await llmStats()).joined_sequences;
     const anchor = await fetch(`${server.url}/v2/models/tiny_gpt/generate_stream`, {
-      method: 'POST', body: JSON.stringify({ text_input: 'a long one', max_tokens: 400, min_tokens: 400, stream: true }),
+      method: 'POST', body: JSON.stringify({ text_input: 'a long one', max_tokens: 480, min_tokens: 480, stream: true }),
     });
     const reader = anchor.body!.getReader();
     let head = '';
