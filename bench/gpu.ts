@@ -10,7 +10,9 @@
  * The target is served/raw ≥ 0.90 at 64 clients. Rounds interleave providers and sides (batching.ts
  * explains why); ratios are taken per round and shown with their range. Also printed: CPU vs WebGPU
  * (raw images/s at batch 1 and 32), the outputs' agreement across providers, and, at the highest
- * concurrency, where the served time goes (ORT inside tsi vs raw, instance busy time, hand-over).
+ * concurrency, where the served time goes (ORT inside tsi vs raw, instance busy time, hand-over),
+ * and, where PyTorch with CUDA is installed, torchvision's ResNet-18 eager on the same card
+ * (bench/torch-peer.ts) beside the raw WebGPU session.
  *
  * Segments last `--duration` seconds or longer where the device is slow: on a software WebGPU device
  * (Mesa's lavapipe runs shaders on the CPU, ~50× slower than onnxruntime's own CPU kernels here) a
@@ -35,6 +37,7 @@ import * as ort from 'onnxruntime-node';
 import { compareOutputs, CONV_INPUT, CONV_OUTPUT, convImages, outputStats, writeConvModel, type Diff } from './conv-model.js';
 import { buildRequest, hasWrk, mergeLoads, runLoad, runWrk, wrkScript, type LoadResult } from './load.js';
 import { spawnServer, stopServer, tsiServer } from './servers.js';
+import { torchConv, torchLabel, torchMissing } from './torch-peer.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const MAX_BATCH = 32;
@@ -456,6 +459,18 @@ for (const [ep, res] of results) {
   summary.push(`where the time goes, ${ep} at ${top} clients: the instance runs ORT ${(100 * inferNs / 1e6 / windowMs).toFixed(0)} % of the measured time; an ORT run of ${MAX_BATCH} images takes ${f2(tsiRun)} ms in tsi vs ${f2(rawRun)} ms raw in the replays (×${f2(tsiRun / rawRun)}); `
     + `a request spends ${f2(per('success'))} ms in tsi, ${f2(per('queue'))} ms of it queued, and its batch ${f2(per('compute_input'))} + ${f2(per('compute_output'))} ms in input + output `
     + `(tsi's compute_input/output, which include a batch's wait behind the one running); request bodies ${f1(median(p.served.map((s) => s.rate)) * body.byteLength / 1e6)} MB/s`);
+}
+// PyTorch on the same card: torchvision's ResNet-18 (this model's shape at width 64), eager, where it runs.
+const torchWhy = width !== 64 ? `the model's width is ${width}, not ResNet-18's 64` : torchMissing();
+if (torchWhy) summary.push(`PyTorch peer: absent (${torchWhy})`);
+else {
+  const peer = torchConv([1, MAX_BATCH], size);
+  const raw = results.get('webgpu');
+  out.push('', `PyTorch (${torchLabel()}), torchvision resnet18 eager, ${size}×${size}:`, '', '| batch | PyTorch fp32 img/s | PyTorch fp16 img/s | tsi WebGPU raw img/s | raw / PyTorch fp32 |', '|---:|---:|---:|---:|---:|');
+  for (const [b, p] of peer) {
+    const mine = raw ? imgPerSec(b === 1 ? raw.b1 : raw.b32) : NaN;
+    out.push(`| ${b} | ${f1(p.fp32)} | ${f1(p.fp16)} | ${f1(mine)} | ${f2(mine / p.fp32)}× |`);
+  }
 }
 out.push('', ...summary.map((s) => `- ${s}`), `- whole run: ${((performance.now() - t0) / 1000).toFixed(0)} s`);
 process.stdout.write(`${out.join('\n')}\n`);

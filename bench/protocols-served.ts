@@ -136,7 +136,7 @@ async function inputPathMs(key: string, bytes: number): Promise<Record<'view' | 
   });
   const out: Record<string, number> = {};
   for (const io of ['mmap', 'pread'] as const) {
-    const region = await nodeShmProvider({ io })!.open(key, 0, bytes);
+    const region = await nodeShmProvider({ io })!.open(key, 0, bytes, 'bench');
     const tensor = async () => fromBytes('FP32', await region.read(0, bytes)) as Float32Array;
     try {
       if (io === 'pread') out.pread = await best(tensor);

@@ -76,6 +76,11 @@ export interface Backend {
 export interface BackendModel {
   createInstance(spec: InstanceSpec): Promise<BackendInstance>;
   /**
+   * The model's instances may be created at once (Triton's backends declare the same); left out,
+   * one after another. For backends whose instances are independent processes or threads.
+   */
+  readonly parallelInstances?: boolean;
+  /**
    * For models that schedule their own requests (ensembles: no instances, every request a dataflow
    * over other models); left out, the config's scheduler runs the model's instances.
    */

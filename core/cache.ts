@@ -222,17 +222,38 @@ class Hasher {
   }
 }
 
-/** Parses tritonserver's `--cache-config` values (`local,size=1048576`, repeatable) into a cache size. */
+/**
+ * Parses tritonserver's `--cache-config` values (`local,size=1048576`, repeatable) into a cache size.
+ * Settings of two caches are refused with tritonserver's text, before either is looked at.
+ */
 export function parseCacheConfig(values: readonly string[]): { size: number } | undefined {
   let size: number | undefined;
-  for (const v of values) {
+  const settings = values.map((v) => {
     const m = /^([^,]+),([^=]+)=(.*)$/.exec(v.trim());
     if (!m) throw new TsiError('INVALID_ARG', `--cache-config expects <cache>,<key>=<value>, got '${v}'`);
-    const [, cache, key, value] = m;
+    return m.slice(1) as [string, string, string];
+  });
+  if (new Set(settings.map(([cache]) => cache)).size > 1) {
+    throw new TsiError('INVALID_ARG', 'found multiple cache configurations, but only a single cache is currently supported');
+  }
+  for (const [cache, key, value] of settings) {
     if (cache !== 'local') throw new TsiError('UNSUPPORTED', `unsupported cache '${cache}': only the 'local' cache is available`);
     if (key !== 'size') throw new TsiError('INVALID_ARG', `unknown setting '${key}' for the local cache (expected 'size')`);
     if (!/^\d+$/.test(value!)) throw new TsiError('INVALID_ARG', `local cache size must be a number of bytes, got '${value}'`);
     size = Number(value);
   }
   return size === undefined ? undefined : { size };
+}
+
+/**
+ * The response cache tritonserver's flags ask for: `--cache-config` values, or the deprecated
+ * `--response-cache-byte-size` (the local cache of that size); both at once are refused as by
+ * tritonserver.
+ */
+export function parseCacheFlags(cacheConfig: readonly string[], responseCacheByteSize?: number): { size: number } | undefined {
+  if (responseCacheByteSize === undefined) return parseCacheConfig(cacheConfig);
+  if (cacheConfig.length > 0) {
+    throw new TsiError('INVALID_ARG', 'Incompatible flags --response-cache-byte-size and --cache-config both provided. Please provide one or the other.');
+  }
+  return { size: responseCacheByteSize };
 }

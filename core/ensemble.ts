@@ -23,7 +23,7 @@ import type { PendingRequest } from './request.js';
 import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from './scheduling/scheduler.js';
 import type { ModelRepository } from './repository/repository.js';
 import { retainBuffer } from './tensor.js';
-import type { InferInput, InferResponse, Parameters, Tensor } from './types.js';
+import type { InferInput, InferRequest, InferResponse, Parameters, Tensor } from './types.js';
 
 export { ensembleComposingModels, validateEnsemble } from './config/ensemble-validate.js';
 
@@ -226,8 +226,9 @@ export function createEnsembleBackend(server: EnsembleHost): Backend {
         await Promise.all([...new Set(composing.map((c) => c.name))].map((m) => server.repository.ensureLoaded(m)));
         const stepConfigs = (cfg.ensemble_scheduling?.step ?? []).map((s) => composingVersion(server, name, s.model_name ?? '', s.model_version ?? -1).config);
         const { decoupled } = validateEnsemble(cfg, stepConfigs);
-        // Triton marks the ensemble itself decoupled (visible in its config) when any step is.
-        if (decoupled) cfg.model_transaction_policy = { ...cfg.model_transaction_policy, decoupled: true };
+        // Triton sets the ensemble's transaction policy once its steps are checked: decoupled when any
+        // step is, and present either way (its config shows `model_transaction_policy {}`).
+        cfg.model_transaction_policy = { ...cfg.model_transaction_policy, decoupled };
         const plan = buildPlan(cfg, stepConfigs, decoupled);
         return {
           createInstance: () => Promise.reject(new TsiError('INTERNAL', `ensemble '${name}' has no instances`)),
@@ -440,10 +441,12 @@ class EnsembleRun {
       }
       this.release(ids[i]!, iter);
     }
-    const req = {
+    const req: InferRequest = {
       model_name: step.model, model_version: step.version, id: this.request.id, parameters: this.params, inputs,
       outputs: this.pruned.wanted[s] as { name: string }[],
     };
+    // A traced ensemble request traces each step as its child (Triton's parent_id, nested spans).
+    if (this.request.trace) req.trace = this.request.trace.spawn(step.model);
     this.inflight++;
     if (this.stepInflight) this.stepInflight[s]!++;
     try {
@@ -455,7 +458,7 @@ class EnsembleRun {
 
   private onResponse(s: number, iter: number, resp: InferResponse | TsiError, final: boolean): void {
     const step = this.plan.steps[s]!;
-    if (resp instanceof TsiError) this.fail(step, resp);
+    if (resp instanceof TsiError) this.fail(resp);
     else if (!this.done && !(final && step.decoupled && isCompletionOnly(resp))) {
       const out = step.decoupled ? this.iterations![s]!++ : iter;
       const { outputNames, outputIds } = step;
@@ -528,12 +531,14 @@ class EnsembleRun {
     this.owner.runDone(this.request, true);
   }
 
-  private fail(step: StepPlan, err: TsiError): void {
+  private fail(err: TsiError): void {
     if (this.done) return;
     this.done = true;
     this.failed = true;
-    // Statistics (and a drain) wait in `finish` for the steps still running.
-    this.request.send(new TsiError(err.code, `in ensemble '${this.plan.name}', step ${step.index} (model '${step.model}') failed: ${err.message}`, { cause: err }), true);
+    // Statistics (and a drain) wait in `finish` for the steps still running. Triton's text: the
+    // ensemble's name, then the step's own message unchanged (clients match on what follows the comma;
+    // the step's messages name their model).
+    this.request.send(new TsiError(err.code, `in ensemble '${this.plan.name}', ${err.message}`, { cause: err }), true);
   }
 }
 

@@ -14,7 +14,7 @@ import { controllableLogger, LogSettings } from './settings.js';
 import { ModelControl, memoryStager, type ModelCodePolicy, type ModelFileStager } from './repository/model-control.js';
 import type { InferenceServer } from './server.js';
 import { SharedMemoryManager, type SystemShmProvider } from './shared-memory.js';
-import { TraceManager, type TraceSetting, type TraceWriter } from './trace.js';
+import { TraceManager, type TraceExporter, type TraceSetting, type TraceWriter } from './trace.js';
 
 export interface ExtensionOptions {
   /** --allow-client-shm (default false). */
@@ -23,6 +23,8 @@ export interface ExtensionOptions {
   shmUnavailableReason?: string;
   trace?: Partial<TraceSetting>;
   traceWriter?: TraceWriter;
+  /** Where traces go in "opentelemetry" mode (the Node runtime's otel/ room). */
+  traceExporter?: TraceExporter;
   /** How `file:` overrides of an explicit load become a model folder (default: in memory). */
   stageModelFiles?: ModelFileStager;
   /** What a load request may bring besides weights and configs (default: no code, see model-control.ts). */
@@ -41,7 +43,7 @@ export class ServerExtensions {
     this.sharedMemory = new SharedMemoryManager({
       allowClientShm: opts.allowClientShm ?? false, provider: opts.shmProvider, unavailableReason: opts.shmUnavailableReason,
     });
-    this.traces = new TraceManager(opts.trace ?? {}, server.clock, opts.traceWriter, server.log);
+    this.traces = new TraceManager(opts.trace ?? {}, server.clock, opts.traceWriter, server.log, opts.traceExporter);
     this.logging = new LogSettings(controllableLogger(server.log).settings, opts.logFile ?? '');
     this.modelControl = new ModelControl(server, opts.stageModelFiles ?? memoryStager, opts.modelCode);
   }
@@ -73,12 +75,14 @@ export function parseRestrictions(specs: readonly string[], flag: string, keyPre
     const m = /^([^:]+):([^=]+)=(.*)$/.exec(spec);
     if (!m) throw new TsiError('INVALID_ARG', `${flag} expects <category>[,<category>...]:<key>=<value>, got '${spec}'`);
     const key = keyPrefix + m[2]!.trim();
+    // Triton's words (command_line_parser.cc): an HTTP category is an "api", a gRPC one a "protocol".
+    const kind = flag.includes('grpc') ? 'protocol' : 'api';
     for (const raw of m[1]!.split(',')) {
       const cat = raw.trim() as ApiCategory;
       if (!API_CATEGORIES.includes(cat)) {
-        throw new TsiError('INVALID_ARG', `${flag}: unknown API category '${raw.trim()}'; expected one of ${API_CATEGORIES.join(', ')}`);
+        throw new TsiError('INVALID_ARG', `unknown restricted ${kind} '${raw.trim()}' (${flag}: expected one of ${API_CATEGORIES.join(', ')})`);
       }
-      if (out.has(cat)) throw new TsiError('INVALID_ARG', `${flag}: category '${cat}' is restricted more than once`);
+      if (out.has(cat)) throw new TsiError('INVALID_ARG', `restricted ${kind} '${cat}' can not be specified in multiple config groups (${flag})`);
       out.set(cat, { key, value: m[3]! });
     }
   }

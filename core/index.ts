@@ -20,7 +20,7 @@ export { ModelStats, type FailureReason } from './stats.js';
 export { PendingRequest, validateRequest, requestPrefix, type SequenceFlags } from './request.js';
 export {
   describeValue, checkJsonParam, checkProtoParam, checkDatatype, checkShape, REQUEST_PARAMS, INPUT_PARAMS, OUTPUT_PARAMS,
-  TRITON_GRPC_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, type ParamRules,
+  TRITON_GRPC_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, forwardHeaders, headerForwardPattern, type ParamRules,
 } from './protocol/request-params.js';
 export {
   createHttpApp, inferEndpoint, chooseEncoding, errorResponse, errorReply, json, readBody, DEFAULT_MAX_INPUT_SIZE, DEFAULT_COMPRESSION,
@@ -34,7 +34,7 @@ export { createScheduler } from './scheduling/schedulers.js';
 export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './scheduling/batcher.js';
 export { RequestQueue, queuePolicy, type QueuePolicy } from './scheduling/queue.js';
 export { SequenceBatcher, sequenceInternalInputs } from './scheduling/sequence.js';
-export { createLogger, type LogLevel } from './logger.js';
+export { createLogger, type ConfigurableLogger, type LogFormat, type LogLevel } from './logger.js';
 export {
   ServerExtensions, parseRestrictions, httpCategory, grpcCategory, API_CATEGORIES,
   parseApiKey, parseApiKeyFile, bearerKey, checkApiKey,
@@ -42,7 +42,8 @@ export {
 } from './extensions.js';
 export { SharedMemoryManager, type SystemShmProvider, type ShmHandle, type ShmRef, type SystemRegionStatus } from './shared-memory.js';
 export {
-  TraceManager, Trace, attachTrace, traceOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
+  TraceManager, Trace, attachTrace, traceOf, traceContextOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
+  type TraceMode, type TraceContext, type TraceExporter, type TraceAttribute,
 } from './trace.js';
 export { LogSettings, controllableLogger, parseTraceConfig, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
 export {
@@ -53,16 +54,19 @@ export { checkTraceModel } from './protocol/http-admin.js';
 export { createEnsembleBackend, ensembleComposingModels, validateEnsemble } from './ensemble.js';
 export { CustomMetrics, type MetricKind } from './custom-metrics.js';
 export { MetricsRegistry, MetricFamily, MetricSeries, type MetricSample, type MetricSource, type MetricType } from './metrics.js';
-export { ResponseCache, parseCacheConfig, requestKey, type CacheStats } from './cache.js';
+export { ResponseCache, parseCacheConfig, parseCacheFlags, requestKey, type CacheStats } from './cache.js';
 export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './scheduling/rate-limiter.js';
 export { generate, generateRequest, generateResponseJson } from './protocol/generate.js';
-export { createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling } from './embedding.js';
+export {
+  createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling,
+  createClassifierBackend, activate, activationOf, ACTIVATIONS, CLASSIFIER_INPUTS, CLASSIFIER_OUTPUTS, type Activation,
+} from './encoders/index.js';
 export {
   createLlmBackend, llmModelOf, KvBatch, Tokenizer, TextStream, ChatTemplate, LlmStats, layoutOf, kvBytesPerToken, VARIANTS, VARIANT_RULES, allGpu,
   type DecoderRuntime, type DecoderSession, type DecoderLayout, type StepRequest, type StepResult, type LlmModelInfo, type TensorKit, type KvArray, type KvGroup, type MemoryFacts, type VariantRule,
 } from './llm/index.js';
 export {
   JsModelHost, ModelRequest, ModelTensor, InferError, instantiateModel, toTensor, toTensors, errorOf, findModelFile,
-  type JsHost, type InitInfo, type InitializeArgs, type ModelResponse, type ResponseSender, type BlsRequest,
+  type JsHost, type InitInfo, type ModelTrace, type TraceSlot, type InitializeArgs, type ModelResponse, type ResponseSender, type BlsRequest,
   type BlsResponse, type TensorInit, type TensorValue, type TensorsInit, type WireRequest, type WireResponse,
 } from './js-model.js';

@@ -52,10 +52,23 @@ export interface ResponseSender {
   send(response?: ModelResponse | Error | null, final?: boolean): void;
 }
 
+/**
+ * A request's trace as a model sees it (Python's `request.trace()`): passed as a BLS request's
+ * `trace`, it makes the call traced as that request's child. Opaque; empty when not traced.
+ */
+export interface ModelTrace {
+  readonly slot?: TraceSlot;
+}
+
+/** Which request of which execution a trace belongs to, as the runtime numbered them. */
+export type TraceSlot = readonly [execution: number, index: number];
+
 /** One request as `execute` receives it. */
 export class ModelRequest {
   readonly inputs: Record<string, ModelTensor> = {};
   sender?: ResponseSender;
+  /** Set by the host for a traced request. */
+  traceSlot?: TraceSlot;
   constructor(
     readonly id: string, inputs: readonly Tensor[], readonly requestedOutputs: string[], readonly parameters: Parameters,
     readonly batchSize: number, readonly sequence: WireRequest['sequence'], private readonly makeSender: () => ResponseSender,
@@ -64,6 +77,10 @@ export class ModelRequest {
   }
   input(name: string): ModelTensor | undefined {
     return this.inputs[name];
+  }
+  /** This request's trace, to pass as a BLS request's `trace` (Python's `request.trace()`). */
+  trace(): ModelTrace {
+    return this.traceSlot ? { slot: this.traceSlot } : {};
   }
   /** For decoupled models (any number of responses); Python's `get_response_sender()`. */
   responseSender(): ResponseSender {
@@ -88,6 +105,8 @@ export interface BlsRequest {
   /** Output names; absent: all. */
   outputs?: string[];
   parameters?: Parameters;
+  /** `request.trace()` of the request this call serves: the call is traced as its child. */
+  trace?: ModelTrace;
 }
 
 /** What `initialize(args)` gets; Python's args plus the BLS and file access a JS model needs. */
@@ -115,8 +134,9 @@ export interface InitializeArgs {
 
 /** What the runtime provides the host: BLS into the server, the model's files, logging. */
 export interface JsHost {
-  infer(request: InferRequest): Promise<InferResponse>;
-  inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void): Promise<void>;
+  /** `parent`: the traced request the call serves, when the model passed its trace. */
+  infer(request: InferRequest, parent?: TraceSlot): Promise<InferResponse>;
+  inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, parent?: TraceSlot): Promise<void>;
   readFile(path: string): Promise<Uint8Array>;
   log(level: 'info' | 'warn' | 'error', msg: string): void;
 }
@@ -129,6 +149,8 @@ export interface WireRequest {
   parameters: Parameters;
   batchSize: number;
   sequence?: { id: bigint | string; start: boolean; end: boolean };
+  /** Set when the request is traced: its BLS calls can name it as their parent. */
+  trace?: TraceSlot;
 }
 
 export type WireResponse = { outputs: Tensor[]; parameters?: Parameters } | { error: { code: ErrorCode; message: string } };
@@ -297,13 +319,13 @@ export class JsModelHost {
       model_instance_kind: this.info.instanceKind, model_instance_device_id: this.info.deviceId,
       model_config: this.info.config, decoupled: this.decoupled,
       server: {
-        infer: async (r) => blsResponse(await host.infer(blsRequest(r)).catch(rethrow)),
+        infer: async (r) => blsResponse(await host.infer(blsRequest(r), r?.trace?.slot).catch(rethrow)),
         inferStream: async (r, on) => {
           let failure: TsiError | undefined;
           await host.inferStream(blsRequest(r), (resp, final) => {
             if (resp instanceof TsiError) failure ??= resp;
             else if (!(final && isCompletionOnly(resp))) on(blsResponse(resp), final);
-          }).catch(rethrow);
+          }, r?.trace?.slot).catch(rethrow);
           if (failure) rethrow(failure);
         },
       },
@@ -329,6 +351,7 @@ export class JsModelHost {
       w.id, w.inputs, w.requestedOutputs, w.parameters, w.batchSize, w.sequence,
       () => ({ send: (r, final = false) => deliver(i, r, final) }),
     ));
+    for (let i = 0; i < requests.length; i++) if (requests[i]!.trace) objs[i]!.traceSlot = requests[i]!.trace;
     const t0 = performance.now();
     let result: unknown;
     try {

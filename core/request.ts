@@ -277,6 +277,7 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
   const inputs = new Map<string, Tensor>();
   let batchSize = -1;
   let required = 0;
+  let stringCountError: string | undefined;
   const reqInputs = req.inputs;
   for (let i = 0; i < reqInputs.length; i++) {
     const t = reqInputs[i]!;
@@ -320,7 +321,12 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
     const got = dataLength(t.data);
     if (got !== count) {
       if (t.datatype === 'BYTES') {
-        throw fail(req, `input '${t.name}' for model '${modelName}' has ${got} BYTES elements, but shape ${shapeToString(shape)} needs ${count}`);
+        // Triton's texts (it stops counting at the first element too many). It reports the last such
+        // input of the request first (its inputs sit in a hash map), so the report waits for the loop's end.
+        stringCountError = got < count
+          ? `expected ${count} string elements for inference input '${t.name}' for model '${modelName}', got ${got}`
+          : `unexpected number of string elements ${count + 1} for inference input '${t.name}' for model '${modelName}', expecting ${count}`;
+        continue;
       }
       const es = bytesPer(t.datatype);
       throw fail(req, `input byte size mismatch for input '${t.name}' for model '${modelName}'. Expected ${count * es}, got ${got * es}`);
@@ -335,12 +341,15 @@ export function validateRequest(req: InferRequest, opts: ValidateOptions): Pendi
     if (!rule.cfg.optional) required++;
     inputs.set(t.name, { name: t.name, datatype: t.datatype, shape: t.shape, data: t.data });
   }
+  if (stringCountError !== undefined) throw fail(req, stringCountError);
   if (required !== requiredCount) {
+    // Triton's text: the exact count when no input is optional, else the range; lists joined by ','.
+    const quoted = (names: string[]) => `[${names.map((n) => `'${n}'`).join(',')}]`;
     const missing = [...configInputs.values()].filter((c) => !c.optional && !inputs.has(c.name!)).map((c) => c.name!);
-    const got = [...inputs.keys()].map((n) => `'${n}'`).join(', ');
+    const expected = configInputs.size === requiredCount ? `${requiredCount} inputs` : `number of inputs between ${requiredCount} and ${configInputs.size}`;
     throw fail(
       req,
-      `expected ${configInputs.size} inputs but got ${inputs.size} inputs for model '${modelName}'. Got input(s) [${got}], but missing required input(s) [${missing.map((n) => `'${n}'`).join(', ')}]. Please provide all required input(s).`,
+      `expected ${expected} but got ${inputs.size} inputs for model '${modelName}'. Got input(s) ${quoted([...inputs.keys()])}, but missing required input(s) ${quoted(missing)}. Please provide all required input(s).`,
     );
   }
   if (maxBatch > 0) {

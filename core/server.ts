@@ -37,6 +37,12 @@ export interface ServerOptions {
   modelControlMode?: ModelControlMode;
   /** Models to load at start in explicit mode; `*` means all. */
   startupModels?: string[];
+  /**
+   * Why the server could not initialise (a model repository that is not there), when it is to serve
+   * anyway: as Triton's SERVER_FAILED_TO_INITIALIZE, it answers metadata but is neither live nor
+   * ready, and loads nothing.
+   */
+  initError?: string;
   autoComplete?: boolean;
   defaultMaxBatchSize?: number;
   gpuCount?: number;
@@ -50,6 +56,8 @@ export interface ServerOptions {
   rateLimitResources?: ResourceLimit[];
   /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
   modelLoadThreadCount?: number;
+  /** tritonserver's `--model-load-retry-count`: times a version that fails to load is tried again (default 0). */
+  modelLoadRetryCount?: number;
   /** On-demand loading within a budget (residency.ts); absent: every model loads at start, as in Triton. */
   residency?: ResidencyOptions;
   /** Triton's scheduler test hook (TRITONSERVER_DELAY_SCHEDULER); absent: no hold. See SchedulerDelay. */
@@ -116,6 +124,7 @@ export class InferenceServer implements InProcessServer {
       metrics: this.metrics,
       rateLimiter: this.rateLimiter,
       loadThreadCount: opts.modelLoadThreadCount,
+      loadRetryCount: opts.modelLoadRetryCount,
       schedulerDelay: opts.schedulerDelay,
     });
     this.residency = new Residency(this.repository, opts.residency ?? {}, this.clock, this.log);
@@ -130,6 +139,11 @@ export class InferenceServer implements InProcessServer {
 
   /** Loads the start-up models. Failures leave those models UNAVAILABLE; see `index()`. */
   async start(): Promise<void> {
+    if (this.opts.initError !== undefined) {
+      this.log.error(this.opts.initError);
+      this.started = true;
+      return;
+    }
     this.live = true;
     try {
       const wanted = this.options.modelControlMode === 'explicit' ? this.opts.startupModels ?? [] : ['*'];
@@ -376,8 +390,17 @@ export class InferenceServer implements InProcessServer {
 
   async unloadModel(name: string): Promise<void> {
     this.checkControl();
+    // An unknown name is a no-op (as in Triton), not an unload to count.
+    const known = this.repository.names().includes(name);
     await this.repository.unload(name);
-    this.residency.unloaded(name, 'explicit');
+    if (known) this.residency.unloaded(name, 'explicit');
+    // As Triton, the ensembles that run it are unloaded with it rather than left READY with a step gone.
+    for (const dep of this.repository.dependents(name)) {
+      if (this.repository.readyVersions(dep).length === 0) continue;
+      this.log.info(`unloading '${dep}': it depends on '${name}', which was unloaded`);
+      await this.repository.unload(dep);
+      this.residency.unloaded(dep, 'explicit');
+    }
   }
 
   /**
@@ -389,6 +412,8 @@ export class InferenceServer implements InProcessServer {
   async stop(timeoutMs = 30_000, onDrained?: () => void): Promise<number> {
     if (this.stopping) return 0;
     this.stopping = true;
+    // tritonserver's line, which its L0_logging checks appears once per shutdown.
+    this.log.info('Waiting for in-flight requests to complete.');
     this.draining = true;
     for (const name of this.repository.names()) for (const mv of this.repository.readyVersions(name)) mv.closeSequences();
     const pending = this.inflight;

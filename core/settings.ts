@@ -89,15 +89,17 @@ export class LogSettings {
   }
 }
 
-/** Trace settings as the protocol shows them: every value a string, the level a list. */
-export interface TraceSettingsJson {
+/**
+ * Trace settings as the protocol shows them: every value a string, the level a list. Triton mode adds
+ * `log_frequency` and `trace_file`; OpenTelemetry mode adds its own settings (`url`, `resource`,
+ * `bsp_*`) instead.
+ */
+export type TraceSettingsJson = {
   trace_level: string[];
   trace_rate: string;
   trace_count: string;
-  log_frequency: string;
-  trace_file: string;
   trace_mode: string;
-}
+} & Record<string, string | string[]>;
 
 const LEVELS = new Set(['OFF', 'TIMESTAMPS', 'TENSORS']);
 
@@ -154,27 +156,49 @@ export function parseTraceUpdate(u: Record<string, string | string[] | null>): T
 
 export function traceSettingsJson(traces: TraceManager, model?: string): TraceSettingsJson {
   const s = traces.setting(model);
-  return {
+  const out: TraceSettingsJson = {
     trace_level: s.level.length === 0 ? ['OFF'] : [...s.level],
     trace_rate: String(s.rate),
     trace_count: String(s.count),
-    log_frequency: String(s.logFrequency),
-    trace_file: s.file,
-    trace_mode: 'triton',
+    trace_mode: s.mode,
   };
+  if (s.mode === 'triton') {
+    out.log_frequency = String(s.logFrequency);
+    out.trace_file = s.file;
+  }
+  for (const [k, v] of s.modeSettings) {
+    // Several `resource=` flags: one key, the pairs joined as OTEL_RESOURCE_ATTRIBUTES writes them.
+    out[k] = k in out ? `${out[k] as string},${v}` : v;
+  }
+  return out;
 }
 
+/** The Batch Span Processor's settings: Triton's defaults, each overridable by its OTEL_BSP_* variable. */
+const BSP_DEFAULTS: [key: string, env: string, value: string][] = [
+  ['bsp_max_queue_size', 'OTEL_BSP_MAX_QUEUE_SIZE', '2048'],
+  ['bsp_schedule_delay', 'OTEL_BSP_SCHEDULE_DELAY', '5000'],
+  ['bsp_max_export_batch_size', 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE', '512'],
+];
+
 /**
- * tritonserver's `--trace-config [triton,]<key>=<value>` flags (level, rate, count, file, log-frequency)
- * as an initial trace setting. `level` may repeat (TIMESTAMPS and TENSORS accumulate; OFF clears).
+ * tritonserver's `--trace-config [triton|opentelemetry,]<key>=<value>` flags as an initial trace
+ * setting: level, rate, count, mode; `triton,` file and log-frequency; `opentelemetry,` url,
+ * resource (`key=value`, repeatable) and the bsp_* numbers, whose defaults come from `env`'s
+ * OTEL_BSP_* variables as Triton reads them. `level` may repeat (TIMESTAMPS and TENSORS accumulate;
+ * OFF clears).
  */
-export function parseTraceConfig(specs: readonly string[]): Partial<TraceSetting> {
+export function parseTraceConfig(specs: readonly string[], env: Readonly<Record<string, string | undefined>> = {}): Partial<TraceSetting> {
   const out: Partial<TraceSetting> = {};
+  const otel: [string, string][] = [];
   for (const spec of specs) {
     const m = /^(?:([a-z]+),)?([a-z_-]+)=(.*)$/.exec(spec);
-    if (!m) throw new TsiError('INVALID_ARG', `--trace-config expects [triton,]<setting>=<value>, got '${spec}'`);
+    if (!m) throw new TsiError('INVALID_ARG', `--trace-config expects [triton|opentelemetry,]<setting>=<value>, got '${spec}'`);
     const [, mode, key, value] = m as unknown as [string, string | undefined, string, string];
-    if (mode && mode !== 'triton') throw new TsiError('INVALID_ARG', `--trace-config: trace mode '${mode}' is not supported (only 'triton')`);
+    if (mode === 'opentelemetry') {
+      otel.push(openTelemetrySetting(key, value));
+      continue;
+    }
+    if (mode && mode !== 'triton') throw new TsiError('INVALID_ARG', `--trace-config: unknown trace mode '${mode}' (expected triton or opentelemetry)`);
     switch (key) {
       case 'level': {
         const v = value.toUpperCase();
@@ -187,8 +211,37 @@ export function parseTraceConfig(specs: readonly string[]): Partial<TraceSetting
       case 'count': out.count = parseUint('trace_count', value, -1, 0x7fffffff); break;
       case 'log-frequency': case 'log_frequency': out.logFrequency = parseUint('log_frequency', value); break;
       case 'file': out.file = value; break;
-      default: throw new TsiError('INVALID_ARG', `--trace-config: unknown setting '${key}' (expected level, rate, count, file or log-frequency)`);
+      case 'mode':
+        if (value !== 'triton' && value !== 'opentelemetry') throw new TsiError('INVALID_ARG', `--trace-config: invalid mode '${value}', expected triton or opentelemetry`);
+        out.mode = value;
+        break;
+      default: throw new TsiError('INVALID_ARG', `--trace-config: unknown setting '${key}' (expected level, rate, count, mode, file or log-frequency)`);
     }
   }
+  if (out.mode === 'opentelemetry') {
+    if (out.level?.includes('TENSORS')) throw new TsiError('INVALID_ARG', `--trace-config: level TENSORS is not supported in opentelemetry mode`);
+    for (const [key, name, value] of BSP_DEFAULTS) {
+      if (otel.some(([k]) => k === key)) continue;
+      const v = env[name] ?? value;
+      if (!/^\d+$/.test(v) || Number(v) > 0xffffffff) throw new TsiError('INVALID_ARG', `${name}: expected an unsigned integer, got '${v}'`);
+      otel.push([key, String(Number(v))]);
+    }
+    out.modeSettings = otel;
+  } else if (otel.length > 0) {
+    throw new TsiError('INVALID_ARG', `--trace-config opentelemetry,${otel[0]![0]}=... needs --trace-config mode=opentelemetry`);
+  }
   return out;
+}
+
+function openTelemetrySetting(key: string, value: string): [string, string] {
+  switch (key) {
+    case 'url': return [key, value];
+    case 'resource':
+      if (!/^[^=]+=/.test(value)) throw new TsiError('INVALID_ARG', `--trace-config opentelemetry,resource expects <key>=<value>, got '${value}'`);
+      return [key, value];
+    case 'bsp_max_queue_size': case 'bsp_schedule_delay': case 'bsp_max_export_batch_size':
+      return [key, String(parseUint(key, value))];
+    default:
+      throw new TsiError('INVALID_ARG', `--trace-config: unknown opentelemetry setting '${key}' (expected url, resource, bsp_max_queue_size, bsp_schedule_delay or bsp_max_export_batch_size)`);
+  }
 }

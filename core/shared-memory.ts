@@ -7,9 +7,9 @@
  * (tritonserver's --allow-client-shm, default false), because a registered region lets a network client
  * make the server read and write host memory objects.
  *
- * Concurrency: regions are registered and unregistered between requests; a request reads its inputs
- * before it is queued and writes its outputs after its response, so a region unregistered meanwhile
- * fails that request with a clear error rather than touching a closed handle.
+ * Concurrency: a request holds the regions it names from before its inputs are read until its last
+ * output is written; a region unregistered meanwhile stays registered (and listed) until then, as in
+ * Triton, so the request never touches a closed handle.
  */
 
 import { TsiError } from './errors.js';
@@ -25,10 +25,11 @@ export interface ShmHandle {
 
 export interface SystemShmProvider {
   /**
-   * Opens the shared-memory object `key` and checks that `[offset, offset + byteSize)` lies inside it.
-   * Throws a TsiError naming the key on any failure.
+   * Opens the shared-memory object `key` and checks that `[offset, offset + byteSize)` lies inside it
+   * (else Triton's INVALID_ARG "failed to register shared memory region '<name>': invalid args").
+   * Throws a TsiError naming the key on any other failure (INTERNAL where the object cannot be opened).
    */
-  open(key: string, offset: number, byteSize: number): Promise<ShmHandle>;
+  open(key: string, offset: number, byteSize: number, name: string): Promise<ShmHandle>;
 }
 
 export interface ShmRef {
@@ -46,6 +47,10 @@ export interface SystemRegionStatus {
 
 interface Region extends SystemRegionStatus {
   handle: ShmHandle;
+  /** Requests in flight that read or write this region. */
+  users: number;
+  /** Unregistered while in use: it goes when its last user is done, as in Triton. */
+  awaitingUnregister: boolean;
 }
 
 export interface SharedMemoryOptions {
@@ -58,7 +63,24 @@ export interface SharedMemoryOptions {
 }
 
 export const SHM_DISABLED_MESSAGE =
-  'client shared memory is disabled on this server; start it with --allow-client-shm=true to register regions';
+  "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
+
+/** Keys of this prefix name the regions Triton's Python backend makes for itself: clients may not take them. */
+export const RESERVED_SHM_KEY_PREFIX = 'triton_python_backend_shm_region_';
+
+const UINT64_MAX = (1n << 64n) - 1n;
+
+/** Triton's check of a key before it is opened: not all slashes, not the reserved prefix. */
+function checkKey(name: string, key: string): void {
+  const bare = key.replace(/^\/+/, '');
+  if (bare === '' && key !== '') {
+    throw new TsiError('INVALID_ARG', `cannot register shared memory region '${name}' - invalid shm key '${key}'`);
+  }
+  if (bare.startsWith(RESERVED_SHM_KEY_PREFIX)) {
+    throw new TsiError('INVALID_ARG',
+      `cannot register shared memory region '${name}' with key '${key}' as the key contains the reserved prefix '${RESERVED_SHM_KEY_PREFIX}'`);
+  }
+}
 
 export class SharedMemoryManager {
   private readonly regions = new Map<string, Region>();
@@ -71,6 +93,7 @@ export class SharedMemoryManager {
 
   async registerSystem(name: string, key: string, offset: number, size: number): Promise<void> {
     if (!this.opts.allowClientShm) throw new TsiError('UNSUPPORTED', SHM_DISABLED_MESSAGE);
+    checkKey(name, key);
     if (!this.opts.provider) {
       throw new TsiError('UNSUPPORTED', `system shared memory is not available: ${this.opts.unavailableReason ?? 'this runtime has no shared memory'}`);
     }
@@ -81,13 +104,13 @@ export class SharedMemoryManager {
       }
     }
     if (this.regions.has(name)) throw new TsiError('ALREADY_EXISTS', `shared memory region '${name}' already in manager`);
-    const handle = await this.opts.provider.open(key, offset, size);
+    const handle = await this.opts.provider.open(key, offset, size, name);
     // A concurrent registration of the same name may have won while the file was being opened.
     if (this.regions.has(name)) {
       await handle.close();
       throw new TsiError('ALREADY_EXISTS', `shared memory region '${name}' already in manager`);
     }
-    this.regions.set(name, { name, key, offset, byte_size: size, handle });
+    this.regions.set(name, { name, key, offset, byte_size: size, handle, users: 0, awaitingUnregister: false });
   }
 
   /** All regions, or the named one (NOT_FOUND if it is not registered). */
@@ -100,19 +123,53 @@ export class SharedMemoryManager {
     return [...this.regions.values()].map(status);
   }
 
-  /** Unregisters one region (a name not registered is not an error, as in Triton) or all of them. */
+  /**
+   * Unregisters one region (a name not registered is not an error, as in Triton) or all of them. A
+   * region a request in flight is using stays registered, and listed, until that request is done.
+   */
   async unregisterSystem(name?: string): Promise<void> {
-    const names = name ? [name] : [...this.regions.keys()];
+    if (!this.opts.allowClientShm) throw new TsiError('UNSUPPORTED', SHM_DISABLED_MESSAGE);
+    await this.drop(name ? [name] : [...this.regions.keys()]);
+  }
+
+  private async drop(names: Iterable<string>): Promise<void> {
     for (const n of names) {
       const r = this.regions.get(n);
       if (!r) continue;
+      if (r.users > 0) {
+        r.awaitingUnregister = true;
+        continue;
+      }
       this.regions.delete(n);
       await r.handle.close();
     }
   }
 
+  /**
+   * Marks the regions a request's inputs and outputs name as in use until the returned release is
+   * called (once, when the request's last response has been written); undefined if it names none.
+   * Names not registered are left to the reads and writes to refuse.
+   */
+  hold(inputs: readonly ShmRef[], outputs: ReadonlyMap<string, ShmRef>): (() => Promise<void>) | undefined {
+    // Most requests name no region: nothing to allocate, nor to wait for, on their path.
+    if (inputs.length === 0 && outputs.size === 0) return undefined;
+    const names = new Set([...inputs, ...outputs.values()].map((r) => r.region));
+    const held = [...names].map((n) => this.regions.get(n)).filter((r): r is Region => r !== undefined);
+    for (const r of held) r.users++;
+    return async () => {
+      for (const r of held) r.users--;
+      await this.drop(held.filter((r) => r.users === 0 && r.awaitingUnregister && this.regions.get(r.name) === r).map((r) => r.name));
+    };
+  }
+
   registerCuda(name: string): never {
+    if (!this.opts.allowClientShm) throw new TsiError('UNSUPPORTED', SHM_DISABLED_MESSAGE);
     throw new TsiError('UNSUPPORTED', `failed to register CUDA shared memory region '${name}': GPUs not supported`);
+  }
+
+  /** There are no CUDA regions to unregister; refused, as in Triton, when client shared memory is off. */
+  unregisterCuda(): void {
+    if (!this.opts.allowClientShm) throw new TsiError('UNSUPPORTED', SHM_DISABLED_MESSAGE);
   }
 
   cudaStatus(name?: string): { name: string; device_id: number; byte_size: number }[] {
@@ -123,8 +180,17 @@ export class SharedMemoryManager {
   private region(ref: ShmRef, what: string): Region {
     const r = this.regions.get(ref.region);
     if (!r) throw new TsiError('INVALID_ARG', `Unable to find shared memory region: '${ref.region}' (${what})`);
-    if (!Number.isSafeInteger(ref.offset) || ref.offset < 0 || !Number.isSafeInteger(ref.byteSize) || ref.byteSize < 0
-      || ref.offset + ref.byteSize > r.byte_size) {
+    // Triton's three checks, in its order and with its texts.
+    if (!(ref.offset >= 0 && ref.offset < r.byte_size)) {
+      throw new TsiError('INVALID_ARG',
+        `Invalid offset for shared memory region: '${ref.region}' (${what}): offset ${ref.offset} is not inside the region's ${r.byte_size} bytes`);
+    }
+    const size = asBig(ref.byteSize);
+    if (size !== undefined && size >= 0n && size > UINT64_MAX - asBig(ref.offset)!) {
+      throw new TsiError('INVALID_ARG',
+        `Integer overflow detected: byte_size (${size}) + offset (${ref.offset}) exceeds maximum value (${UINT64_MAX}) for region '${ref.region}'`);
+    }
+    if (!Number.isSafeInteger(ref.offset) || !Number.isSafeInteger(ref.byteSize) || ref.offset + ref.byteSize > r.byte_size) {
       throw new TsiError('INVALID_ARG',
         `Invalid offset + byte size for shared memory region: '${ref.region}' (${what}): offset ${ref.offset} + byte size ${ref.byteSize} exceeds the region's ${r.byte_size} bytes`);
     }
@@ -174,9 +240,17 @@ export class SharedMemoryManager {
     return written;
   }
 
+  /** At shutdown, when no request is left: every region goes, held or not. */
   async close(): Promise<void> {
-    await this.unregisterSystem();
+    const all = [...this.regions.values()];
+    this.regions.clear();
+    for (const r of all) await r.handle.close();
   }
+}
+
+/** A size or offset as the codecs give it (a number, or a bigint past 2^53), exactly; undefined if not an integer. */
+function asBig(v: number | bigint): bigint | undefined {
+  return typeof v === 'bigint' ? v : Number.isInteger(v) ? BigInt(v) : undefined;
 }
 
 function status(r: Region): SystemRegionStatus {

@@ -80,8 +80,13 @@ export class ModelStats {
   }
 
   /** One backend execution of `batchSize` rows (inference_count counts rows, execution_count batches). */
-  recordExecution(batchSize: number, times: { input: number; infer: number; output: number }): void {
-    this.inferenceCount += batchSize;
+  /**
+   * One execution of `batchSize` rows, of which `inferences` are requests' own (default: all). The
+   * sequence batcher's padding rows count in the batch size, as Triton's null requests do, but are
+   * no inferences.
+   */
+  recordExecution(batchSize: number, times: { input: number; infer: number; output: number }, inferences = batchSize): void {
+    this.inferenceCount += inferences;
     this.executionCount += 1;
     let b = this.batches.get(batchSize);
     if (!b) {

@@ -233,14 +233,34 @@ const INT_RANGE: Partial<Record<DataType, [number, number]>> = {
  * JSON-ready flat values: numbers, booleans, strings; a 64-bit integer past 2^53 stays a bigint, which
  * stringifyJson (json-exact.ts) writes as the exact integer Triton prints.
  */
-export function toJsonValues(dt: DataType, data: TensorData): unknown[] {
-  if (dt === 'BYTES') return (data as Uint8Array[]).map(decodeString);
+export function toJsonValues(dt: DataType, data: TensorData, output?: string): unknown[] {
+  if (dt === 'BYTES') return output === undefined ? (data as Uint8Array[]).map(decodeString) : exactStrings(data as Uint8Array[], output);
   if (dt === 'BOOL') return Array.from(data as Uint8Array, (v) => v !== 0);
   if (dt === 'INT64' || dt === 'UINT64') return Array.from(data as BigInt64Array, (v) => (v >= -MAX_SAFE && v <= MAX_SAFE ? Number(v) : v));
   if (dt === 'FP16' || dt === 'BF16') {
     throw invalidArg(`sending ${dt} data via JSON is not supported. Please use the binary data format for output tensors`);
   }
   return Array.from(data as Float32Array);
+}
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * BYTES elements as JSON strings, refusing bytes that are not UTF-8: a JSON string cannot hold them, and
+ * replacing them with U+FFFD would change the data without a word. (Triton copies the raw bytes into its
+ * JSON, which then fails in the client's parser; the binary data extension carries any bytes.)
+ */
+function exactStrings(data: readonly Uint8Array[], output: string): string[] {
+  const out = new Array<string>(data.length);
+  for (let i = 0; i < data.length; i++) {
+    try {
+      out[i] = strictUtf8.decode(data[i]);
+    } catch {
+      throw invalidArg(
+        `sending BYTES data that is not valid UTF-8 via JSON is not supported (element ${i} of output '${output}'). Please use the binary data format for output tensors`);
+    }
+  }
+  return out;
 }
 
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
@@ -256,8 +276,8 @@ const scratch: number[] = [];
  * whose number formatting is the cost that remains, sees one small reused array at a time, and
  * the pieces need not be joined into one string before they are written.
  */
-export function jsonDataText(dt: DataType, data: TensorData): string[] {
-  if (dt === 'BYTES' || dt === 'BOOL' || dt === 'FP16' || dt === 'BF16') return [JSON.stringify(toJsonValues(dt, data))];
+export function jsonDataText(dt: DataType, data: TensorData, output?: string): string[] {
+  if (dt === 'BYTES' || dt === 'BOOL' || dt === 'FP16' || dt === 'BF16') return [JSON.stringify(toJsonValues(dt, data, output))];
   const values = data as NumericArray;
   const n = values.length;
   const big = dt === 'INT64' || dt === 'UINT64';
@@ -329,6 +349,21 @@ export function splitBatch(t: Tensor, rows: readonly number[]): Tensor[] {
     start = end;
   }
   return out;
+}
+
+/**
+ * Splits a flat output among requests by the shapes of their `source` inputs (Triton's batch output
+ * BATCH_SCATTER_WITH_INPUT_SHAPE): each part takes as many elements as its input has, and its shape.
+ */
+export function scatterByShapes(t: Tensor, shapes: readonly (readonly number[])[]): Tensor[] {
+  const bytes = Array.isArray(t.data);
+  let start = 0;
+  return shapes.map((shape) => {
+    const end = start + elementCount(shape);
+    const data = bytes ? (t.data as Uint8Array[]).slice(start, end) : (t.data as NumericArray).subarray(start, end);
+    start = end;
+    return { name: t.name, datatype: t.datatype, shape: [...shape], data };
+  });
 }
 
 export function shapeToString(shape: readonly number[]): string {

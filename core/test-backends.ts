@@ -7,7 +7,8 @@
  *   response carries OUTPUT<i> equal to INPUT<i> (an optional input left out gives zeros) and the
  *   parameters param0..param3 Triton's backend attaches. Config parameters `execute_delay_ms`
  *   (with `instance_wise_delay_multiplier`) and `creation_delay_sec` slow it down, as in Triton.
- * - repeat: decoupled, max_batch_size 0, inputs IN (INT32 vector), DELAY (UINT32, IN's shape) and
+ * - repeat: decoupled (or not: then its one response, and the final flag sent on its own, complete
+ *   the request before execute returns), max_batch_size 0, inputs IN (INT32 vector), DELAY (UINT32, IN's shape) and
  *   WAIT (UINT32 [1]); outputs OUT (INT32 [1]) and IDX (UINT32 [1]). One response per element of IN,
  *   the i'th after DELAY[i] ms; the instance takes its next request after WAIT ms, so responses of
  *   several requests may interleave. IN of shape [0] gives only the final flag.
@@ -151,6 +152,7 @@ function repeatBackend(): Backend {
     name: 'repeat',
     async loadModel(ctx) {
       checkRepeatConfig(ctx.config);
+      const decoupled = ctx.config.model_transaction_policy?.decoupled === true;
       // Responses still being sent after their request was released, so unload can wait for them.
       const inflight = new Set<Promise<void>>();
       const stream = async (r: BackendRequest, values: ArrayLike<number>, delays: ArrayLike<number>): Promise<void> => {
@@ -175,6 +177,7 @@ function repeatBackend(): Backend {
           execute: async (requests) => {
             if (requests.length > 1) throw invalid('repeat backend does not support batched request execution');
             let waitMs = 0;
+            const answering: Promise<void>[] = [];
             for (const r of requests) {
               const wait = r.inputs.get('WAIT')?.data;
               if (!wait || (wait as ArrayLike<number>).length !== 1) {
@@ -191,8 +194,10 @@ function repeatBackend(): Backend {
               const p = stream(r, (inp.data as Int32Array).slice(), (delay.data as Uint32Array).slice());
               inflight.add(p);
               void p.finally(() => inflight.delete(p));
+              // Not decoupled: tsi's backends answer such requests before execute returns.
+              if (!decoupled) answering.push(p);
             }
-            await sleep(waitMs);
+            await Promise.all([sleep(waitMs), ...answering]);
           },
         }),
         unload: async () => {},

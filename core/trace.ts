@@ -8,15 +8,37 @@
  * TraceWriter so core stays platform-neutral.
  *
  * A trace rides on its request as a typed field (`trace`, a TraceStamps of types.ts): the transport
- * sets it on the InferRequest, ModelVersion hands it to the PendingRequest it creates, and
- * `tracedInstance` (wrapped around every backend instance) stamps queue and compute times. Untraced
- * requests pay one field read per execution. A trace is emitted once both the transport has finished and no execution is stamping it.
+ * sets it on the InferRequest, ModelVersion stamps REQUEST_START/QUEUE_START/REQUEST_END and hands it
+ * to the PendingRequest it creates, and `tracedInstance` (wrapped around every backend instance)
+ * stamps compute times. An ensemble step or a BLS call runs under a child trace (its own id, the
+ * caller's as `parent_id`), as Triton traces them. Untraced requests pay one field read per
+ * execution. A trace is emitted once the transport has finished, no execution is stamping it and
+ * every child has been emitted into it.
+ *
+ * In "opentelemetry" mode the same finished tree goes to an injected TraceExporter (the Node
+ * runtime's otel/ room turns it into spans); core carries the client's W3C `traceparent` and
+ * `tracestate` as plain strings, and a request that carries them is traced whatever rate and count say.
  */
 
 import type { BackendInstance, BackendRequest, ExecutionTimes } from './backend.js';
 import type { Clock, Logger, TraceStamps } from './types.js';
 
 export type TraceLevel = 'TIMESTAMPS' | 'TENSORS';
+export type TraceMode = 'triton' | 'opentelemetry';
+
+/** A client's W3C trace context, as its `traceparent` / `tracestate` headers carried it. */
+export interface TraceContext {
+  traceparent: string;
+  tracestate?: string;
+}
+
+/** Where finished traces go in "opentelemetry" mode (the Node runtime's otel/ room implements it). */
+export interface TraceExporter {
+  /** A finished top-level trace, its children inside; called once per trace, never throws. */
+  export(trace: Trace): void;
+  /** Sends whatever is queued (call at shutdown). */
+  flush(): Promise<void>;
+}
 
 export interface TraceSetting {
   /** Empty = OFF. */
@@ -28,6 +50,12 @@ export interface TraceSetting {
   /** Write `file.<n>` every this many traces; 0 = write `file` at shutdown. */
   logFrequency: number;
   file: string;
+  mode: TraceMode;
+  /**
+   * The mode's own settings, shown by the trace protocol as they were given (`opentelemetry,url=...`,
+   * `resource`, `bsp_*`); read once at start, never changed over the protocol (as in Triton).
+   */
+  modeSettings: [string, string][];
 }
 
 /** An update: a value sets the field; `null` clears a model-level override (back to the global value). */
@@ -43,7 +71,7 @@ export interface TraceWriter {
   write(path: string, text: string): Promise<void>;
 }
 
-export const DEFAULT_TRACE_SETTING: TraceSetting = { level: [], rate: 1000, count: -1, logFrequency: 0, file: '' };
+export const DEFAULT_TRACE_SETTING: TraceSetting = { level: [], rate: 1000, count: -1, logFrequency: 0, file: '', mode: 'triton', modeSettings: [] };
 
 interface Sampler {
   override: Partial<TraceSetting>;
@@ -64,9 +92,11 @@ export class TraceManager {
   private readonly writes = new Set<Promise<void>>();
   private nextId = 1;
 
+  private readonly newId = (): number => this.nextId++;
+
   constructor(
     initial: Partial<TraceSetting>, private readonly clock: Clock, private readonly writer?: TraceWriter,
-    private readonly log?: Logger,
+    private readonly log?: Logger, private readonly exporter?: TraceExporter,
   ) {
     this.global = { ...DEFAULT_TRACE_SETTING, ...initial };
   }
@@ -102,19 +132,34 @@ export class TraceManager {
     }
   }
 
-  /** Whether a request to `model` is traced; if so, its Trace (already stamped `startStamp` if given). */
-  sample(model: string, startStamp?: { name: string; ns: number }): Trace | undefined {
+  /**
+   * Whether a request to `model` is traced; if so, its Trace (already stamped `startStamp` if given).
+   * In "opentelemetry" mode a request that carries a client's `context` is always traced, and takes
+   * nothing from rate or count (Triton's rule since 24.01).
+   */
+  sample(model: string, startStamp?: { name: string; ns: number }, context?: TraceContext): Trace | undefined {
     const sampler = this.models.get(model);
     // Tracing off, the usual case, is decided without copying the settings (this runs per request).
-    if (!this.writer || (!sampler && this.global.level.length === 0)) return undefined;
+    if (!(this.writer || this.exporter) || (!sampler && this.global.level.length === 0)) return undefined;
     const s = this.setting(model);
-    if (s.level.length === 0 || s.rate <= 0 || !s.file) return undefined;
-    const n = sampler ? sampler.counter++ : this.globalCounter++;
-    if (n % s.rate !== 0) return undefined;
-    const holder = sampler && sampler.override.count !== undefined ? sampler.override : this.global;
-    if (holder.count === 0) return undefined;
-    if (holder.count! > 0) holder.count!--;
-    const t = new Trace(this.nextId++, model, this.clock, (tr) => this.collect(tr, s));
+    if (s.level.length === 0) return undefined;
+    const otel = s.mode === 'opentelemetry';
+    if (otel ? !this.exporter : !this.writer || !s.file) return undefined;
+    if (!(otel && context)) {
+      if (s.rate <= 0) return undefined;
+      const n = sampler ? sampler.counter++ : this.globalCounter++;
+      if (n % s.rate !== 0) return undefined;
+      const holder = sampler && sampler.override.count !== undefined ? sampler.override : this.global;
+      if (holder.count === 0) return undefined;
+      if (holder.count! > 0) holder.count!--;
+    }
+    const sink = otel ? (tr: Trace) => this.exporter!.export(tr) : (tr: Trace) => this.collect(tr, s);
+    const t = new Trace(this.newId(), model, this.clock, sink, this.newId);
+    if (otel) {
+      if (context) t.context = context;
+      // The OpenTelemetry ids are chosen now, so a model can be told its span's context while it runs.
+      t.otelIds = { traceId: context ? context.traceparent.trim().slice(3, 35) : randomHex(16), spanId: randomHex(8) };
+    }
     if (startStamp) t.mark(startStamp.name, startStamp.ns);
     return t;
   }
@@ -145,22 +190,78 @@ export class TraceManager {
       this.writeOut(file, buf, freq > 0 || buf.index > 0);
     }
     await Promise.all([...this.writes]);
+    await this.exporter?.flush();
   }
 }
 
-/** One traced request's timestamps (steady-clock nanoseconds). */
+export type TraceAttribute = string | number | boolean | string[];
+
+/**
+ * One traced request's timestamps (steady-clock nanoseconds), with the traces of the requests it
+ * made (ensemble steps, BLS calls) as children. Exporters read the public fields once it is emitted.
+ */
 export class Trace implements TraceStamps {
   version = -1;
   requestId = '';
-  private readonly stamps: { name: string; ns: number }[] = [];
+  /** The caller's trace id for a child trace (an ensemble step, a BLS call); 0 for a top-level one. */
+  parentId = 0;
+  /** The client's W3C context the request arrived with ("opentelemetry" mode only). */
+  context?: TraceContext;
+  /** Why the request failed, when it did. */
+  error?: string;
+  readonly stamps: { name: string; ns: number }[] = [];
+  readonly children: Trace[] = [];
+  /** Extra span attributes a front end knows (the GenAI ones for LLM requests). */
+  readonly attributes: Record<string, TraceAttribute> = {};
+  /** "opentelemetry" mode: the trace's id and its model span's id, in hex, chosen when it starts. */
+  otelIds?: { traceId: string; spanId: string };
   private computing = 0;
   private finished = false;
   private emitted = false;
+  /** A child trace ends with its request's final response; a top-level one when the transport says. */
+  private child = false;
 
-  constructor(readonly id: number, readonly model: string, private readonly clock: Clock, private readonly sink: (t: Trace) => void) {}
+  constructor(
+    readonly id: number, readonly model: string, private readonly clock: Clock, private readonly sink: (t: Trace) => void,
+    private readonly newId: () => number,
+  ) {}
 
   mark(name: string, ns = this.clock.nowNs()): void {
     this.stamps.push({ name, ns: Math.round(ns) });
+  }
+
+  /** The trace of a request this one's model makes to `model`; this trace waits for it. */
+  spawn(model: string): Trace {
+    this.computing++;
+    const t = new Trace(this.newId(), model, this.clock, (c) => {
+      this.children.push(c);
+      this.computeEnd();
+    }, this.newId);
+    t.parentId = this.id;
+    t.child = true;
+    if (this.otelIds) t.otelIds = { traceId: this.otelIds.traceId, spanId: randomHex(8) };
+    return t;
+  }
+
+  /**
+   * The W3C context of this trace's model span in "opentelemetry" mode, as Triton hands it to a
+   * Python model (`request.trace().get_context()`): `{"traceparent": "00-<trace>-<span>-01"}`.
+   */
+  get spanContext(): string | undefined {
+    const ids = this.otelIds;
+    return ids ? JSON.stringify({ traceparent: `00-${ids.traceId}-${ids.spanId}-01` }) : undefined;
+  }
+
+  requestEnd(error?: string): void {
+    this.mark('REQUEST_END');
+    if (error !== undefined) this.error ??= error;
+    if (this.child) this.finish();
+  }
+
+  /** The whole tree, depth first (this trace first). */
+  *all(): Generator<Trace> {
+    yield this;
+    for (const c of this.children) yield* c.all();
   }
 
   /** The transport is done with the request; the trace is written once no execution still stamps it. */
@@ -184,12 +285,39 @@ export class Trace implements TraceStamps {
     this.sink(this);
   }
 
+  /** Triton's trace-file records for this trace and its children (children carry `parent_id`). */
   records(): unknown[] {
-    const head: Record<string, unknown> = { id: this.id, model_name: this.model, model_version: this.version };
-    if (this.requestId) head.request_id = this.requestId;
-    const timestamps = [...this.stamps].sort((a, b) => a.ns - b.ns);
-    return [head, { id: this.id, timestamps }];
+    const out: unknown[] = [];
+    for (const t of this.all()) {
+      const head: Record<string, unknown> = { id: t.id, model_name: t.model, model_version: t.version };
+      if (t.requestId) head.request_id = t.requestId;
+      if (t.parentId) head.parent_id = t.parentId;
+      const timestamps = [...t.stamps].sort((a, b) => a.ns - b.ns);
+      out.push(head, { id: t.id, timestamps });
+    }
+    return out;
   }
+}
+
+/** `bytes` random bytes in lower-case hex (crypto.getRandomValues: in Node and every browser). */
+function randomHex(bytes: number): string {
+  const b = crypto.getRandomValues(new Uint8Array(bytes));
+  let out = '';
+  for (let i = 0; i < b.length; i++) out += b[i]!.toString(16).padStart(2, '0');
+  return out;
+}
+
+/**
+ * The W3C trace context a request's headers (HTTP) or metadata (gRPC) carry, if any. Only the shape
+ * is checked here (the exporter parses it); a malformed one is ignored, as a propagator would.
+ */
+export function traceContextOf(header: (name: string) => string | undefined): TraceContext | undefined {
+  const traceparent = header('traceparent');
+  // W3C: all-zero trace and span ids are invalid, and a propagator would drop them.
+  const m = traceparent && /^[\da-f]{2}-([\da-f]{32})-([\da-f]{16})-[\da-f]{2}/.exec(traceparent.trim());
+  if (!m || /^0+$/.test(m[1]!) || /^0+$/.test(m[2]!)) return undefined;
+  const tracestate = header('tracestate');
+  return tracestate ? { traceparent: traceparent!.trim(), tracestate } : { traceparent: traceparent!.trim() };
 }
 
 /** Sets the transport's request to carry `trace`; core hands it on to the request it queues. */
@@ -201,7 +329,7 @@ export function traceOf(request: { trace?: TraceStamps }): TraceStamps | undefin
   return request.trace;
 }
 
-/** Wraps a backend instance so traced requests get REQUEST/QUEUE/COMPUTE timestamps. */
+/** Wraps a backend instance so traced requests get COMPUTE timestamps. */
 export function tracedInstance(inner: BackendInstance, clock: Clock): BackendInstance {
   return {
     spec: inner.spec,
@@ -222,11 +350,7 @@ export function tracedInstance(inner: BackendInstance, clock: Clock): BackendIns
       let traced: TraceStamps[] | undefined;
       for (const r of requests) {
         const t = r.trace;
-        if (!t) continue;
-        (traced ??= []).push(t);
-        const p = r as BackendRequest & { receivedNs?: number; enqueuedNs?: number };
-        if (p.receivedNs) t.mark('REQUEST_START', p.receivedNs);
-        if (p.enqueuedNs) t.mark('QUEUE_START', p.enqueuedNs);
+        if (t) (traced ??= []).push(t);
       }
       if (!traced) {
         // A backend that throws synchronously still yields a rejected promise, as before.

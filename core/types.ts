@@ -76,10 +76,19 @@ export interface InferRequest {
  * its own here, so requests carry their trace as a typed field without importing the tracer.
  */
 export interface TraceStamps {
+  /** The version that served the request (-1 until known) and the request's id, for the trace's head. */
+  version: number;
+  requestId: string;
   mark(name: string, ns?: number): void;
   /** An execution of the request began; the trace is not written while one runs. */
   computeStart(): void;
   computeEnd(): void;
+  /** "opentelemetry" mode: the model span's W3C context as JSON (Python's `request.trace().get_context()`). */
+  readonly spanContext?: string;
+  /** The trace of a request made on this one's behalf (an ensemble step, a BLS call) to `model`. */
+  spawn(model: string): TraceStamps;
+  /** The request's final response left its model (stamps REQUEST_END; `error` when it failed). */
+  requestEnd(error?: string): void;
 }
 
 export interface OutputTensor extends Tensor {

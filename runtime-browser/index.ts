@@ -6,11 +6,11 @@
  * can answer `/v2/...` for unmodified HTTP clients. Queueing, dynamic batching, sequences and
  * statistics are core's and apply here unchanged, and so do ensembles (core's), JavaScript models
  * (js-backend.ts), `llm` language models (llm-backend.ts: core's in-flight batching and OpenAI
- * API) and `embedding` sentence encoders (core/embedding.ts over this runtime's onnxruntime backend). Further backends plug in through `backends`, by the name a config's `backend` selects.
+ * API) and `embedding` sentence encoders (core/encoders/embedding.ts over this runtime's onnxruntime backend). Further backends plug in through `backends`, by the name a config's `backend` selects.
  */
 
 import {
-  BackendRegistry, createEmbeddingBackend, InferenceServer, TsiError, createHttpApp, createLogger,
+  BackendRegistry, createEmbeddingBackend, createClassifierBackend, InferenceServer, TsiError, createHttpApp, createLogger,
   type Backend, type HttpOptions, type IndexEntry, type InferRequest, type InferResponse, type LoadOverrides,
   type Logger, type ModelControlMode, type RepositorySource,
 } from '../core/index.js';
@@ -237,6 +237,7 @@ export async function createServer(opts: BrowserServerOptions): Promise<BrowserS
   backends.register('javascript', () => createJsBackend({ log }));
   backends.register('llm', () => createWebLlmBackend({ log, ort: opts.ort, device: opts.device, numThreads: opts.numThreads }));
   backends.register('embedding', () => createEmbeddingBackend(() => backends.get('onnxruntime')!));
+  backends.register('classifier', () => createClassifierBackend(() => backends.get('onnxruntime')!));
   for (const [name, factory] of Object.entries(opts.backends ?? {})) backends.register(name, factory);
   const core = new InferenceServer({
     sources: toSources(opts),

@@ -9,8 +9,8 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
-import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheConfig, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
-import { startServer, stderrLogger } from './index.js';
+import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheFlags, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
+import { nodeLogger, startServer } from './index.js';
 import type { TlsFiles } from './http/tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
 import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
@@ -71,10 +71,13 @@ function parsePositiveInt(v: string): number {
   return n;
 }
 
-/** --http-max-input-size: 0 would refuse every body, so it is refused as Triton refuses it. */
-function parseMaxInputSize(v: string): number {
+/**
+ * --http-max-input-size: 0 would refuse every body, so it is refused as Triton refuses it, with
+ * Triton's line alone (its test finds it in the log) rather than commander's "argument is invalid".
+ */
+function parseMaxInputSize(v: string, cmd: Command): number {
   const n = Number(v);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError(`--http-max-input-size must be greater than 0, got '${v}'`);
+  if (!Number.isSafeInteger(n) || n <= 0) cmd.error('Error: --http-max-input-size must be greater than 0.');
   return n;
 }
 
@@ -123,7 +126,7 @@ export function buildCli(): Command {
     .description('tsi: a Triton-compatible inference server for ONNX models, in TypeScript')
     .version(TSI_VERSION);
 
-  program
+  const serve: Command = program
     .command('serve')
     .description('serve a Triton model repository over the KServe v2 HTTP API')
     .addOption(new Option('--model-repository <path>', 'model repository folder (repeatable; default: the package\'s models/)').argParser(collect))
@@ -135,6 +138,12 @@ export function buildCli(): Command {
     .option('--grpc-address <address>', 'gRPC listen address', '0.0.0.0')
     .addOption(boolOption('--allow-grpc', 'serve gRPC', true))
     .option('--grpc-restricted-protocol <cats:key=value>', 'gRPC categories (health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging) that need metadata triton-grpc-protocol-<key>=<value> (repeatable)', collect)
+    .option('--grpc-header-forward-pattern <regex>', 'gRPC metadata whose keys match (case-insensitive unless the pattern starts with (?-i)) reach the model as string request parameters')
+    .option('--grpc-max-response-pool-size <n>', 'responses a gRPC stream may hold unsent before it stops reading further requests', (v) => {
+      const n = Number(v);
+      if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError(`--grpc-max-response-pool-size must be greater than 0, got '${v}'`);
+      return n;
+    })
     .addOption(new Option('--grpc-infer-response-compression-level <level>', 'compress gRPC responses').choices(['none', 'low', 'medium', 'high']).default('none'))
     .addOption(boolOption('--grpc-use-ssl', 'serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)', false))
     .addOption(boolOption('--grpc-use-ssl-mutual', 'gRPC over TLS that requires client certificates signed by --grpc-root-cert (implies --grpc-use-ssl)', false))
@@ -158,14 +167,25 @@ export function buildCli(): Command {
     .addOption(boolOption('--allow-cpu-metrics', 'include nv_cpu_* host metrics', true))
     .addOption(boolOption('--allow-gpu-metrics', 'include nv_gpu_* metrics of NVIDIA GPUs (read with nvidia-smi)', true))
     .option('--metrics-interval-ms <ms>', 'how often GPU metrics are read', parseIntArg, 2000)
+    .option('--http-header-forward-pattern <regex>', 'HTTP headers whose names match (case-insensitive unless the pattern starts with (?-i)) reach the model as string request parameters')
     .option('--http-restricted-api <cats:key=value>', 'HTTP categories (as for gRPC) that need header <key>: <value>, else 403 (repeatable)', collect)
     .addOption(boolOption('--allow-client-shm', 'let clients register system shared memory regions', false))
     .option('--repository-poll-secs <secs>', 'poll interval in poll mode', parseNonNegativeSecs, 15)
-    .option('--trace-config <[triton,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, file=PATH, log-frequency=N (repeatable)', collect)
+    .option('--trace-config <[mode,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; opentelemetry,url=URL (default http://localhost:4318/v1/traces), opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_max_queue_size=N (2048), opentelemetry,bsp_schedule_delay=MS (5000), opentelemetry,bsp_max_export_batch_size=N (512) (repeatable)', collect)
     .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
-    .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up', true))
+    .addOption(boolOption('--log-info', 'print info lines', true))
+    .addOption(boolOption('--log-warning', 'print warning lines', true))
+    .addOption(new Option('--log-warn [bool]', 'tritonserver accepts this prefix of --log-warning').argParser(parseBool).preset('true').hideHelp())
+    .addOption(boolOption('--log-error', 'print error lines', true))
+    .option('--log-format <format>', 'line layout: default (LMMDD hh:mm:ss.uuuuuu pid src:line] msg) or ISO8601 (YYYY-MM-DDThh:mm:ssZ L pid src:line] msg)', (v) => {
+      if (v !== 'default' && v !== 'ISO8601') throw new InvalidArgumentError('invalid argument for --log-format');
+      return v;
+    }, 'default')
+    .option('--log-file <path>', 'append the log to this file instead of printing it to stderr')
+    .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up; false: serve the others (a --model-repository folder that is missing leaves the server up, neither live nor ready, as tritonserver)', true))
     .addOption(boolOption('--strict-readiness', 'ready only when every model is ready', true))
     .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
+    .option('--model-load-retry-count <n>', 'times a model version that fails to load is tried again before its load fails', parseIntArg, 0)
     .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
     .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
     .addOption(boolOption('--disable-auto-complete-config', 'do not fill model configs from the model files', false))
@@ -173,7 +193,7 @@ export function buildCli(): Command {
     .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
     .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)
-    .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', parseMaxInputSize, 64 * 1024 * 1024)
+    .option('--http-max-input-size <bytes>', 'largest accepted request body, also after decompression', (v) => parseMaxInputSize(v, serve), 64 * 1024 * 1024)
     .addOption(new Option('--http-compression <mode>', 'compress infer responses for clients that accept it: auto (JSON of at least --http-compression-min-bytes), always (as Triton), off').choices(['auto', 'always', 'off']).default('auto'))
     .option('--http-compression-min-bytes <bytes>', 'smallest JSON infer response compressed in auto mode', parseIntArg, 65536)
     .option('--exit-timeout-secs <secs>', 'shutdown: how long in-flight requests and sequences in progress may take once the listeners are closed, before the models are unloaded anyway', parseIntArg, 30)
@@ -181,6 +201,7 @@ export function buildCli(): Command {
     .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 or python,executable=/usr/bin/python3.11 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
     .option('--cache-config <cache,key=value>', 'response cache, e.g. local,size=1048576 (bytes); models opt in with response_cache { enable: true }', collect)
+    .option('--response-cache-byte-size <bytes>', 'deprecated by tritonserver: --cache-config local,size=<bytes>', parseIntArg)
     .addOption(boolOption('--browser-demo', 'also serve the in-browser demo at /demo, the browser build at /browser/ and the model files at /repository/', false))
     .option('--rate-limit <mode>', 'execution_count: an instance runs only when the resources its rate_limiter lists are free, priorities weighting the turns across models; off: as soon as it is free', (v) => {
       if (v !== 'off' && v !== 'execution_count') throw new InvalidArgumentError(`expected off or execution_count, got '${v}'`);
@@ -211,19 +232,30 @@ export function buildCli(): Command {
       }
       let cache: { size: number } | undefined;
       try {
-        cache = parseCacheConfig((o.cacheConfig ?? []) as string[]);
+        cache = parseCacheFlags((o.cacheConfig ?? []) as string[], o.responseCacheByteSize);
+        if (o.responseCacheByteSize !== undefined) {
+          process.stderr.write(`Warning: '--response-cache-byte-size' has been deprecated! This will default to the 'local' cache implementation with the provided byte size for its config. Please use '--cache-config' instead. The equivalent --cache-config CLI args would be: '--cache-config=local,size=${o.responseCacheByteSize}'\n`);
+        }
       } catch (err) {
         process.stderr.write(`Error: ${asTsiError(err).message}\n`);
         process.exit(1);
       }
       let trace;
       try {
-        trace = parseTraceConfig((o.traceConfig ?? []) as string[]);
+        trace = parseTraceConfig((o.traceConfig ?? []) as string[], process.env);
       } catch (err) {
         process.stderr.write(`Error: ${asTsiError(err).message}\n`);
         process.exit(1);
       }
-      const log = stderrLogger(o.logVerbose);
+      let log;
+      try {
+        log = nodeLogger({
+          verbose: o.logVerbose, file: o.logFile, info: o.logInfo, warning: o.logWarn ?? o.logWarning, error: o.logError, format: o.logFormat,
+        });
+      } catch (err) {
+        process.stderr.write(`Error: cannot open --log-file ${o.logFile}: ${(err as Error).message}\n`);
+        process.exit(1);
+      }
       let httpTls: TlsFiles | undefined;
       let grpcTls: TlsFiles | undefined;
       try {
@@ -242,8 +274,11 @@ export function buildCli(): Command {
           httpAddress: o.httpAddress,
           allowHttp: o.allowHttp,
           log,
+          logFile: o.logFile,
           strictReadiness: o.strictReadiness,
+          exitOnError: o.exitOnError,
           modelLoadThreadCount: o.modelLoadThreadCount,
+          modelLoadRetryCount: o.modelLoadRetryCount,
           maxLoadedModels: o.maxLoadedModels,
           modelMemoryBudget: o.modelMemoryBudget,
           modelControlMode: mode,
@@ -267,6 +302,9 @@ export function buildCli(): Command {
           gpuMetrics: o.allowGpuMetrics,
           metricsIntervalMs: o.metricsIntervalMs,
           httpRestrictedApi: o.httpRestrictedApi,
+          httpHeaderForwardPattern: o.httpHeaderForwardPattern,
+          grpcHeaderForwardPattern: o.grpcHeaderForwardPattern,
+          grpcMaxResponsePoolSize: o.grpcMaxResponsePoolSize,
           allowClientShm: o.allowClientShm,
           allowModelCodeUpload: o.allowModelCodeUpload,
           httpTls,
@@ -348,8 +386,8 @@ export function buildCli(): Command {
 
   program
     .command('pull')
-    .description('fetch an onnx-community model folder from the Hugging Face Hub (HF_ENDPOINT, HF_TOKEN) with only the files one variant needs, resumably, and write the config.pbtxt that serves it')
-    .argument('<repo>', 'the Hub repo id, e.g. onnx-community/Qwen2.5-0.5B-Instruct')
+    .description('fetch an onnx-community model folder from the Hugging Face Hub (HF_ENDPOINT, HF_TOKEN) with only the files one variant needs, resumably, and write the config.pbtxt that serves it: a causal LM (llm backend) or a reranker / sequence classifier (classifier backend)')
+    .argument('<repo>', 'the Hub repo id, e.g. onnx-community/Qwen2.5-0.5B-Instruct or onnx-community/bge-reranker-base-ONNX')
     .option('--variant <variant>', 'the weights to fetch: q4, fp16, fp32, quantized, q4f16... or a file name under onnx/ (default: the best present for --device: on cpu model, model_q4, model_quantized...; on gpu model_fp16, model, model_q4f16, model_q4...)')
     .option('--device <device>', 'where it will be served: cpu, or gpu (also writes instance_group [{ kind: KIND_GPU }])', 'cpu')
     .option('--repository <dir>', 'the model repository to write into', 'models')

@@ -72,3 +72,22 @@ export class FolderSource implements RepositorySource {
     return createHash('sha1').update(lines.sort().join('\n')).digest('hex');
   }
 }
+
+/**
+ * The repository folders as sources, each once: a path given twice (even spelled differently) is one
+ * repository, as tritonserver keeps its --model-repository paths in a set. A folder that does not
+ * exist stops the start; with `exitOnError: false` it is instead the reason the server failed to
+ * initialise (Triton then serves on, not live and not ready, without models).
+ */
+export function repositorySources(paths: readonly string[], exitOnError = true): { sources: FolderSource[]; initError?: string } {
+  const sources: FolderSource[] = [];
+  for (const path of new Set(paths.map((p) => resolve(p)))) {
+    try {
+      sources.push(new FolderSource(path));
+    } catch (err) {
+      if (exitOnError) throw err;
+      return { sources: [], initError: (err as Error).message };
+    }
+  }
+  return { sources };
+}

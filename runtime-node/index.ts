@@ -4,18 +4,18 @@
  * core, so this file only wires backends, repositories and listeners together.
  */
 
-import { readFileSync } from 'node:fs';
+import { openSync, readFileSync, writeSync } from 'node:fs';
 import { deflate, gzip } from 'node:zlib';
 import { availableParallelism, totalmem } from 'node:os';
 import {
-  BackendRegistry, createEmbeddingBackend, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
-  createLogger, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
+  BackendRegistry, createEmbeddingBackend, createClassifierBackend, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
+  createLogger, headerForwardPattern, type ConfigurableLogger, type LogFormat, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc/server.js';
 import { listenMetrics, registerHostMetrics, type MetricsListener } from './metrics.js';
 import { nodeShmProvider } from './shm.js';
-import { FolderSource } from './fs-source.js';
+import { repositorySources } from './fs-source.js';
 import { listen, type Listener } from './http/server.js';
 import { Shutdown, type ShutdownProgress, type ShutdownReport, type StopOptions } from './shutdown.js';
 import { ReloadableTls, type TlsFiles } from './http/tls.js';
@@ -35,13 +35,22 @@ export interface NodeServerOptions {
   allowHttp?: boolean;
   logVerbose?: number;
   log?: Logger;
+  /** The file `log` writes to (`--log-file`), as `/v2/logging` reports it. */
+  logFile?: string;
   strictReadiness?: boolean;
   modelControlMode?: ModelControlMode;
+  /**
+   * false: a model repository folder that does not exist does not stop the start; the server serves
+   * on, not live and not ready, without models (tritonserver's --exit-on-error=false). Default true.
+   */
+  exitOnError?: boolean;
   loadModels?: string[];
   autoComplete?: boolean;
   defaultMaxBatchSize?: number;
   /** tritonserver's `--model-load-thread-count`: models loaded at once (default 4). */
   modelLoadThreadCount?: number;
+  /** tritonserver's `--model-load-retry-count`: times a version that fails to load is tried again (default 0). */
+  modelLoadRetryCount?: number;
   /** `--max-loaded-models`: load models on demand, at most this many at once (core/repository/residency.ts). */
   maxLoadedModels?: number;
   /** `--model-memory-budget`: load models on demand within this memory (bytes, `2G`, or `50%` of the machine's). */
@@ -72,6 +81,11 @@ export interface NodeServerOptions {
   nvidiaSmi?: string;
   /** --http-restricted-api specs, `<categories>:<key>=<value>`. */
   httpRestrictedApi?: string[];
+  /** --http-header-forward-pattern / --grpc-header-forward-pattern: regular expressions (Triton's reading). */
+  httpHeaderForwardPattern?: string;
+  grpcHeaderForwardPattern?: string;
+  /** --grpc-max-response-pool-size: responses a gRPC stream may hold unsent before it stops reading. */
+  grpcMaxResponsePoolSize?: number;
   /** --allow-client-shm (default false). */
   allowClientShm?: boolean;
   /** Poll interval in poll mode (default 15; 0 = never poll after start-up). */
@@ -140,7 +154,30 @@ export interface RunningServer {
 }
 
 export function stderrLogger(verbose = 0) {
-  return createLogger((_level, line) => process.stderr.write(line + '\n'), verbose);
+  return nodeLogger({ verbose });
+}
+
+export interface NodeLogOptions {
+  verbose?: number;
+  /** `--log-file`: lines are appended to this file instead of stderr (opened now: a bad path throws). */
+  file?: string;
+  info?: boolean;
+  warning?: boolean;
+  error?: boolean;
+  format?: LogFormat;
+}
+
+/** The server's logger in Node: tritonserver's lines with this process's id, to stderr or a file. */
+export function nodeLogger(o: NodeLogOptions = {}): ConfigurableLogger {
+  let write = (line: string) => void process.stderr.write(line + '\n');
+  if (o.file !== undefined) {
+    // Synchronous appends: every line is in the file, in order, even if the process dies just after.
+    const fd = openSync(o.file, 'a');
+    write = (line) => void writeSync(fd, line + '\n');
+  }
+  const log = createLogger((_level, line) => write(line), o.verbose ?? 0, { pid: process.pid });
+  Object.assign(log.settings, { info: o.info ?? true, warning: o.warning ?? true, error: o.error ?? true, format: o.format ?? 'default' });
+  return log;
 }
 
 /**
@@ -202,6 +239,7 @@ export function createNodeBackends(log: Logger, backendConfig: NodeServerOptions
   backends.register('llm', async () => (await import('./llm/index.js')).createNodeLlmBackend({ cores: usableCores() }));
   // Runs its encoder on the onnxruntime backend above (its worker threads and sessions).
   backends.register('embedding', () => createEmbeddingBackend(() => backends.get('onnxruntime')!));
+  backends.register('classifier', () => createClassifierBackend(() => backends.get('onnxruntime')!));
   return backends;
 }
 
@@ -221,13 +259,18 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
   const log = controllableLogger(opts.log ?? stderrLogger(opts.logVerbose ?? 0));
   const httpRestrictions = parseRestrictions(opts.httpRestrictedApi ?? [], '--http-restricted-api');
   const grpcRestrictions = parseRestrictions(opts.grpcRestrictedProtocol ?? [], '--grpc-restricted-protocol', 'triton-grpc-protocol-');
+  const forward = (p: string | undefined, flag: string) => (p === undefined || p === '' ? undefined : headerForwardPattern(p, flag));
+  const httpForward = forward(opts.httpHeaderForwardPattern, '--http-header-forward-pattern');
+  const grpcForward = forward(opts.grpcHeaderForwardPattern, '--grpc-header-forward-pattern');
   const schedulerDelay = opts.schedulerDelay ?? schedulerDelayFromEnv(process.env);
   if (schedulerDelay) {
     log.info(`scheduler test hook: batching schedulers hold until ${schedulerDelay.requests} queued request(s)`
       + (schedulerDelay.backlog ? ` and ${schedulerDelay.backlog} backlogged sequence request(s)` : '') + ' (TRITONSERVER_DELAY_SCHEDULER)');
   }
+  const { sources, initError } = repositorySources(opts.modelRepositories, opts.exitOnError ?? true);
   const server = new InferenceServer({
-    sources: opts.modelRepositories.map((p) => new FolderSource(p)),
+    sources,
+    initError,
     backends: withExtraBackends(createNodeBackends(log, opts.backendConfig), opts.extraBackends),
     log,
     id: opts.id,
@@ -241,6 +284,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     rateLimit: opts.rateLimit,
     rateLimitResources: (opts.rateLimitResources ?? []).map(parseRateLimitResource),
     modelLoadThreadCount: opts.modelLoadThreadCount,
+    modelLoadRetryCount: opts.modelLoadRetryCount,
     schedulerDelay,
     residency: {
       maxLoadedModels: opts.maxLoadedModels,
@@ -248,12 +292,18 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     },
   });
   const shmProvider = nodeShmProvider({ log });
+  // The OpenTelemetry SDK loads only when its mode is asked for.
+  const otel = opts.trace?.mode === 'opentelemetry'
+    ? (await import('./otel/index.js')).createOtelExporter(opts.trace.modeSettings ?? [], server.clock, log)
+    : undefined;
   const extensions = new ServerExtensions(server, {
     allowClientShm: opts.allowClientShm ?? false,
     shmProvider,
     shmUnavailableReason: shmProvider ? undefined : `POSIX shared memory files (/dev/shm) are not available on ${process.platform}`,
     trace: opts.trace,
     traceWriter: fileTraceWriter,
+    logFile: opts.logFile,
+    traceExporter: otel,
     stageModelFiles: tempFolderStager(),
     modelCode: { allowCodeUpload: opts.allowModelCodeUpload ?? false },
   });
@@ -291,7 +341,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
           opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined,
           opts.allowDashboard ? dashboardRoutes(server, { tuneReports: opts.dashboardTuneReports }) : undefined,
         ),
-        extensions, restrictedApi: httpRestrictions,
+        extensions, restrictedApi: httpRestrictions, headerForwardPattern: httpForward,
       };
       const app = createHttpApp(server, httpOptions);
       // Listen before loading models, as Triton does: liveness answers while models load; readiness waits.
@@ -306,6 +356,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     if (opts.grpcPort !== undefined) {
       grpc = await listenGrpc(server, {
         port: opts.grpcPort, address: opts.grpcAddress ?? '0.0.0.0', extensions, restrictedProtocol: grpcRestrictions,
+        headerForwardPattern: grpcForward, maxResponsePoolSize: opts.grpcMaxResponsePoolSize,
         responseCompression: opts.grpcResponseCompression,
         tls: grpcTls, authorize: keyring && grpcAuthorizer(keyring), handshakeTimeoutMs: opts.grpcHandshakeTimeoutMs,
       });
@@ -340,6 +391,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       await metrics?.close();
       closeCredentials();
       await extensions.close();
+      await otel?.shutdown();
     },
   });
   return {

@@ -30,6 +30,8 @@ export function createJsBackend(opts: { log: Logger }): Backend {
         : `data:text/javascript;base64,${Buffer.from(await ctx.files.read(file)).toString('base64')}`;
       return {
         createInstance: (spec) => JsInstance.start(ctx, spec, url, file, opts.log),
+        // Each instance is a worker thread of its own: a slow initialize() need not wait for another's.
+        parallelInstances: true,
         unload: async () => {},
       };
     },
@@ -84,13 +86,14 @@ class JsInstance implements BackendInstance {
     const t0 = performance.now();
     const id = this.nextId++;
     const transfer = new Set<ArrayBuffer>();
-    const wire: WireRequest[] = requests.map((r) => {
+    const wire: WireRequest[] = requests.map((r, i) => {
       const w: WireRequest = {
         id: r.id, inputs: [...r.inputs.values()].map((t) => movableTensor(t, transfer, true)),
         requestedOutputs: [...r.requestedOutputs], parameters: r.parameters, batchSize: r.batchSize,
       };
       const seq = (r as { sequence?: WireRequest['sequence'] }).sequence;
       if (seq) w.sequence = { id: seq.id, start: seq.start, end: seq.end };
+      if (r.trace) w.trace = [id, i];
       return w;
     });
     const exec: Execution = { requests, open: requests.length };
@@ -134,6 +137,11 @@ class JsInstance implements BackendInstance {
         return;
       }
       case 'bls':
+        if (m.parent) {
+          // The model passed `request.trace()`: the call is traced as that request's child (Triton's BLS).
+          const parent = this.executions.get(m.parent[0])?.requests[m.parent[1]]?.trace;
+          if (parent) m.request.trace = parent.spawn(m.request.model_name);
+        }
         void this.bls(m.id, m.request, m.stream);
         return;
       case 'read':

@@ -12,7 +12,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 // Direct module imports, not core/index.js, to keep each instance's start-up short.
 import { TsiError, type ErrorCode } from '../core/errors.js';
-import { JsModelHost, errorOf, type InitInfo, type WireRequest, type WireResponse } from '../core/js-model.js';
+import { JsModelHost, errorOf, type InitInfo, type TraceSlot, type WireRequest, type WireResponse } from '../core/js-model.js';
 import type { InferRequest, InferResponse } from '../core/types.js';
 import { movableTensor } from './worker-instance.js';
 
@@ -33,7 +33,7 @@ export type JsFromWorker =
   | { kind: 'init-error'; message: string }
   | { kind: 'send'; exec: number; index: number; response: WireResponse; final: boolean }
   | { kind: 'done'; id: number; ns: number; responses?: [number, WireResponse][] }
-  | { kind: 'bls'; id: number; request: InferRequest; stream: boolean }
+  | { kind: 'bls'; id: number; request: InferRequest; stream: boolean; parent?: TraceSlot }
   | { kind: 'read'; id: number; path: string }
   | { kind: 'log'; level: 'info' | 'warn' | 'error'; msg: string };
 
@@ -49,7 +49,7 @@ function wireOut(r: WireResponse, transfer: Set<ArrayBuffer>): WireResponse {
   return 'error' in r ? r : { ...r, outputs: r.outputs.map((t) => movableTensor(t, transfer, false)) };
 }
 
-function blsCall(request: InferRequest, stream: boolean, on: (r: InferResponse | TsiError, final: boolean) => void): Promise<void> {
+function blsCall(request: InferRequest, stream: boolean, on: (r: InferResponse | TsiError, final: boolean) => void, parent?: TraceSlot): Promise<void> {
   const id = nextId++;
   const transfer = new Set<ArrayBuffer>();
   const req = { ...request, inputs: request.inputs.map((t) => movableTensor(t, transfer, false)) };
@@ -61,15 +61,15 @@ function blsCall(request: InferRequest, stream: boolean, on: (r: InferResponse |
         resolve();
       }
     });
-    post({ kind: 'bls', id, request: req, stream }, transfer);
+    post({ kind: 'bls', id, request: req, stream, parent }, transfer);
   });
 }
 
 const host = new JsModelHost(init.info, {
-  infer: (request) => new Promise<InferResponse>((resolve, reject) => {
-    void blsCall(request, false, (r) => (r instanceof TsiError ? reject(r) : resolve(r)));
+  infer: (request, parent) => new Promise<InferResponse>((resolve, reject) => {
+    void blsCall(request, false, (r) => (r instanceof TsiError ? reject(r) : resolve(r)), parent);
   }),
-  inferStream: (request, on) => blsCall(request, true, on),
+  inferStream: (request, on, parent) => blsCall(request, true, on, parent),
   readFile: (path) => new Promise<Uint8Array>((resolve, reject) => {
     const id = nextId++;
     reads.set(id, (m) => {

@@ -72,7 +72,7 @@ export function nodeShmProvider(opts: NodeShmOptions = {}): NodeShmProvider | un
     get io() {
       return io;
     },
-    async open(key, offset, byteSize) {
+    async open(key, offset, byteSize, name) {
       const path = shmPath(key);
       const how = choose();
       if (how === 'pread') {
@@ -83,7 +83,7 @@ export function nodeShmProvider(opts: NodeShmOptions = {}): NodeShmProvider | un
           throw openError(key, err);
         }
         try {
-          checkSize(key, (await fh.stat()).size, offset, byteSize);
+          checkSize(name, key, (await fh.stat()).size, offset, byteSize);
         } catch (err) {
           await fh.close();
           throw err;
@@ -97,7 +97,7 @@ export function nodeShmProvider(opts: NodeShmOptions = {}): NodeShmProvider | un
         throw openError(key, err);
       }
       try {
-        checkSize(key, fstatSync(fd).size, offset, byteSize);
+        checkSize(name, key, fstatSync(fd).size, offset, byteSize);
       } catch (err) {
         closeSync(fd);
         throw err;
@@ -113,14 +113,16 @@ export function nodeShmProvider(opts: NodeShmOptions = {}): NodeShmProvider | un
   };
 }
 
+/** INTERNAL, as Triton answers a failed shm_open. */
 function openError(key: string, err: unknown): TsiError {
-  return new TsiError('INVALID_ARG', `Unable to open shared memory region: '${key}': ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+  return new TsiError('INTERNAL', `Unable to open shared memory region: '${key}': ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
 }
 
-function checkSize(key: string, size: number, offset: number, byteSize: number): void {
+/** Triton's text, then what was wrong. */
+function checkSize(name: string, key: string, size: number, offset: number, byteSize: number): void {
   if (offset + byteSize > size) {
     throw new TsiError('INVALID_ARG',
-      `shared memory region '${key}' is ${size} bytes, too small for offset ${offset} + byte_size ${byteSize}`);
+      `failed to register shared memory region '${name}': invalid args (the object '${key}' is ${size} bytes, too small for offset ${offset} + byte_size ${byteSize})`);
   }
 }
 

@@ -69,13 +69,26 @@ function uniform(n: number, seed: number, scale: number): Float32Array {
   return fillUniform(new Float32Array(n), seed, -scale, scale);
 }
 
+/**
+ * What else an encoder may be: without `token_type_ids` (XLM-R, RoBERTa), with positions counted from
+ * `positionOffset` (XLM-R's start after its padding index, 2), and with a sequence-classification head
+ * of `labels` outputs on the first token (BERT's pooler: dense + tanh, then the classifier), written
+ * as `logits` [batch, labels] instead of `last_hidden_state`.
+ */
+export interface EncoderOptions {
+  name?: string;
+  tokenTypes?: boolean;
+  positionOffset?: number;
+  labels?: number;
+}
+
 /** The encoder graph (opset 17: LayerNormalization). */
-export function encoderModel(spec: EncoderSpec = TINY_EMBED): Uint8Array {
+export function encoderModel(spec: EncoderSpec = TINY_EMBED, opts: EncoderOptions = {}): Uint8Array {
   const { vocab, hidden: d, maxPositions, ffn, seed } = spec;
-  const g = new GraphBuilder('tiny_embed', { opset: 17, docString: 'tsi test encoder: seeded random weights' });
+  const g = new GraphBuilder(opts.name ?? 'tiny_embed', { opset: 17, docString: 'tsi test encoder: seeded random weights' });
   const ids = g.input('input_ids', 'INT64', ['batch_size', 'sequence_length']);
   const mask = g.input('attention_mask', 'INT64', ['batch_size', 'sequence_length']);
-  const types = g.input('token_type_ids', 'INT64', ['batch_size', 'sequence_length']);
+  const types = opts.tokenTypes === false ? undefined : g.input('token_type_ids', 'INT64', ['batch_size', 'sequence_length']);
   const w = (name: string, dims: number[], s: number, scale: number) => g.initializer(name, 'FLOAT', dims, uniform(dims.reduce((a, b) => a * b, 1), seed * 100 + s, scale));
   const ones = g.initializer('ln.gamma', 'FLOAT', [d], new Float32Array(d).fill(1));
   const zeros = g.initializer('ln.beta', 'FLOAT', [d], new Float32Array(d));
@@ -83,11 +96,11 @@ export function encoderModel(spec: EncoderSpec = TINY_EMBED): Uint8Array {
   const ln = (x: string) => g.op('LayerNormalization', [x, ones, zeros], { axis: -1, epsilon: attrFloat(1e-12) });
 
   const S = g.op('Gather', [g.op('Shape', [ids]), i64('one', [1], [])], { axis: 0 });
-  const positions = g.op('Range', [i64('zero', [0], []), S, i64('step', [1], [])]);
-  const emb = g.op('Add', [
-    g.op('Add', [g.op('Gather', [w('word', [vocab, d], 1, 1), ids]), g.op('Gather', [w('pos', [maxPositions, d], 2, 0.5), positions])]),
-    g.op('Gather', [w('type', [2, d], 3, 0.5), types]),
-  ]);
+  const offset = opts.positionOffset ?? 0;
+  const positions = offset === 0 ? g.op('Range', [i64('zero', [0], []), S, i64('step', [1], [])])
+    : g.op('Range', [i64('zero', [offset], []), g.op('Add', [S, i64('offset', [offset], [])]), i64('step', [1], [])]);
+  const words = g.op('Add', [g.op('Gather', [w('word', [vocab, d], 1, 1), ids]), g.op('Gather', [w('pos', [maxPositions + offset, d], 2, 0.5), positions])]);
+  const emb = types ? g.op('Add', [words, g.op('Gather', [w('type', [2, d], 3, 0.5), types])]) : words;
   const x = ln(emb);
   const scale = 1 / Math.sqrt(d);
   const q = g.op('MatMul', [x, w('wq', [d, d], 4, scale * 2)]);
@@ -100,8 +113,16 @@ export function encoderModel(spec: EncoderSpec = TINY_EMBED): Uint8Array {
   const probs = g.op('Softmax', [g.op('Add', [scores, g.op('Unsqueeze', [bias, i64('ax1', [1])])])], { axis: -1 });
   const h = ln(g.op('Add', [x, g.op('MatMul', [probs, v])]));
   const ff = g.op('MatMul', [g.op('Tanh', [g.op('MatMul', [h, w('w1', [d, ffn], 7, scale * 2)])]), w('w2', [ffn, d], 8, 1 / Math.sqrt(ffn))]);
-  g.output(g.op('LayerNormalization', [g.op('Add', [h, ff]), ones, zeros], { axis: -1, epsilon: attrFloat(1e-12) }, 'last_hidden_state'),
-    'FLOAT', ['batch_size', 'sequence_length', d]);
+  if (opts.labels === undefined) {
+    g.output(g.op('LayerNormalization', [g.op('Add', [h, ff]), ones, zeros], { axis: -1, epsilon: attrFloat(1e-12) }, 'last_hidden_state'),
+      'FLOAT', ['batch_size', 'sequence_length', d]);
+    return g.encode();
+  }
+  const last = ln(g.op('Add', [h, ff]));
+  const first = g.op('Gather', [last, i64('zero_idx', [0], [])], { axis: 1 });
+  const pooled = g.op('Tanh', [g.op('Add', [g.op('MatMul', [first, w('pooler', [d, d], 9, scale * 2)]), w('pooler.b', [d], 10, 0.1)])]);
+  g.output(g.op('Add', [g.op('MatMul', [pooled, w('classifier', [d, opts.labels], 11, scale * 4)]), w('classifier.b', [opts.labels], 12, 0.5)], {}, 'logits'),
+    'FLOAT', ['batch_size', opts.labels]);
   return g.encode();
 }
 

@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { ElemType, GraphBuilder, attrFloat, fillUniform, type Dim, type ElemTypeName } from './onnx-builder.js';
 import { decoderModel } from './llm-model.js';
 import { encoderModel } from './embedding-model.js';
+import { CROSS_ENCODER_MODELS } from './cross-encoder-model.js';
 
 /** Triton datatypes and the ONNX element type each maps to (Triton's BYTES is ONNX's STRING). */
 export type Datatype =
@@ -327,6 +328,8 @@ export const DEFAULT_MODELS: Readonly<Record<string, () => Uint8Array>> = {
   tiny_gpt: () => decoderModel(),
   // The embedding backend's test model; its tokenizer and sentence-transformers files are committed (embedding-model.ts).
   tiny_embed: () => encoderModel(),
+  // The classifier backend's cross-encoders and classifier; their tokenizer and config files are committed (cross-encoder-model.ts).
+  ...CROSS_ENCODER_MODELS,
 };
 
 /**

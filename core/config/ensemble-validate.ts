@@ -68,8 +68,14 @@ export function validateEnsemble(ensemble: ModelConfig, steps: readonly ModelCon
   for (const input of ensemble.input ?? []) {
     tensors.set(input.name!, node(name, batching, input.data_type, input.reshape?.shape ?? input.dims));
   }
+  // The response itself is a last "step" taking every ensemble output (Triton's sink node): outputs
+  // from two different decoupled steps could not be paired into one response either.
+  const sink = node(name, batching, undefined, undefined);
   for (const output of ensemble.output ?? []) {
-    tensors.set(output.name!, node(name, batching, output.data_type, output.reshape?.shape ?? output.dims));
+    const out = node(name, batching, output.data_type, output.reshape?.shape ?? output.dims);
+    tensors.set(output.name!, out);
+    sink.prev.push(out);
+    out.next.push(sink);
   }
 
   (ensemble.ensemble_scheduling?.step ?? []).forEach((step, idx) => {
@@ -157,6 +163,11 @@ export function validateEnsemble(ensemble: ModelConfig, steps: readonly ModelCon
       next.visited = true;
       queue.push(next);
     }
+  }
+  // Triton marks the ensemble decoupled when a step is, and then its config check refuses a response
+  // cache on it, as on any decoupled model (a cached ensemble would replay only one response).
+  if (label !== 0 && ensemble.response_cache?.enable) {
+    throw new TsiError('INVALID_ARG', `Response Cache does not currently support model ${name} with 'decoupled' transaction policy. Please disable the response cache.`);
   }
   return { decoupled: label !== 0 };
 }

@@ -137,6 +137,7 @@ export function checkConfigAgainstModel(cfg: ModelConfig, io: ModelIoInfo, model
   if (io.inputs.length !== expected) {
     throw errorAt(cfg, 'input', `unable to load model '${name}', configuration expects ${expected} inputs, model provides ${io.inputs.length}`);
   }
+  const scattered = new Set((cfg.batch_output ?? []).flatMap((b) => b.target_name ?? []));
   for (const [key, list, tensors, exact] of [
     ['input', cfg.input ?? [], io.inputs, false],
     ['output', cfg.output ?? [], io.outputs, true],
@@ -154,6 +155,9 @@ export function checkConfigAgainstModel(cfg: ModelConfig, io: ModelIoInfo, model
         // Triton's text, unbalanced quote included.
         throw errorAt(cfg, `${at}.data_type`, `unable to load model '${name}, unexpected datatype ${shown} for ${key} '${t.name}', expecting ${t.data_type ?? 'TYPE_INVALID'}`);
       }
+      // A batch output's shape is the backend's to make (scattered by an input's shapes), as Triton's
+      // ORT backend skips the comparison for it.
+      if (key === 'output' && scattered.has(t.name ?? '')) return;
       const dims = t.reshape ? (t.reshape.shape ?? []) : (t.dims ?? []);
       // A ragged input has no batch dimension in the model: it sees the batch's elements end to end.
       const ragged = key === 'input' && (t as ModelInput).allow_ragged_batch === true;

@@ -98,8 +98,12 @@ function normalizeInstanceGroups(groups: ModelInstanceGroup[], model: string, ba
     if (!g.name) g.name = `${model}_${i}`;
     let kind = g.kind ?? 'KIND_AUTO';
     if (kind === 'KIND_AUTO') {
-      const listedMissing = (g.gpus ?? []).some((id) => id < 0 || id >= gpuCount);
-      kind = gpuCount <= 0 || listedMissing ? 'KIND_CPU' : 'KIND_GPU';
+      // As Triton: GPU unless a listed id is missing or there is no GPU. Device 0 counts as present
+      // everywhere (validate.ts: a KIND_GPU instance without a GPU runs on the CPU provider), so a
+      // group naming only it stays a GPU group on a laptop, as on the host it was written for.
+      const listed = g.gpus ?? [];
+      const listedMissing = listed.some((id) => id < 0 || id >= Math.max(gpuCount, 1));
+      kind = listedMissing || (gpuCount <= 0 && !listed.length) ? 'KIND_CPU' : 'KIND_GPU';
     }
     g.kind = kind;
     if ((g.count ?? 0) < 1) g.count = kind === 'KIND_CPU' && TWO_CPU_INSTANCE_BACKENDS.has(backend) ? 2 : 1;

@@ -382,6 +382,9 @@ function validateIo(cfg: ModelConfig, fail: Fail): void {
   });
 }
 
+/** Triton's default --min-supported-compute-capability (6.0), printed as its messages print it. */
+const MIN_COMPUTE_CAPABILITY = '6.000000';
+
 function validateInstanceGroups(cfg: ModelConfig, opts: ValidateOptions, fail: Fail): void {
   if (cfg.ensemble_scheduling) return;
   const name = cfg.name ?? '';
@@ -396,13 +399,14 @@ function validateInstanceGroups(cfg: ModelConfig, opts: ValidateOptions, fail: F
       fail(`${at}.gpus`, `${prefix} has kind ${kind} but specifies one or more GPUs`);
     } else if (kind === 'KIND_GPU') {
       // Unlike Triton, tsi does not refuse a KIND_GPU group on a machine without GPUs: the backend
-      // falls back to the CPU provider and logs it, so one repository runs on laptops and GPU hosts.
-      // A negative id names no GPU anywhere, so it is refused on every machine.
+      // falls back to the CPU provider (or WebGPU's adapter) and logs it, so one repository runs on
+      // laptops and GPU hosts. Device 0 is therefore always there; any other id must be a GPU this
+      // machine has (a negative one names none anywhere), refused with Triton's text otherwise.
       const count = opts.gpuCount;
-      const bad = gpus.find((id) => id < 0 || (count !== undefined && count > 0 && id >= count));
+      const bad = gpus.find((id) => id < 0 || (count !== undefined && id >= Math.max(count, 1)));
       if (bad !== undefined) {
         const avail = Array.from({ length: count ?? 0 }, (_, k) => k).join(', ');
-        fail(`${at}.gpus`, `${prefix} specifies invalid or unsupported gpu id ${bad}. Available GPUs are: ${avail}`);
+        fail(`${at}.gpus`, `${prefix} specifies invalid or unsupported gpu id ${bad}. GPUs with at least the minimum required CUDA compute compatibility of ${MIN_COMPUTE_CAPABILITY} are: ${avail}`);
       }
       if (!gpus.length && count !== 0) fail(`${at}.gpus`, `${prefix} has kind KIND_GPU but specifies no GPUs`);
     } else if (kind === 'KIND_AUTO') {

@@ -33,7 +33,8 @@ export async function autoDecode<T>(
   let free = req.free;
   let vocab = 0;
   while (rows.length > 0) {
-    const r = await batch.step({ kind: 'decode', free, rows: rows.map((x) => ({ seq: x.seq, token: x.token })) }, kit);
+    // Without a sampled row, a session whose logits stay on the device sends only each row's argmax.
+    const r = await batch.step({ kind: 'decode', free, greedy: !sampled, rows: rows.map((x) => ({ seq: x.seq, token: x.token })) }, kit);
     free = [];
     vocab = r.vocab;
     let tokens: Int32Array;
@@ -50,7 +51,7 @@ export async function autoDecode<T>(
           random[k] = s.random.state;
         }
       }
-    } else tokens = argmaxRows(r.logits!, r.vocab);
+    } else tokens = r.tokens ?? argmaxRows(r.logits!, r.vocab);
     post(rows.map((x) => x.seq), tokens, r, random);
     for (let k = rows.length - 1; k >= 0; k--) {
       const x = rows[k]!;

@@ -16,6 +16,9 @@
 import type { InstancePlacement, ModelIoInfo } from '../backend.js';
 import { TsiError } from '../errors.js';
 import type { SamplingParams } from './sampling.js';
+import type { DeviceUse } from './stats.js';
+
+export type { DeviceUse };
 
 export type StepRequest =
   /**
@@ -55,7 +58,7 @@ export interface AutoSample {
  * `random`: with sampled rows, each row's PRNG state after its token (so the engine's stays the
  * loop's whenever the loop stops).
  */
-export type AutoTokens = (seqs: readonly number[], tokens: Int32Array, step: { inferNs: number; inputNs: number; kvBytes: number; random?: Uint32Array }) => void;
+export type AutoTokens = (seqs: readonly number[], tokens: Int32Array, step: { inferNs: number; inputNs: number; kvBytes: number; random?: Uint32Array; device?: DeviceUse }) => void;
 
 export interface StepResult {
   /** rows × vocab float32 logits of each row's last position (absent for `free`, and with `tokens`). */
@@ -76,7 +79,10 @@ export interface StepResult {
   inferNs: number;
   /** Time spent laying out inputs and caches (re-batching when sequences join or leave). */
   inputNs: number;
+  /** A session whose model runs on a device (a GPU): what it holds there and what crossed so far. */
+  device?: DeviceUse;
 }
+
 
 /**
  * Rows of a prefill that are done before the rest (a prefill run in parts): their indices in the

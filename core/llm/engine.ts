@@ -28,7 +28,7 @@
  */
 
 import { TsiError, asTsiError } from '../errors.js';
-import type { AutoSample, AutoTokens, DecoderSession, PrefillPart, StepRequest, StepResult } from './decoder.js';
+import type { AutoSample, AutoTokens, DecoderSession, DeviceUse, PrefillPart, StepRequest, StepResult } from './decoder.js';
 import type { Accepted, Generation } from './generation.js';
 
 /**
@@ -120,6 +120,8 @@ export class Engine {
   private auto = false;
   private idleWaiters: (() => void)[] = [];
   kvBytes = 0;
+  /** What the session holds on its device and has moved across the bus (a session on a GPU). */
+  device?: DeviceUse;
   /** Bytes the session's prefix cache holds (as its last prefill said). */
   prefixBytes = 0;
 
@@ -257,6 +259,7 @@ export class Engine {
         const outcome = await this.run(req, part);
         if (reported.size > 0 && !('error' in outcome)) {
           this.kvBytes = outcome.kvBytes;
+          this.device = outcome.device ?? this.device;
           if (outcome.prefixBytes !== undefined) this.prefixBytes = outcome.prefixBytes;
           continue;
         }
@@ -324,6 +327,7 @@ export class Engine {
         this.yieldToAdmission();
       }
       this.kvBytes = step.kvBytes;
+      this.device = step.device ?? this.device;
       this.onStep({ kind: 'decode', rows: ids.length, inputNs: step.inputNs, inferNs: step.inferNs, outputNs: (performance.now() - t0) * 1e6, kvBytes: step.kvBytes });
     };
     this.auto = true;
@@ -344,6 +348,7 @@ export class Engine {
       return;
     }
     this.kvBytes = outcome.kvBytes;
+    this.device = outcome.device ?? this.device;
   }
 
   /**
@@ -419,6 +424,7 @@ export class Engine {
     }
     const result = outcome;
     this.kvBytes = result.kvBytes;
+    this.device = result.device ?? this.device;
     if (result.prefixBytes !== undefined) this.prefixBytes = result.prefixBytes;
     if (req.kind === 'free') {
       this.onStep({ kind: 'free', rows: 0, inputNs: result.inputNs, inferNs: 0, outputNs: 0, kvBytes: result.kvBytes });

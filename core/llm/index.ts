@@ -8,6 +8,7 @@
 export { createLlmBackend, llmModelOf, LLM_INPUTS, LLM_OUTPUTS, type DecoderRuntime, type LlmModelInfo } from './backend.js';
 export { kvBytesPerToken, layoutOf, type DecoderLayout, type DecoderSession, type StepRequest, type StepResult } from './decoder.js';
 export { KvBatch, type KvArray, type KvGroup, type TensorKit } from './kv-batch.js';
+export { hostMoves, isHostKv, type KvData, type KvHandle, type KvMoves, type KvRows, type RowCopy } from './kv-moves.js';
 export { completions, getModel, listModels, openAiError } from '../protocol/openai.js';
 export { Tokenizer, TextStream } from './tokenizer.js';
 export { VARIANTS, VARIANT_RULES, allGpu, type MemoryFacts, type VariantRule } from './model-folder.js';

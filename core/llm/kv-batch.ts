@@ -14,13 +14,21 @@
  * whose every row is freed is dropped at once. A prefill of prompts of unlike lengths runs as several
  * runs (`prefillParts`), each a group. Groups can move between batches of the same layout (`takeAll`,
  * `adopt`): the Node runtime prefills in one worker and decodes in another.
+ *
+ * Every copy of cache rows goes through `KvMoves` (kv-moves.ts): typed arrays on the host, or, for a
+ * runtime that keeps the caches on its device, opaque handles moved there; each array no group,
+ * block or hit refers to any more is released.
  */
 
 import { TsiError } from '../errors.js';
 import { kvBytesPerToken, type DecoderLayout, type PrefillPart, type StepRequest, type StepResult } from './decoder.js';
-import { PrefixCache, type KvArray, type PrefixHit } from './prefix-cache.js';
+import { hostMoves, type KvArray, type KvData, type KvMoves, type KvRows, type RowCopy } from './kv-moves.js';
+import { PrefixCache, type PrefixHit } from './prefix-cache.js';
+import { lastRows, pickRows, prefillParts } from './step-rows.js';
 
-export type { KvArray };
+export { halfToFloat, prefillParts } from './step-rows.js';
+
+export type { KvArray, KvData };
 
 /** A decode batch's slot whose sequence left (its row is computed and thrown away until one joins there). */
 const HOLE = Number.MIN_SAFE_INTEGER;
@@ -37,16 +45,23 @@ export interface KvGroup {
   /** Real tokens per row (right-aligned). */
   real: number[];
   /** 2 × layers arrays (key, value per layer), each [rows, heads, len, headDim]. */
-  kv: KvArray[];
+  kv: KvData[];
 }
 
 /** What a runtime does with onnxruntime: make tensors, run, read outputs back. */
 export interface TensorKit<T> {
   int64(data: BigInt64Array, dims: number[]): T;
   bool(data: Uint8Array, dims: number[]): T;
-  kv(data: KvArray, dims: number[]): T;
+  kv(data: KvData, dims: number[]): T;
   /** An output's data: float32 logits, or the KV array type (float16 as Uint16Array bits). */
   data(t: T): Float32Array | Uint16Array;
+  /** A `present` output kept as a cache array: its data (the default), or the tensor itself where it stays on the device. */
+  keep?(t: T): KvData;
+  /**
+   * Logits that stay on the device: each row's last-position argmax (`greedy`) or last-position
+   * logits brought to the host. The kit disposes the device tensor.
+   */
+  readLogits?(t: T, greedy: boolean): Promise<{ tokens: Int32Array } | { logits: T }>;
   dims(t: T): readonly number[];
   run(feeds: Record<string, T>, fetches: string[]): Promise<Record<string, T>>;
 }
@@ -65,9 +80,29 @@ export class KvBatch {
   /** The slots of the last hole fill's request, for the steps after it (see gather). */
   private holeOrder?: { layout: readonly number[]; seqs: readonly number[]; order: number[] };
 
-  constructor(private readonly layout: DecoderLayout) {
+  constructor(private readonly layout: DecoderLayout, private readonly moves: KvMoves = hostMoves(layout)) {
     this.rowBytes = layout.kvHeads * layout.headDim * (layout.kvType === 'float16' ? 2 : 4);
     this.tokenBytes = kvBytesPerToken(layout);
+  }
+
+  /** A group as a compose source. */
+  private static rows(g: KvGroup): KvRows {
+    return { kv: g.kv, rows: g.seqs.length, len: g.len };
+  }
+
+  /** Releases every array of `gone` that `kept` does not hold. */
+  private drop(gone: readonly KvGroup[], kept: readonly KvData[] = []): void {
+    const keep = new Set(kept);
+    for (const g of gone) this.moves.release(g.kv.filter((a) => !keep.has(a)));
+  }
+
+  /** Gives back every cache held, the prefix cache's too (the session is closing). */
+  dispose(): void {
+    this.drop(this.live ? [this.live, ...this.staged] : this.staged);
+    this.live = undefined;
+    this.staged = [];
+    this.dead.clear();
+    this.prefix?.evictTo(0);
   }
 
   private alloc(n: number): KvArray {
@@ -108,11 +143,13 @@ export class KvBatch {
     const alive = (g: KvGroup) => g.seqs.some((s) => s !== HOLE && !this.dead.has(s));
     if (this.live && !alive(this.live)) {
       for (const s of this.live.seqs) this.dead.delete(s);
+      this.drop([this.live]);
       this.live = undefined;
     }
     this.staged = this.staged.filter((g) => {
       if (alive(g)) return true;
       for (const s of g.seqs) this.dead.delete(s);
+      this.drop([g]);
       return false;
     });
   }
@@ -123,10 +160,13 @@ export class KvBatch {
    */
   async step<T>(req: StepRequest, kit: TensorKit<T>, onPart?: PrefillPart): Promise<StepResult> {
     if (req.kind !== 'prefill') return this.run(req, kit);
-    if (req.prefixRoom === undefined) this.prefix = undefined;
-    else this.prefix ??= new PrefixCache(this.layout);
+    if (req.prefixRoom === undefined) {
+      this.prefix?.evictTo(0);
+      this.prefix = undefined;
+    } else this.prefix ??= new PrefixCache(this.layout, this.moves);
     const cache = this.prefix;
-    const hits = cache ? req.rows.map((r) => cache.lookup(r.tokens)) : [];
+    const hits: (PrefixHit | undefined)[] = [];
+    for (const r of cache ? req.rows : []) hits.push(await cache!.lookup(r.tokens));
     // Sequences admitted with this prefill reserved their room: the cache gives it up first.
     cache?.evictTo(req.prefixRoom! * this.tokenBytes);
     let parts: number[][];
@@ -136,7 +176,11 @@ export class KvBatch {
       parts = [...prefillParts(miss.map((i) => req.rows[i]!.tokens.length)).map((p) => p.map((k) => miss[k]!)), ...hits.flatMap((h, i) => (h ? [[i]] : []))];
     } else parts = req.rows.length > 1 ? prefillParts(req.rows.map((r) => r.tokens.length)) : [[0]];
     if (parts.length > 1) return this.prefillInParts(req, parts, hits, kit, onPart);
-    return this.run(req, kit, hits[0]);
+    try {
+      return await this.run(req, kit, hits[0]);
+    } finally {
+      if (hits[0]) this.moves.release(hits[0].kv);
+    }
   }
 
   /** One model run: a prefill (on a cached prefix when `hit` is given: one row then), decode or free. */
@@ -155,6 +199,8 @@ export class KvBatch {
     let past: number;
     /** A decode's slot of each request row, when the batch has holes or another order. */
     let slots: number[] | undefined;
+    /** A decode's past, which this step's present replaces. */
+    let replaced: KvGroup | undefined;
     if (req.kind === 'prefill' && hit) {
       const tokens = req.rows[0]!.tokens;
       B = 1;
@@ -199,7 +245,8 @@ export class KvBatch {
       }
       group = { seqs: req.rows.map((r) => r.seq), len: S, real: req.rows.map((r) => r.tokens.length), kv: [] };
     } else {
-      const { group: cur, order } = this.gather(req.rows.map((r) => r.seq));
+      const { group: cur, order } = await this.gather(req.rows.map((r) => r.seq));
+      replaced = cur;
       slots = order;
       B = cur.seqs.length;
       S = 1;
@@ -230,10 +277,9 @@ export class KvBatch {
     for (const p of L.present) fetches.push(p.key, p.value);
     const t1 = performance.now();
     const out = await kit.run(feeds, fetches);
-    const t2 = performance.now();
-    for (let l = 0; l < layers; l++) {
-      group.kv.push(kit.data(out[L.present[l]!.key]!) as KvArray, kit.data(out[L.present[l]!.value]!) as KvArray);
-    }
+    let t2 = performance.now();
+    const keep = (t: T) => (kit.keep ? kit.keep(t) : (kit.data(t) as KvArray));
+    for (let l = 0; l < layers; l++) group.kv.push(keep(out[L.present[l]!.key]!), keep(out[L.present[l]!.value]!));
     const kd = kit.dims(out[L.present[0]!.key]!);
     if (kd[0] !== B || kd[2] !== group.len) {
       throw new TsiError('INTERNAL', `decoder returned present KV of shape [${kd.join(',')}], expected [${B},${H},${group.len},${D}]`);
@@ -241,29 +287,41 @@ export class KvBatch {
     let prefix: Pick<StepResult, 'cached' | 'prefixBytes'> = {};
     if (req.kind === 'prefill') {
       this.staged.push(group);
-      req.rows.forEach((r, b) => {
-        if (r.forks?.length) this.staged.push(this.fork(group, b, r.forks));
-        this.prefix?.store(r.tokens, group, b, req.prefixRoom! * this.tokenBytes);
-      });
+      for (let b = 0; b < req.rows.length; b++) {
+        const r = req.rows[b]!;
+        if (r.forks?.length) this.staged.push(await this.fork(group, b, r.forks));
+        await this.prefix?.store(r.tokens, KvBatch.rows(group), group.real[b]!, b, req.prefixRoom! * this.tokenBytes);
+      }
       if (this.prefix) prefix = { cached: req.rows.map(() => past), prefixBytes: this.prefix.bytes };
-    } else this.live = group;
-    const logitsT = out[L.logits]!;
+    } else {
+      this.live = group;
+      this.drop([replaced!]);
+    }
+    let logitsT: T = out[L.logits]!;
+    const vocab = kit.dims(logitsT).at(-1)!;
+    const reorder = slots && (slots.length !== B || slots.some((b, k) => b !== k)) ? slots : undefined;
+    const times = () => ({ inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 });
+    if (kit.readLogits) {
+      const read = await kit.readLogits(logitsT, req.greedy === true);
+      // A device's run returns once its work is queued: the run ends when its result is here.
+      t2 = performance.now();
+      if ('tokens' in read) {
+        const tokens = reorder ? Int32Array.from(reorder, (b) => read.tokens[b]!) : read.tokens;
+        return { tokens, vocab, kvBytes: this.bytes(), ...prefix, ...times() };
+      }
+      logitsT = read.logits;
+    }
     const ld = kit.dims(logitsT);
-    const vocab = ld[ld.length - 1]!;
     const positions = ld.length === 3 ? ld[1]! : 1;
     let logits = lastRows(kit.data(logitsT), B, positions, vocab, L.logitsType === 'float16');
-    if (slots && (slots.length !== B || slots.some((b, k) => b !== k))) logits = pickRows(logits, slots, vocab);
-    return { logits, vocab, kvBytes: this.bytes(), ...prefix, inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 };
+    if (reorder) logits = pickRows(logits, reorder, vocab);
+    return { logits, vocab, kvBytes: this.bytes(), ...prefix, ...times() };
   }
 
   /** A group of `seqs` whose caches are copies of row `row` of `g` (the prompt computed once for n choices). */
-  private fork(g: KvGroup, row: number, seqs: number[]): KvGroup {
-    const n = this.layout.kvHeads * g.len * this.layout.headDim;
-    const kv = g.kv.map((a) => {
-      const dst = this.alloc(seqs.length * n);
-      for (let k = 0; k < seqs.length; k++) dst.set(a.subarray(row * n, (row + 1) * n), k * n);
-      return dst;
-    });
+  private async fork(g: KvGroup, row: number, seqs: number[]): Promise<KvGroup> {
+    const copies = seqs.map((_, k): RowCopy => ({ src: 0, row, from: 0, n: g.len, to: k, at: 0 }));
+    const kv = await this.moves.compose([KvBatch.rows(g)], copies, seqs.length, g.len);
     return { seqs, len: g.len, real: seqs.map(() => g.real[row]!), kv };
   }
 
@@ -277,13 +335,20 @@ export class KvBatch {
     const t0 = performance.now();
     this.free(req.free);
     let logits: Float32Array | undefined;
+    let tokens: Int32Array | undefined;
     let vocab = 0;
     let inferNs = 0;
     const cached = req.rows.map(() => 0);
     // Shortest first: while prompts wait for each other, the quick ones' first tokens go out first.
     for (const part of [...parts].reverse()) {
       const rows = part.map((i) => req.rows[i]!);
-      const r = await this.run({ kind: 'prefill', free: [], rows, prefixRoom: req.prefixRoom }, kit, part.length === 1 ? hits[part[0]!] : undefined);
+      const hit = part.length === 1 ? hits[part[0]!] : undefined;
+      let r: StepResult;
+      try {
+        r = await this.run({ kind: 'prefill', free: [], rows, greedy: req.greedy, prefixRoom: req.prefixRoom }, kit, hit);
+      } finally {
+        if (hit) this.moves.release(hit.kv);
+      }
       vocab = r.vocab;
       inferNs += r.inferNs;
       part.forEach((i, k) => (cached[i] = r.cached?.[k] ?? 0));
@@ -291,11 +356,16 @@ export class KvBatch {
         onPart(part, r);
         continue;
       }
+      if (r.tokens) {
+        tokens ??= new Int32Array(req.rows.length);
+        part.forEach((i, k) => (tokens![i] = r.tokens![k]!));
+        continue;
+      }
       logits ??= new Float32Array(req.rows.length * vocab);
       part.forEach((i, k) => logits!.set(r.logits!.subarray(k * vocab, (k + 1) * vocab), i * vocab));
     }
     const prefix = this.prefix ? { cached, prefixBytes: this.prefix.bytes } : {};
-    return { logits, vocab, kvBytes: this.bytes(), ...prefix, inferNs, inputNs: (performance.now() - t0) * 1e6 - inferNs };
+    return { logits, tokens, vocab, kvBytes: this.bytes(), ...prefix, inferNs, inputNs: (performance.now() - t0) * 1e6 - inferNs };
   }
 
   /**
@@ -305,31 +375,28 @@ export class KvBatch {
    * copied right-aligned into the shortest common length, no holes) happens only when new rows do not
    * fit the live length, or holes or padding would waste too much of a step.
    */
-  private gather(seqs: number[]): { group: KvGroup; order: number[] } {
+  private async gather(seqs: number[]): Promise<{ group: KvGroup; order: number[] }> {
     const live = this.live;
     if (live && this.staged.length === 0 && live.seqs.length === seqs.length && live.seqs.every((s, i) => s === seqs[i])) return { group: live, order: seqs.map((_, i) => i) };
     // Holes left the live rows out of the request's order: while nobody joins or leaves, the slots
     // found when they were made still hold (a step keeps its group's `seqs` array).
     const last = this.holeOrder;
     if (live && this.staged.length === 0 && last?.layout === live.seqs && last.seqs.length === seqs.length && last.seqs.every((s, i) => s === seqs[i])) return { group: live, order: last.order };
-    const where = new Map<number, { g: KvGroup; row: number }>();
-    for (const g of live ? [live, ...this.staged] : this.staged) g.seqs.forEach((s, row) => s !== HOLE && where.set(s, { g, row }));
+    const where = new Map<number, { g: KvGroup; row: number; src: number }>();
+    const groups = live ? [live, ...this.staged] : this.staged;
+    groups.forEach((g, src) => g.seqs.forEach((s, row) => s !== HOLE && where.set(s, { g, row, src })));
     const src = seqs.map((s) => {
       const w = where.get(s);
       if (!w || this.dead.has(s)) throw new TsiError('INTERNAL', `decoder session holds no cache for sequence ${s}`);
       return w;
     });
-    const grown = live && this.fillHoles(live, seqs, src);
+    const grown = live && (await this.fillHoles(live, groups, seqs, src));
     if (grown) return grown;
     const real = src.map(({ g, row }) => g.real[row]!);
     const len = Math.max(...real);
-    const kv: KvArray[] = [];
-    for (let a = 0; a < 2 * this.layout.past.length; a++) {
-      const dst = this.alloc(seqs.length * this.layout.kvHeads * len * this.layout.headDim);
-      src.forEach(({ g, row }, r) => this.copyRow(g, row, a, dst, r, len));
-      kv.push(dst);
-    }
+    const kv = await this.moves.compose(groups.map(KvBatch.rows), src.map((w, r) => rowCopy(w, r, len)), seqs.length, len);
     // Everything now lives in the new group: the old ones (and their freed rows) go.
+    this.drop(groups);
     this.relayouts++;
     this.live = undefined;
     this.staged = [];
@@ -342,7 +409,9 @@ export class KvBatch {
    * when a full re-layout is better: a new row longer than the live length, more than a quarter of
    * the slots left as holes, or positions padded past half again the longest row.
    */
-  private fillHoles(live: KvGroup, seqs: number[], src: { g: KvGroup; row: number }[]): { group: KvGroup; order: number[] } | undefined {
+  private async fillHoles(
+    live: KvGroup, groups: KvGroup[], seqs: number[], src: { g: KvGroup; row: number; src: number }[],
+  ): Promise<{ group: KvGroup; order: number[] } | undefined> {
     const joining = src.filter(({ g }) => g !== live);
     if (joining.some(({ g, row }) => g.real[row]! > live.len)) return undefined;
     const kept = new Set(seqs);
@@ -351,15 +420,7 @@ export class KvBatch {
     const slots = Math.max(live.seqs.length, seqs.length);
     const longest = Math.max(...src.map(({ g, row }) => g.real[row]!));
     if (slots - seqs.length > Math.max(1, slots >> 2) || live.len > 1.5 * longest + 16) return undefined;
-    const appended = slots - live.seqs.length;
-    const rowSize = this.layout.kvHeads * live.len * this.layout.headDim;
-    // Appending makes the arrays longer: the live rows move over once, as one block per array.
-    const kv = appended === 0 ? live.kv : live.kv.map((a) => {
-      const dst = this.alloc(slots * rowSize);
-      dst.set(a);
-      return dst;
-    });
-    const group: KvGroup = { seqs: [...live.seqs], len: live.len, real: [...live.real], kv };
+    const group: KvGroup = { seqs: [...live.seqs], len: live.len, real: [...live.real], kv: [] };
     for (let b = live.seqs.length; b < slots; b++) {
       group.seqs.push(HOLE);
       group.real.push(0);
@@ -367,14 +428,18 @@ export class KvBatch {
     }
     for (const b of holes) group.seqs[b] = HOLE;
     let h = 0;
-    const order = src.map(({ g, row }, k) => {
-      if (g === live) return row;
+    const copies: RowCopy[] = [];
+    const order = src.map((w, k) => {
+      if (w.g === live) return w.row;
       const b = holes[h++]!;
-      for (let a = 0; a < kv.length; a++) this.copyRow(g, row, a, kv[a]!, b, live.len);
+      copies.push(rowCopy(w, b, live.len));
       group.seqs[b] = seqs[k]!;
-      group.real[b] = g.real[row]!;
+      group.real[b] = w.g.real[w.row]!;
       return b;
     });
+    // The live rows stay where they are (the host writes the joining rows into its arrays).
+    group.kv = await this.moves.compose(groups.map(KvBatch.rows), copies, slots, live.len, true);
+    this.drop(groups, group.kv);
     this.live = group;
     this.staged = [];
     this.dead.clear();
@@ -382,82 +447,10 @@ export class KvBatch {
     this.holeOrder = { layout: group.seqs, seqs: [...seqs], order };
     return { group, order };
   }
-
-  /** Row `row` of `g`'s array `a`, its real tokens right-aligned into row `r` of `dst` (`len` positions). */
-  private copyRow(g: KvGroup, row: number, a: number, dst: KvArray, r: number, len: number): void {
-    const H = this.layout.kvHeads;
-    const D = this.layout.headDim;
-    const n = g.real[row]! * D;
-    const from = g.kv[a]!;
-    for (let h = 0; h < H; h++) {
-      const s0 = ((row * H + h) * g.len + g.len) * D - n;
-      const d0 = ((r * H + h) * len + len) * D - n;
-      dst.set(from.subarray(s0, s0 + n), d0);
-    }
-  }
 }
 
-/** A prefill run may spend at most this share more positions than its prompts have (left padding). */
-const PAD_SLACK = 1.25;
-
-/**
- * Prompts (by length) grouped into prefill runs, longest first, so that no run pads much: a prompt
- * is only computed alongside others of about its length. Padding is compute thrown away, and the
- * prefill of a prompt or two already keeps a CPU busy (tiny_gpt, 5- to 40-word prompts: 6–7 in one
- * padded run took 5–14 ms, ~0.8 ms each in runs of similar lengths).
- */
-export function prefillParts(lengths: readonly number[]): number[][] {
-  const order = lengths.map((_, i) => i).sort((a, b) => lengths[b]! - lengths[a]! || a - b);
-  const parts: number[][] = [];
-  let part: number[] = [];
-  let longest = 0;
-  let real = 0;
-  for (const i of order) {
-    const n = lengths[i]!;
-    if (part.length > 0 && (part.length + 1) * longest > PAD_SLACK * (real + n)) {
-      parts.push(part);
-      part = [];
-    }
-    if (part.length === 0) {
-      longest = n;
-      real = 0;
-    }
-    part.push(i);
-    real += n;
-  }
-  if (part.length > 0) parts.push(part);
-  return parts;
-}
-
-/** The rows `slots` of [*, vocab] logits, in that order. */
-function pickRows(logits: Float32Array, slots: readonly number[], vocab: number): Float32Array {
-  const out = new Float32Array(slots.length * vocab);
-  slots.forEach((b, k) => out.set(logits.subarray(b * vocab, (b + 1) * vocab), k * vocab));
-  return out;
-}
-
-/**
- * Row b's last-position logits, as float32: [rows, vocab]. With one position per row (the model
- * keeps only the last one's logits, or a decode step) that is the output itself, not a copy: it is
- * this step's, and the caller may change it.
- */
-function lastRows(data: Float32Array | Uint16Array, rows: number, positions: number, vocab: number, half: boolean): Float32Array {
-  if (positions === 1 && !half && data.length === rows * vocab) return data as Float32Array;
-  const out = new Float32Array(rows * vocab);
-  for (let b = 0; b < rows; b++) {
-    const o = (b * positions + positions - 1) * vocab;
-    if (!half) out.set((data as Float32Array).subarray(o, o + vocab), b * vocab);
-    else for (let v = 0; v < vocab; v++) out[b * vocab + v] = halfToFloat((data as Uint16Array)[o + v]!);
-  }
-  return out;
-}
-
-/** IEEE 754 half (as its 16 bits) to a number. */
-export function halfToFloat(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const f = h & 0x3ff;
-  if (e === 0) return s * 2 ** -14 * (f / 1024);
-  if (e === 31) return f ? NaN : s * Infinity;
-  return s * 2 ** (e - 15) * (1 + f / 1024);
+/** Row `w.row` of source `w.src`, its real tokens right-aligned into row `to` of an array of `len` positions. */
+function rowCopy(w: { g: KvGroup; row: number; src: number }, to: number, len: number): RowCopy {
+  const n = w.g.real[w.row]!;
+  return { src: w.src, row: w.row, from: w.g.len - n, n, to, at: len - n };
 }

@@ -16,29 +16,23 @@
  */
 
 import type { DecoderLayout } from './decoder.js';
-
-/** A KV array as onnxruntime hands it back: float32, or float16 as its bits. */
-export type KvArray = Float32Array | Uint16Array;
-
-/** Rows of caches laid out together (kv-batch.ts's KvGroup): `len` positions, each row's real tokens right-aligned. */
-interface Rows {
-  len: number;
-  real: number[];
-  kv: KvArray[];
-}
+import type { KvData, KvMoves, KvRows } from './kv-moves.js';
 
 export const BLOCK = 16;
 
 interface Block {
   serial: number;
-  /** 2 × layers arrays, each [heads, BLOCK, headDim]. */
-  kv: KvArray[];
+  /** 2 × layers arrays, each [1, heads, BLOCK, headDim]. */
+  kv: KvData[];
 }
 
-/** A hit: the prefix's length in tokens and its caches as 2 × layers arrays of [1, heads, n, headDim]. */
+/** Blocks one compose puts together at most (a device gathers from this many arrays at once). */
+const JOIN = 16;
+
+/** A hit: the prefix's length in tokens and its caches as 2 × layers arrays of [1, heads, n, headDim] (the caller releases them). */
 export interface PrefixHit {
   tokens: number;
-  kv: KvArray[];
+  kv: KvData[];
 }
 
 export class PrefixCache {
@@ -47,16 +41,12 @@ export class PrefixCache {
   private serial = 1;
   private readonly blockBytes: number;
 
-  constructor(private readonly layout: DecoderLayout) {
+  constructor(private readonly layout: DecoderLayout, private readonly moves: KvMoves) {
     this.blockBytes = BLOCK * 2 * layout.past.length * layout.kvHeads * layout.headDim * (layout.kvType === 'float16' ? 2 : 4);
   }
 
   get bytes(): number {
     return this.blocks.size * this.blockBytes;
-  }
-
-  private alloc(n: number): KvArray {
-    return this.layout.kvType === 'float16' ? new Uint16Array(n) : new Float32Array(n);
   }
 
   /** The cached blocks that start `tokens`, at most `max` tokens' worth, head first. */
@@ -85,21 +75,27 @@ export class PrefixCache {
   }
 
   /** The longest cached prefix of a prompt, leaving its last token to compute; undefined when none. */
-  lookup(tokens: readonly number[]): PrefixHit | undefined {
+  async lookup(tokens: readonly number[]): Promise<PrefixHit | undefined> {
     const { keys, blocks } = this.chain(tokens, tokens.length - 1);
     if (blocks.length === 0) return undefined;
     this.touch(keys);
-    const { kvHeads: H, headDim: D } = this.layout;
-    const n = blocks.length * BLOCK;
-    const kv: KvArray[] = [];
-    for (let a = 0; a < 2 * this.layout.past.length; a++) {
-      const dst = this.alloc(H * n * D);
-      blocks.forEach((b, j) => {
-        for (let h = 0; h < H; h++) dst.set(b.kv[a]!.subarray(h * BLOCK * D, (h + 1) * BLOCK * D), (h * n + j * BLOCK) * D);
-      });
-      kv.push(dst);
+    // Runs of at most JOIN blocks joined first, then the runs (each a compose over few arrays).
+    let parts: KvRows[] = blocks.map((b) => ({ kv: b.kv, rows: 1, len: BLOCK }));
+    let joinedBefore = false;
+    while (true) {
+      const joined: KvRows[] = [];
+      for (let i = 0; i < parts.length; i += JOIN) {
+        const run = parts.slice(i, i + JOIN);
+        let at = 0;
+        const copies = run.map((p, src) => ({ src, row: 0, from: 0, n: p.len, to: 0, at: (at += p.len) - p.len }));
+        joined.push({ kv: await this.moves.compose(run, copies, 1, at), rows: 1, len: at });
+      }
+      // The blocks stay cached; runs joined in an earlier round were only steps on the way.
+      if (joinedBefore) for (const p of parts) this.moves.release(p.kv);
+      joinedBefore = true;
+      parts = joined;
+      if (parts.length === 1) return { tokens: parts[0]!.len, kv: parts[0]!.kv };
     }
-    return { tokens: n, kv };
   }
 
   /** Drops least recently used blocks until the cache takes at most `room` bytes. */
@@ -107,35 +103,28 @@ export class PrefixCache {
     while (this.bytes > Math.max(0, room)) {
       const oldest = this.blocks.keys().next().value as string;
       if (keep?.has(oldest)) return false;
+      this.moves.release(this.blocks.get(oldest)!.kv);
       this.blocks.delete(oldest);
     }
     return true;
   }
 
   /**
-   * Keeps the whole blocks of a prompt just prefilled (row `row` of `g`, its tokens `tokens`), as far as
-   * `room` bytes allow, older blocks evicted first; blocks already held are only touched.
+   * Keeps the whole blocks of a prompt just prefilled (row `row` of `g`, its `real` tokens `tokens`,
+   * right-aligned), as far as `room` bytes allow, older blocks evicted first; blocks already held are only touched.
    */
-  store(tokens: readonly number[], g: Rows, row: number, room: number): void {
+  async store(tokens: readonly number[], g: KvRows, real: number, row: number, room: number): Promise<void> {
     const whole = Math.floor(tokens.length / BLOCK) * BLOCK;
     const { keys, blocks } = this.chain(tokens, whole);
     this.touch(keys);
     const mine = new Set(keys);
     let parent = blocks.length > 0 ? blocks[blocks.length - 1]!.serial : 0;
-    const { kvHeads: H, headDim: D } = this.layout;
     // Row `row` holds its tokens right-aligned: prompt position p is at g.len - real + p.
-    const start = g.len - g.real[row]!;
+    const start = g.len - real;
     for (let i = blocks.length; (i + 1) * BLOCK <= whole; i++) {
       if (!this.evictTo(room - this.blockBytes, mine)) return;
       const key = `${parent}:${tokens.slice(i * BLOCK, (i + 1) * BLOCK).join(',')}`;
-      const kv = g.kv.map((src) => {
-        const dst = this.alloc(H * BLOCK * D);
-        for (let h = 0; h < H; h++) {
-          const s0 = ((row * H + h) * g.len + start + i * BLOCK) * D;
-          dst.set(src.subarray(s0, s0 + BLOCK * D), h * BLOCK * D);
-        }
-        return dst;
-      });
+      const kv = await this.moves.compose([g], [{ src: 0, row, from: start + i * BLOCK, n: BLOCK, to: 0, at: 0 }], 1, BLOCK);
       const b = { serial: this.serial++, kv };
       // Newest last, but a chain's head must stay newer than its tail: move the head behind it again.
       this.blocks.set(key, b);

@@ -21,7 +21,7 @@ import { readGenerationRequest, withDefaults, type GenerationDefaults } from './
 import type { TokenLogprob } from './sampling.js';
 import type { LlmStats } from './stats.js';
 import type { Tokenizer } from './tokenizer.js';
-import type { DecoderSession } from './decoder.js';
+import type { DecoderSession, DeviceUse } from './decoder.js';
 
 export interface LlmSchedulerOptions {
   sessions: DecoderSession[];
@@ -310,11 +310,21 @@ export class LlmScheduler implements Scheduler {
     let reserved = 0;
     let held = 0;
     let prefix = 0;
+    let device: DeviceUse | undefined;
+    const add = (a: Record<string, number>, b: Record<string, number>) => {
+      for (const [k, v] of Object.entries(b)) a[k] = (a[k] ?? 0) + v;
+    };
     for (const e of this.engines) {
       reserved += e.reservedTokens;
       held += e.kvBytes;
       prefix += e.prefixBytes;
+      if (!e.device) continue;
+      device ??= { tensors: 0, toDevice: {}, toHost: {} };
+      device.tensors += e.device.tensors;
+      add(device.toDevice, e.device.toDevice);
+      add(device.toHost, e.device.toHost);
     }
+    if (device) this.llm.deviceUse(device);
     this.llm.prefixBytes = prefix;
     this.llm.kvTokensReserved = reserved;
     this.llm.kvBytesHeld = held;

@@ -7,7 +7,9 @@
  *   `vllm:time_per_output_token_seconds`, `vllm:e2e_request_latency_seconds`,
  *   `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, labels model/version) and of vLLM's
  *   engine gauges (`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` and v0's `vllm:gpu_cache_usage_perc`,
- *   `vllm:avg_generation_throughput_toks_per_s`), stored families in the server's MetricsRegistry.
+ *   `vllm:avg_generation_throughput_toks_per_s`), stored families in the server's MetricsRegistry;
+ *   instances on a GPU add tsi's `tsi_llm_device_bytes_total{direction, data}` (bytes moved between
+ *   host and device: `kv`, `inputs`, `logits`, `ids`) and `tsi_llm_device_tensors` (tensors held there).
  */
 
 import type { MetricFamily, MetricSeries, MetricsRegistry } from '../metrics.js';
@@ -16,6 +18,16 @@ import type { MetricFamily, MetricSeries, MetricsRegistry } from '../metrics.js'
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
 const TPOT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
 const E2E_BUCKETS = [1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0];
+
+/**
+ * A decoder session on a device, totals since it started: tensors it holds there now (KV caches),
+ * and bytes moved host → device and device → host by what they were (`kv`, `inputs`, `logits`, `ids`).
+ */
+export interface DeviceUse {
+  tensors: number;
+  toDevice: Record<string, number>;
+  toHost: Record<string, number>;
+}
 
 interface Summary {
   count: number;
@@ -81,8 +93,11 @@ export class LlmStats {
   prefixHits = 0;
   /** Bytes the prefix caches hold, over all instances. */
   prefixBytes = 0;
+  /** Instances on a GPU: tensors they hold there and bytes moved so far, over all instances. */
+  device?: DeviceUse;
+  private deviceSeries?: { families: MetricFamily[]; tensors: MetricSeries; bytes: Map<string, MetricSeries> };
 
-  constructor(metrics: MetricsRegistry | undefined, labels: { model: string; version: string }, private readonly nowMs: () => number) {
+  constructor(private readonly metrics: MetricsRegistry | undefined, private readonly labels: { model: string; version: string }, private readonly nowMs: () => number) {
     if (!metrics) return;
     const families: MetricFamily[] = [];
     const all: MetricSeries[] = [];
@@ -143,6 +158,27 @@ export class LlmStats {
     this.m?.e2e.observe(ns / 1e9);
   }
 
+  /** The instances' device use, summed (totals since each started). */
+  deviceUse(use: DeviceUse): void {
+    this.device = use;
+    if (!this.metrics) return;
+    if (!this.deviceSeries) {
+      const tensors = this.metrics.family('tsi_llm_device_tensors', 'Tensors the model\'s instances hold on their device (KV caches).', 'gauge');
+      const bytes = this.metrics.family('tsi_llm_device_bytes_total', 'Bytes moved between host and device by the model\'s decoder sessions, by direction and what they were.', 'counter');
+      this.deviceSeries = { families: [tensors, bytes], tensors: tensors.metric(this.labels), bytes: new Map() };
+    }
+    const d = this.deviceSeries;
+    d.tensors.set(use.tensors);
+    for (const [direction, side] of [['to_device', use.toDevice], ['to_host', use.toHost]] as const) {
+      for (const [data, n] of Object.entries(side)) {
+        const key = `${direction}:${data}`;
+        let m = d.bytes.get(key);
+        if (!m) d.bytes.set(key, (m = d.families[1]!.metric({ ...this.labels, direction, data })));
+        if (n > m.value()) m.increment(n - m.value());
+      }
+    }
+  }
+
   /** Called after anything that moves the gauges. */
   gauges(): void {
     if (!this.m) return;
@@ -183,13 +219,14 @@ export class LlmStats {
         bytes_per_token: this.kvBytesPerToken,
         prefix_cache: { bytes: this.prefixBytes, queried_tokens: this.prefixQueries, hit_tokens: this.prefixHits },
       },
+      ...(this.device ? { device: { tensors: this.device.tensors, bytes_to_device: this.device.toDevice, bytes_to_host: this.device.toHost } } : {}),
     };
   }
 
   /** Gives the metric series back (the model is unloading). */
   release(): void {
-    for (const m of this.m?.metrics ?? []) m.release();
-    for (const f of this.m?.families ?? []) f.release();
+    for (const m of [...this.m?.metrics ?? [], this.deviceSeries?.tensors, ...this.deviceSeries?.bytes.values() ?? []]) m?.release();
+    for (const f of [...this.m?.families ?? [], ...this.deviceSeries?.families ?? []]) f.release();
   }
 }
 

@@ -132,6 +132,35 @@ export class Tokenizer {
     return ids;
   }
 
+  /**
+   * A pair as a cross-encoder reads it (the post-processor's pair template: `[CLS] a [SEP] b [SEP]`,
+   * `<s> a </s></s> b </s>`...) with its token type ids, cut to `maxLength` as transformers'
+   * `truncation="only_second"` cuts it: tokens come off the end of `b`, the special tokens stay.
+   * Refused when `a` with the special tokens alone is longer than `maxLength`.
+   */
+  encodePair(a: string, b: string, maxLength: number): { ids: number[]; typeIds: number[] } {
+    // The library encodes an empty second text as no pair at all; transformers keeps the pair's
+    // template around it. So an empty one is encoded as a placeholder whose tokens are then cut.
+    const pair = b === '' ? 'a' : b;
+    const full = this.hf.encode(a, { text_pair: pair, return_token_type_ids: true });
+    const ids: number[] = full.ids;
+    const typeIds: number[] = full.token_type_ids ?? new Array<number>(ids.length).fill(0);
+    if (b !== '' && ids.length <= maxLength) return { ids, typeIds };
+    const second: number[] = this.hf.encode(pair, { add_special_tokens: false }).ids;
+    const over = b === '' ? second.length : ids.length - maxLength;
+    if (ids.length - second.length > maxLength) {
+      throw new TsiError('INVALID_ARG', `the first text is ${ids.length - second.length} tokens with the special tokens, more than the model's ${maxLength}; only the second text is truncated`);
+    }
+    // The second text is the template's last sequence, followed only by special tokens.
+    const L = ids.length;
+    const n = second.length;
+    let tail = 0;
+    while (tail <= L - n && !second.every((id, i) => ids[L - tail - n + i] === id)) tail++;
+    const end = L - tail;
+    const keep = end - Math.max(over, 0);
+    return { ids: [...ids.slice(0, keep), ...ids.slice(end)], typeIds: [...typeIds.slice(0, keep), ...typeIds.slice(end)] };
+  }
+
   decode(ids: readonly number[], opts: { skipSpecialTokens?: boolean; cleanUpSpaces?: boolean } = {}): string {
     if (ids.length === 0) return '';
     return this.hf.decode(ids as number[], {

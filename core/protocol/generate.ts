@@ -22,6 +22,7 @@ import { parseJson, stringifyJson } from './json-exact.js';
 import { putEntry, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue } from '../types.js';
 import { SSE_HEADERS, SseStream, cancelOn } from './sse.js';
 import { readWebBody } from './http-body.js';
+import { traceContextOf, type TraceManager } from '../trace.js';
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
@@ -179,18 +180,39 @@ async function readRequest(server: InferenceServer, req: Request, model: string,
 /** `POST /v2/models/{m}[/versions/{v}]/generate` and `/generate_stream`. */
 export async function generate(
   server: InferenceServer, req: Request, model: string, version: string | undefined, streaming: boolean, maxInput: number,
+  traces?: TraceManager,
 ): Promise<Response> {
+  // Sampled like infer (or continued from the client's traceparent); the body is read first, as there.
+  const trace = traces?.sample(model, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() }, traceContextOf((h) => req.headers.get(h) ?? undefined));
   let request: InferRequest;
   try {
     request = await readRequest(server, req, model, version, maxInput);
   } catch (err) {
     const e = asTsiError(err);
+    if (trace) {
+      trace.error = e.message;
+      trace.finish();
+    }
     return errorResponse(e, e.code === 'INVALID_ARG' ? 400 : undefined);
   }
-  return streaming ? stream(server, request, req.signal) : single(server, request, req.signal);
+  let done: Done = () => {};
+  if (trace) {
+    trace.mark('HTTP_RECV_END');
+    request.trace = trace;
+    done = (error) => {
+      done = () => {};
+      if (error !== undefined) trace.error ??= error;
+      trace.mark('HTTP_SEND_END');
+      trace.finish();
+    };
+  }
+  return streaming ? stream(server, request, req.signal, (e) => done(e)) : single(server, request, req.signal, (e) => done(e));
 }
 
-async function single(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
+/** The answer is complete (or failed): a traced request's trace ends, once. */
+type Done = (error?: string) => void;
+
+async function single(server: InferenceServer, request: InferRequest, signal: AbortSignal, done: Done): Promise<Response> {
   const rendered: { text: string; ok: boolean }[] = [];
   try {
     await server.inferStream(request, (r, final) => {
@@ -198,8 +220,10 @@ async function single(server: InferenceServer, request: InferRequest, signal: Ab
       rendered.push(render(r));
     }, cancelOn(signal));
   } catch (err) {
+    done(asTsiError(err).message);
     return errorResponse(err, 400);
   }
+  done(rendered.find((r) => !r.ok)?.text);
   // The status follows the first response (none: a bare completion flag, which Triton answers as 200).
   const status = rendered.length === 0 || rendered[0]!.ok ? 200 : 400;
   if (rendered.length !== 1) {
@@ -209,7 +233,7 @@ async function single(server: InferenceServer, request: InferRequest, signal: Ab
   return new Response(rendered[0]!.text, { status, headers: JSON_HEADERS });
 }
 
-function stream(server: InferenceServer, request: InferRequest, signal: AbortSignal): Promise<Response> {
+function stream(server: InferenceServer, request: InferRequest, signal: AbortSignal, done: Done): Promise<Response> {
   const sse = new SseStream('generate_stream');
   const event = eventWriter();
   return new Promise<Response>((resolve) => {
@@ -229,8 +253,10 @@ function stream(server: InferenceServer, request: InferRequest, signal: AbortSig
       if (final) {
         begin(true);
         sse.close();
+        done(r instanceof TsiError ? r.message : undefined);
       }
     }, sse.inferOptions(signal)).catch((err) => {
+      done(asTsiError(err).message);
       // Refused before anything ran (validation, unknown model): a plain JSON error.
       if (!started) {
         started = true;

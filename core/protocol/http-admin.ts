@@ -137,8 +137,8 @@ export function mountExtensionRoutes(app: Hono, server: InferenceServer, ext: Se
   route(app, '/v2/cudasharedmemory/status', { GET: () => json(shm.cudaStatus()) });
   route(app, '/v2/cudasharedmemory/region/:region{[^/]+}/status', { GET: (c) => json(shm.cudaStatus(c.req.param('region'))) });
   route(app, '/v2/cudasharedmemory/region/:region{[^/]+}/register', { POST: (c) => shm.registerCuda(c.req.param('region')!) });
-  route(app, '/v2/cudasharedmemory/unregister', { POST: () => ok() });
-  route(app, '/v2/cudasharedmemory/region/:region{[^/]+}/unregister', { POST: () => ok() });
+  route(app, '/v2/cudasharedmemory/unregister', { POST: () => (shm.unregisterCuda(), ok()) });
+  route(app, '/v2/cudasharedmemory/region/:region{[^/]+}/unregister', { POST: () => (shm.unregisterCuda(), ok()) });
 
   // ---- logging
   route(app, '/v2/logging', {

@@ -4,8 +4,8 @@
  * by --http-max-input-size three ways, each before the bytes are kept: a declared Content-Length over
  * the limit is refused unread; a body without one (chunked) is counted as it arrives and cut off at the
  * limit; a gzip/deflate body is decoded as a stream and cut off when the decoded size passes the limit,
- * so a small "gzip bomb" never expands in memory. One error text, Triton's (http_server.cc
- * EVBufferToJson), whatever the route and whichever bound was crossed.
+ * so a small "gzip bomb" never expands in memory. Triton's texts (http_server.cc), whichever bound
+ * was crossed: its raw-input one for a raw binary infer body, its JSON-size one for every other.
  *
  * Decoding uses the Web-standard DecompressionStream, so this file stays platform-neutral.
  */
@@ -28,10 +28,19 @@ export interface BodyOptions {
   identityOnly?: string;
 }
 
-/** Triton's text for a body over the limit (http_server.cc EVBufferToJson). */
-export function tooLarge(size: number, max: number): TsiError {
+/**
+ * Triton's text for a body over the limit: a raw binary infer body (`Inference-Header-Content-Length:
+ * 0`, EVBufferToRawInput) has its own, any other body is the JSON one (EVBufferToJson).
+ */
+export function tooLarge(size: number, max: number, raw = false): TsiError {
+  if (raw) {
+    return invalidArg(`Raw input has a byte_size (${size} bytes) that exceeds the maximum allowed value of ${max} bytes. Use --http-max-input-size to increase the limit.`);
+  }
   return invalidArg(`request JSON size of ${size} bytes exceeds the maximum allowed input size of ${max} bytes. Use --http-max-input-size to increase the limit.`);
 }
+
+/** Whether a request's headers make its body raw binary tensor data (a header length of 0). */
+export const isRawBody = (headerLength: string | null | undefined): boolean => headerLength?.trim() === '0';
 
 /** Reads, checks and (if Content-Encoding says so) decodes a request body within `maxInput` bytes. */
 export async function readRequestBody(
@@ -42,17 +51,18 @@ export async function readRequestBody(
     if (opts.identityOnly !== undefined) throw invalidArg(opts.identityOnly);
     if (enc !== 'gzip' && enc !== 'deflate') throw new TsiError('UNSUPPORTED', 'Unsupported compression type');
   }
+  const rawBody = isRawBody(header('Inference-Header-Content-Length'));
   const declared = Number(header('Content-Length') ?? NaN);
   if (declared > maxInput) {
     await cancel(source);
-    throw tooLarge(declared, maxInput);
+    throw tooLarge(declared, maxInput, rawBody);
   }
   if (enc === 'gzip' || enc === 'deflate') {
     const raw = typeof source === 'function' ? blobStream(await source(maxInput)) : source ?? blobStream(new Uint8Array(0));
-    return decode(raw, enc, maxInput);
+    return decode(raw, enc, maxInput, rawBody);
   }
   if (typeof source === 'function') return source(maxInput);
-  return source ? collect(source, maxInput) : new Uint8Array(0);
+  return source ? collect(source, maxInput, rawBody) : new Uint8Array(0);
 }
 
 /** Reads a Web Request's body with readRequestBody. */
@@ -68,7 +78,7 @@ async function cancel(source: BodySource): Promise<void> {
 const blobStream = (data: Uint8Array) => new Blob([data as BlobPart]).stream() as ReadableStream<Uint8Array>;
 
 /** The stream's bytes, joined; past `max` bytes the stream is cancelled and the body refused. */
-async function collect(stream: ReadableStream<Uint8Array>, max: number, onChunkError?: (err: unknown) => never): Promise<Uint8Array> {
+async function collect(stream: ReadableStream<Uint8Array>, max: number, rawBody: boolean, onChunkError?: (err: unknown) => never): Promise<Uint8Array> {
   const reader = stream.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
@@ -80,7 +90,7 @@ async function collect(stream: ReadableStream<Uint8Array>, max: number, onChunkE
       if (total > max) {
         chunks.length = 0;
         await reader.cancel().catch(() => {});
-        throw tooLarge(total, max);
+        throw tooLarge(total, max, rawBody);
       }
       chunks.push(value);
     }
@@ -94,19 +104,19 @@ async function collect(stream: ReadableStream<Uint8Array>, max: number, onChunkE
 }
 
 /** Decodes while reading, so the limit applies to the decoded bytes before they are kept. */
-async function decode(raw: ReadableStream<Uint8Array>, format: 'gzip' | 'deflate', max: number): Promise<Uint8Array> {
+async function decode(raw: ReadableStream<Uint8Array>, format: 'gzip' | 'deflate', max: number, rawBody: boolean): Promise<Uint8Array> {
   // The compressed bytes count too: a body over the limit before decoding is refused as one that is
   // over it after (Triton reads the whole compressed body into a buffer bounded the same way).
   let rawTotal = 0;
   const counted = raw.pipeThrough(new TransformStream<Uint8Array, Uint8Array>({
     transform(chunk, controller) {
       rawTotal += chunk.byteLength;
-      if (rawTotal > max) throw tooLarge(rawTotal, max);
+      if (rawTotal > max) throw tooLarge(rawTotal, max, rawBody);
       controller.enqueue(chunk);
     },
   }));
   const decoded = counted.pipeThrough(new DecompressionStream(format) as unknown as ReadableWritablePair<Uint8Array, Uint8Array>);
-  return collect(decoded, max, (err) => {
+  return collect(decoded, max, rawBody, (err) => {
     if (err instanceof TsiError) throw err;
     throw invalidArg(`failed to decompress the ${format} request body: ${(err as Error).message}`);
   });

@@ -16,9 +16,12 @@ import { errorReply, errorResponse, json, toResponse, type HttpReply } from './h
 import { generate } from './generate.js';
 import { completions, getModel, listModels } from '../llm/index.js';
 import { embeddings } from './openai-embeddings.js';
+import { classify, rerank, score } from './openai-scoring.js';
 import type { InferenceServer } from '../server.js';
-import { attachTrace } from '../trace.js';
+import { attachTrace, traceContextOf } from '../trace.js';
+import type { InferResponse } from '../types.js';
 import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
+import { forwardHeaders } from './request-params.js';
 import { HEADER_LENGTH, bodyBytes, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
 
 export { errorReply, errorResponse, json, type HttpReply } from './http-common.js';
@@ -37,6 +40,8 @@ export interface HttpOptions {
   extensions?: ServerExtensions;
   /** --http-restricted-api: categories that need a header (403 without it). */
   restrictedApi?: Restrictions;
+  /** --http-header-forward-pattern: headers whose names match reach the model as request parameters. */
+  headerForwardPattern?: RegExp;
   /** Which infer responses are compressed for clients that accept it (see `compressionPolicy`). */
   compression?: CompressionPolicy;
   /** A faster compressor than CompressionStream where the runtime has one (Node: zlib at level 1). */
@@ -120,12 +125,13 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     route(`${base}/infer`, {
       POST: async (c) => toResponse(await inferHttp({
         model: c.req.param('model')!, version: version(c), header: (n) => c.req.header(n),
+        headers: () => c.req.raw.headers.entries(),
         body: c.req.raw.body,
         onCancel: (cancel) => c.req.raw.signal.addEventListener('abort', cancel, { once: true }),
       })),
     });
-    route(`${base}/generate`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), false, maxInput) });
-    route(`${base}/generate_stream`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), true, maxInput) });
+    route(`${base}/generate`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), false, maxInput, ext.traces) });
+    route(`${base}/generate_stream`, { POST: (c) => generate(server, c.req.raw, c.req.param('model')!, version(c), true, maxInput, ext.traces) });
   }
 
   route('/v2/repository/index', {
@@ -142,12 +148,16 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
     },
   });
   route('/v2/repository/:repo{[^/]+}/index', { POST: () => repoNameUnsupported() });
-  // The OpenAI-compatible API of `llm` and `embedding` models (core/protocol/openai.ts, openai-embeddings.ts).
+  // The OpenAI-compatible API of `llm`, `embedding` and `classifier` models (core/protocol/openai.ts, openai-embeddings.ts, openai-scoring.ts).
   route('/v1/models', { GET: () => listModels(server) });
   route('/v1/models/:model{.+}', { GET: (c) => getModel(server, c.req.param('model')!) });
-  route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput) });
-  route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput) });
+  route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput, ext.traces) });
+  route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput, ext.traces) });
   route('/v1/embeddings', { POST: (c) => embeddings(server, c.req.raw, maxInput) });
+  route('/v1/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });
+  route('/v2/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });
+  route('/v1/score', { POST: (c) => score(server, c.req.raw, maxInput) });
+  route('/v1/classify', { POST: (c) => classify(server, c.req.raw, maxInput) });
   mountExtensionRoutes(app, server, ext, (c) => readBody(c, maxInput));
 
   options.extend?.(app, server);
@@ -212,6 +222,8 @@ export interface InferHttpRequest {
   model: string;
   version: string | undefined;
   header(name: string): string | undefined;
+  /** Every header as sent (name, value), for --http-header-forward-pattern. */
+  headers(): Iterable<readonly [string, string]>;
   /** The body as sent (still compressed if it was): see BodySource. */
   body: BodySource;
   /** Registers what to call when the client goes away before its answer (its connection closed). */
@@ -235,7 +247,7 @@ export function inferEndpoint(
       return { status: 403, headers: { 'Content-Type': 'application/json' }, body: errorBody(restrictedMessage(restricted.key)) };
     }
     try {
-      return await infer(server, req, maxInput, ext, out);
+      return await infer(server, req, maxInput, ext, out, options.headerForwardPattern);
     } catch (err) {
       return errorReply(err);
     }
@@ -261,10 +273,12 @@ function responseEncoding(c: OutputCompression, accept: string | undefined, enc:
   return size >= c.policy.minBytes ? chooseEncoding(accept) : undefined;
 }
 
-async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: number, ext: ServerExtensions, c: OutputCompression): Promise<HttpReply> {
+async function infer(
+  server: InferenceServer, req: InferHttpRequest, maxInput: number, ext: ServerExtensions, c: OutputCompression, forward: RegExp | undefined,
+): Promise<HttpReply> {
   const modelName = req.model;
   const ver = req.version;
-  const trace = ext.traces.sample(modelName, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() });
+  const trace = ext.traces.sample(modelName, { name: 'HTTP_RECV_START', ns: server.clock.nowNs() }, traceContextOf(req.header));
   try {
     const body = await readRequestBody(req.header, req.body, maxInput);
     trace?.mark('HTTP_RECV_END');
@@ -273,22 +287,30 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
     // A model registered for on-demand loading loads here, and the request waits for it.
     const config = (await server.resident(modelName, ver)).config;
     const decoded = decodeInferRequest(body, req.header(HEADER_LENGTH), modelName, ver, () => config);
+    if (forward) forwardHeaders(forward, req.headers(), decoded.request);
     const shm = ext.sharedMemory;
-    if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);
-    if (decoded.shmOutputs.size > 0) shm.checkOutputs(decoded.shmOutputs);
-    if (trace) {
-      attachTrace(decoded.request, trace);
-      trace.requestId = decoded.request.id ?? '';
+    const release = shm.hold(decoded.shmInputs, decoded.shmOutputs);
+    let resp: InferResponse;
+    let inShm: Set<string> | undefined;
+    try {
+      if (decoded.shmInputs.length > 0) await shm.readInputs(decoded.request, decoded.shmInputs);
+      if (decoded.shmOutputs.size > 0) shm.checkOutputs(decoded.shmOutputs);
+      if (trace) {
+        attachTrace(decoded.request, trace);
+        trace.requestId = decoded.request.id ?? '';
+      }
+      resp = await server.infer(decoded.request, {
+        decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
+        onCancel: req.onCancel,
+      });
+      if (trace) {
+        trace.mark('INFER_RESPONSE_COMPLETE');
+        trace.version = Number(resp.model_version);
+      }
+      inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
+    } finally {
+      if (release) await release();
     }
-    const resp = await server.infer(decoded.request, {
-      decoupledMessage: `HTTP end point doesn't support models with decoupled transaction policy`,
-      onCancel: req.onCancel,
-    });
-    if (trace) {
-      trace.mark('REQUEST_END');
-      trace.version = Number(resp.model_version);
-    }
-    const inShm = decoded.shmOutputs.size > 0 ? await shm.writeOutputs(resp, decoded.shmOutputs) : undefined;
     trace?.mark('HTTP_SEND_START');
     const enc = encodeInferResponse(resp, decoded.encoding, inShm);
     const headers: Record<string, string> = { 'Content-Type': enc.contentType };
@@ -303,6 +325,9 @@ async function infer(server: InferenceServer, req: InferHttpRequest, maxInput: n
     }
     trace?.mark('HTTP_SEND_END');
     return { status: 200, headers, body: out };
+  } catch (err) {
+    if (trace) trace.error ??= err instanceof Error ? err.message : String(err);
+    throw err;
   } finally {
     trace?.finish();
   }

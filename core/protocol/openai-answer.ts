@@ -10,8 +10,10 @@
 import { HTTP_STATUS, TsiError, asTsiError } from '../errors.js';
 import type { InferenceServer } from '../server.js';
 import { SSE_HEADERS, SseStream, cancelOn } from './sse.js';
+import { readWebBody } from './http-body.js';
 import { decodeString } from '../tensor.js';
 import type { InferRequest, InferResponse } from '../types.js';
+import type { Trace } from '../trace.js';
 import type { ToolParser } from '../llm/tools.js';
 import { ToolCallStream, parseToolCalls, type ToolCall, type ToolEvent } from '../llm/tool-stream.js';
 
@@ -25,6 +27,22 @@ export function openAiError(err: unknown): Response {
   const type = status === 404 ? 'NotFoundError' : status >= 500 ? 'InternalServerError' : 'BadRequestError';
   const param = (err as { param?: string } | undefined)?.param ?? null;
   return new Response(JSON.stringify({ error: { message: plain(e.message), type, param, code: status } }), { status, headers: JSON_HEADERS });
+}
+
+/** A refusal of the request's `param` field, as OpenAI's error body names it. */
+export const bad = (message: string, param?: string) => Object.assign(new TsiError('INVALID_ARG', message), { param });
+
+/** The request's body, which must be one JSON object (bounded by the server's input limit). */
+export async function readOpenAiBody(req: Request, maxInput: number): Promise<Json> {
+  const raw = await readWebBody(req, maxInput);
+  let body: unknown;
+  try {
+    body = JSON.parse(decodeString(raw));
+  } catch (err) {
+    throw bad(`the request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw bad('the request body must be a JSON object');
+  return body as Json;
 }
 
 /** The scheduler's message without Triton's `[request id: ...]` prefix, which means nothing here. */
@@ -147,6 +165,34 @@ export interface Answer {
   echo: string;
   /** Chat with tools: the output is parsed for calls. */
   tools?: { parser: ToolParser; parallel: boolean };
+  /** The request's trace, when traced: its first token and usage are recorded, and it ends with the answer. */
+  trace?: Trace;
+}
+
+/** A traced request's first piece: Triton-style FIRST_TOKEN stamp, and vLLM's time-to-first-token attribute. */
+function firstToken(a: Answer): void {
+  const t = a.trace;
+  if (!t || t.attributes['gen_ai.latency.time_to_first_token'] !== undefined) return;
+  t.mark('FIRST_TOKEN');
+  const stamps = t.stamps;
+  t.attributes['gen_ai.latency.time_to_first_token'] = (stamps[stamps.length - 1]!.ns - stamps[0]!.ns) / 1e9;
+}
+
+/** A traced request's answer is complete (or failed): the GenAI usage attributes, then the trace ends. */
+function traceDone(a: Answer, finishes: Finish[], error?: string): void {
+  const t = a.trace;
+  if (!t) return;
+  if (finishes.length > 0) {
+    const u = usageOf(finishes);
+    t.attributes['gen_ai.usage.input_tokens'] = u.prompt_tokens as number;
+    t.attributes['gen_ai.usage.output_tokens'] = u.completion_tokens as number;
+    t.attributes['gen_ai.response.finish_reasons'] = finishes.map((f) => f.reason);
+  }
+  if (error !== undefined) t.error ??= error;
+  t.mark('HTTP_SEND_END');
+  // Once only: a stream's failure after its final response must not end the trace again.
+  a.trace = undefined;
+  t.finish();
 }
 
 /** One event of a choice's tool-call reader as a chunk's choice, in OpenAI's delta shapes. */
@@ -174,19 +220,23 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
         return;
       }
       const piece = pieceOf(r);
+      firstToken(a);
       const c = (choices[piece.index] ??= { text: a.echo, tokens: [] });
       c.text += piece.text;
       if (piece.logprobs) c.tokens.push(...piece.logprobs);
       c.finish ??= piece.finish;
     }, cancelOn(signal));
   } catch (err) {
+    traceDone(a, [], err instanceof Error ? err.message : String(err));
     return openAiError(err);
   }
-  if (error) return openAiError(error);
-  if (choices.length !== a.wants.bestOf || choices.some((c) => !c?.finish)) {
-    return openAiError(new TsiError('INTERNAL', 'the model ended the request without a finish reason'));
+  if (error || choices.length !== a.wants.bestOf || choices.some((c) => !c?.finish)) {
+    error ??= new TsiError('INTERNAL', 'the model ended the request without a finish reason');
+    traceDone(a, [], error.message);
+    return openAiError(error);
   }
   const finishes = choices.map((c) => c.finish!);
+  traceDone(a, finishes);
   // best_of: the n candidates most likely under the model, likeliest first.
   const kept = a.wants.bestOf > a.wants.n
     ? [...choices].sort((x, y) => y.finish!.cumulativeLogprob - x.finish!.cumulativeLogprob).slice(0, a.wants.n)
@@ -250,6 +300,7 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
       } else {
         begin();
         const piece = pieceOf(r);
+        firstToken(a);
         const i = piece.index;
         const first = !started[i];
         let text = piece.text;
@@ -278,7 +329,9 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
       if (final && begun) event('[DONE]');
       flush();
       if (final && begun) sse.close();
+      if (final) traceDone(a, finishes, r instanceof TsiError ? r.message : undefined);
     }, sse.inferOptions(signal)).catch((err) => {
+      traceDone(a, finishes, err instanceof Error ? err.message : String(err));
       if (!begun) {
         begun = true;
         resolve(openAiError(err));

@@ -1,5 +1,5 @@
 /**
- * `POST /v1/embeddings` over `embedding` models (core/embedding.ts), in OpenAI's shapes: `input` a
+ * `POST /v1/embeddings` over `embedding` models (core/encoders/embedding.ts), in OpenAI's shapes: `input` a
  * string or a list of strings, `encoding_format` `float` (lists of numbers) or `base64` (each vector's
  * little-endian float32 bytes, which the official clients ask for by default and decode), `dimensions`
  * for models that allow shorter vectors (the backend refuses it for others), and `usage` token counts.
@@ -11,13 +11,9 @@ import { TsiError } from '../errors.js';
 import type { InferenceServer } from '../server.js';
 import { encodeString } from '../tensor.js';
 import type { InferResponse } from '../types.js';
-import { readWebBody } from './http-body.js';
-import { decodeString } from '../tensor.js';
-import { openAiError } from './openai-answer.js';
+import { bad, openAiError, readOpenAiBody } from './openai-answer.js';
 
 type Json = Record<string, any>;
-
-const bad = (message: string, param?: string) => Object.assign(new TsiError('INVALID_ARG', message), { param });
 
 /** Whether a loaded model is an embedding model. */
 export function isEmbeddingModel(server: InferenceServer, name: string): boolean {
@@ -50,14 +46,7 @@ function inputsOf(body: Json): string[] {
 /** `POST /v1/embeddings`. */
 export async function embeddings(server: InferenceServer, req: Request, maxInput: number): Promise<Response> {
   try {
-    let body: Json;
-    try {
-      body = JSON.parse(decodeString(await readWebBody(req, maxInput))) as Json;
-    } catch (err) {
-      if (err instanceof TsiError) throw err;
-      throw bad(`the request body is not valid JSON: ${(err as Error).message}`);
-    }
-    if (typeof body !== 'object' || body === null || Array.isArray(body)) throw bad('the request body must be a JSON object');
+    const body = await readOpenAiBody(req, maxInput);
     const name = body.model;
     if (typeof name !== 'string' || name === '') throw bad(`'model' is required: the name of a model (GET /v1/models lists them)`, 'model');
     if (!isEmbeddingModel(server, name)) throw new TsiError('NOT_FOUND', `The model '${name}' does not exist or is not an embedding model (GET /v1/models lists those served)`);

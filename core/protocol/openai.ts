@@ -13,14 +13,15 @@
 
 import { TsiError } from '../errors.js';
 import type { InferenceServer } from '../server.js';
-import { readWebBody } from './http-body.js';
 import { decodeString, encodeString } from '../tensor.js';
 import type { InferRequest } from '../types.js';
+import { traceContextOf, type TraceManager } from '../trace.js';
 import { llmModelOf, type LlmModelInfo } from '../llm/backend.js';
 import type { ChatMessage } from '../llm/chat.js';
-import { CHAT, COMPLETION, openAiError, streamed, whole, type Answer, type Wants } from './openai-answer.js';
+import { CHAT, COMPLETION, bad, openAiError, readOpenAiBody, streamed, whole, type Answer, type Wants } from './openai-answer.js';
 import { MAX_N, MAX_TOP_LOGPROBS, readGenerationRequest } from '../llm/params.js';
 import { isEmbeddingModel } from './openai-embeddings.js';
+import { isClassifierModel } from './openai-scoring.js';
 import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
 
 export { openAiError };
@@ -33,7 +34,6 @@ const JSON_HEADERS = { 'Content-Type': 'application/json' };
 const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
 /** A refusal; `param` names the field it is about (OpenAI's error `param`). */
-const bad = (message: string, param?: string) => Object.assign(new TsiError('INVALID_ARG', message), { param });
 
 /** Ready `llm` models, one entry each (their newest ready version). */
 function llmModels(server: InferenceServer): { name: string; info: LlmModelInfo }[] {
@@ -50,10 +50,10 @@ function llmModels(server: InferenceServer): { name: string; info: LlmModelInfo 
   return [...out].map(([name, info]) => ({ name, info }));
 }
 
-/** Ready `llm` and `embedding` models, by name. */
+/** Ready `llm`, `embedding` and `classifier` models, by name. */
 function servedModels(server: InferenceServer): string[] {
   const names = new Set(llmModels(server).map((m) => m.name));
-  for (const e of server.repositoryIndex(true)) if (isEmbeddingModel(server, e.name)) names.add(e.name);
+  for (const e of server.repositoryIndex(true)) if (isEmbeddingModel(server, e.name) || isClassifierModel(server, e.name)) names.add(e.name);
   return [...names];
 }
 
@@ -68,18 +68,6 @@ export function getModel(server: InferenceServer, name: string): Response {
   const hit = servedModels(server).includes(name);
   if (!hit) return openAiError(new TsiError('NOT_FOUND', `The model '${name}' does not exist`));
   return new Response(JSON.stringify({ id: name, object: 'model', created: Math.floor(Date.now() / 1000), owned_by: 'tsi' }), { headers: JSON_HEADERS });
-}
-
-async function readBody(req: Request, maxInput: number): Promise<Json> {
-  const raw = await readWebBody(req, maxInput);
-  let body: unknown;
-  try {
-    body = JSON.parse(decodeString(raw));
-  } catch (err) {
-    throw bad(`the request body is not valid JSON: ${(err as Error).message}`);
-  }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw bad('the request body must be a JSON object');
-  return body as Json;
 }
 
 /** The model a request names, which must be a ready `llm` model. */
@@ -191,7 +179,8 @@ function completionPrompt(body: Json): string {
 }
 
 /** `POST /v1/completions` and `POST /v1/chat/completions`. */
-export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number): Promise<Response> {
+export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number, traces?: TraceManager): Promise<Response> {
+  const received = server.clock.nowNs();
   let request: InferRequest;
   let body: Json;
   let wants: Wants;
@@ -199,7 +188,7 @@ export async function completions(server: InferenceServer, req: Request, chat: b
   let tools: ToolPlan = { parse: false, parallel: false };
   let toolParser: ToolParser = 'hermes';
   try {
-    body = await readBody(req, maxInput);
+    body = await readOpenAiBody(req, maxInput);
     const { name, info } = modelOf(server, body);
     const parser = toolParserOf(server, name);
     tools = chat ? planTools(body, parser) : { parse: false, parallel: false };
@@ -234,6 +223,20 @@ export async function completions(server: InferenceServer, req: Request, chat: b
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: shape.object, created, model: body.model as string };
   const answer: Answer = { shape, wants, echo, tools: tools.parse ? { parser: toolParser, parallel: tools.parallel } : undefined };
+  const trace = traces?.sample(request.model_name, { name: 'HTTP_RECV_START', ns: received }, traceContextOf((h) => req.headers.get(h) ?? undefined));
+  if (trace) {
+    trace.mark('HTTP_RECV_END');
+    request.trace = trace;
+    // The GenAI semantic conventions' request attributes (the usage ones come with the finish).
+    const g = request.generation!;
+    Object.assign(trace.attributes, {
+      'gen_ai.operation.name': chat ? 'chat' : 'text_completion', 'gen_ai.request.model': String(body.model), 'gen_ai.response.id': id,
+      ...(g.maxTokens !== undefined ? { 'gen_ai.request.max_tokens': g.maxTokens } : {}),
+      ...(g.temperature !== undefined ? { 'gen_ai.request.temperature': g.temperature } : {}),
+      ...(g.topP !== undefined ? { 'gen_ai.request.top_p': g.topP } : {}),
+    });
+    answer.trace = trace;
+  }
   return body.stream === true
     ? streamed(server, request, req.signal, answer, { ...head, object: shape.chunkObject }, body.stream_options?.include_usage === true)
     : whole(server, request, req.signal, answer, head);

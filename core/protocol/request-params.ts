@@ -14,7 +14,7 @@
  */
 
 import { TsiError } from '../errors.js';
-import { DATATYPES, type DataType } from '../types.js';
+import { DATATYPES, type DataType, type Parameters } from '../types.js';
 
 /** The kinds a parameter value can be, as bits: a JSON `5` is an int64, a uint64 and a double at once. */
 export const BOOL = 1;
@@ -154,6 +154,38 @@ const CUSTOM: ParamRule = {
 export const RESERVED_PREFIX_MESSAGE = `parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.`;
 export const RESERVED_PREFIX_MESSAGE_GRPC =
   `parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: ${Object.keys(TRITON_GRPC_PARAMS).join(' ')}`;
+
+/** The names a forwarded header may not take (Triton's kReservedParameterKeys), besides every `triton_` one. */
+const RESERVED_HEADER_NAMES = new Set(['sequence_id', 'sequence_start', 'sequence_end', 'priority', 'timeout', 'headers', 'binary_data_output']);
+
+/**
+ * --http-header-forward-pattern / --grpc-header-forward-pattern as Triton reads them: a regular
+ * expression matched anywhere in a header's name, case-insensitive unless it starts with `(?-i)`.
+ * (Triton's are RE2 patterns; JavaScript's syntax covers what such patterns use.)
+ */
+export function headerForwardPattern(pattern: string, flag: string): RegExp {
+  const sensitive = pattern.startsWith('(?-i)');
+  try {
+    return new RegExp(sensitive ? pattern.slice(5) : pattern, sensitive ? '' : 'i');
+  } catch (err) {
+    throw new TsiError('INVALID_ARG', `${flag}: '${pattern}' is not a valid regular expression: ${(err as Error).message}`);
+  }
+}
+
+/**
+ * Adds each header whose name `pattern` matches to the request's parameters, as a string, as Triton
+ * forwards them to the model; a match on a reserved name refuses the request with Triton's text.
+ */
+export function forwardHeaders(pattern: RegExp, headers: Iterable<readonly [string, string]>, request: { parameters?: Parameters }): void {
+  for (const [name, value] of headers) {
+    if (!pattern.test(name)) continue;
+    const lower = name.toLowerCase();
+    if (RESERVED_HEADER_NAMES.has(lower) || lower.startsWith('triton_')) {
+      throw new TsiError('INVALID_ARG', `Header '${name}' is reserved for Triton usage and cannot be forwarded.`);
+    }
+    (request.parameters ??= {})[name] = value;
+  }
+}
 
 const siteText = (name: string, site: ParamSite) =>
   `${site.tensor ? `parameter '${name}' of ${site.tensor}` : `request parameter '${name}'`} for model '${site.model}'`;

@@ -63,6 +63,19 @@ function jsonParams(v: unknown, rules: ParamRules, site: ParamSite, tensorLevel:
   return out;
 }
 
+/**
+ * A byte count or offset (`binary_data_size`, `shared_memory_offset`, `shared_memory_byte_size`) as a
+ * number the arithmetic after it can trust. The exact JSON reader hands integers past 2^53 over as
+ * bigints (uint64 is their legal range on the wire), and no body or region is that large: refused here,
+ * naming the parameter, rather than mixing a bigint into a sum further on.
+ */
+function byteParam(params: Parameters, key: string, what: string, model: string): number | undefined {
+  const v = params[key];
+  if (v === undefined) return undefined;
+  if (typeof v === 'number' && Number.isSafeInteger(v)) return v;
+  throw invalidArg(`'${key}' ${String(v)} is out of range for ${what} for model '${model}': byte sizes and offsets are at most ${Number.MAX_SAFE_INTEGER}`);
+}
+
 const unableToParse = (field: string, complaint: string, where: string, got: unknown) =>
   invalidArg(`Unable to parse '${field}': attempt to access JSON ${complaint} (${where}: got ${describeValue(got)})`);
 
@@ -115,7 +128,7 @@ export function decodeInferRequest(
     const count = checkJsonShape(raw.shape, name, model);
     const shape = raw.shape as number[];
     const params = jsonParams(raw.parameters, INPUT_PARAMS, { model, tensor: what }, true);
-    const binSize = params.binary_data_size as number | undefined;
+    const binSize = byteParam(params, 'binary_data_size', what, model);
     const shm = params.shared_memory_region as string | undefined;
     const set: string[] = [];
     if (raw.data !== undefined) set.push(`'data'`);
@@ -154,11 +167,12 @@ export function decodeInferRequest(
       }
       inputs.push({ name, datatype: dt, shape, data, parameters: rest });
     } else {
-      const size = params.shared_memory_byte_size as number | undefined;
+      const size = byteParam(params, 'shared_memory_byte_size', what, model);
+      const shmOffset = byteParam(params, 'shared_memory_offset', what, model);
       if (size === undefined) {
         throw invalidArg(`'shared_memory_byte_size' must be specified along with 'shared_memory_region' for ${what} for model '${model}'`);
       }
-      shmInputs.push({ index: inputs.length, region: shm!, offset: (params.shared_memory_offset as number | undefined) ?? 0, byteSize: size });
+      shmInputs.push({ index: inputs.length, region: shm!, offset: shmOffset ?? 0, byteSize: size });
       inputs.push({ name, datatype: dt, shape, data: new Uint8Array(0), parameters: rest });
     }
   }
@@ -191,8 +205,8 @@ export function decodeInferRequest(
           throw invalidArg(`Output can't set both 'shared_memory_region' and 'binary_data' (${what} for model '${model}')`);
         }
         shmOutputs.set(name, {
-          region: p.shared_memory_region as string, offset: (p.shared_memory_offset as number | undefined) ?? 0,
-          byteSize: (p.shared_memory_byte_size as number | undefined) ?? 0,
+          region: p.shared_memory_region as string, offset: byteParam(p, 'shared_memory_offset', what, model) ?? 0,
+          byteSize: byteParam(p, 'shared_memory_byte_size', what, model) ?? 0,
         });
       }
       if (p.binary_data !== undefined) encoding.binary.set(name, p.binary_data === true);
@@ -312,10 +326,10 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
       binaries.push(bytes);
     } else if (t.data.length > JSON_CHUNK || t.datatype === 'INT64' || t.datatype === 'UINT64') {
       // 64-bit integers always through jsonDataText, which writes them exactly.
-      data = jsonDataText(t.datatype, t.data);
+      data = jsonDataText(t.datatype, t.data, t.name);
       chunked = true;
     } else {
-      o.data = toJsonValues(t.datatype, t.data);
+      o.data = toJsonValues(t.datatype, t.data, t.name);
     }
     if (Object.keys(params).length > 0) o.parameters = params;
     return { o, data };

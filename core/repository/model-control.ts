@@ -40,17 +40,19 @@ export type LoadParamValue = string | Uint8Array | boolean | number;
 const FILE_PREFIX = 'file:';
 
 /**
- * Checks a `file:` parameter's path: relative, `/`-separated, no `.`/`..`/empty segments, no
- * backslash or NUL. Returns the path (without the prefix).
+ * Checks a `file:` parameter's path: within the model folder, `/`-separated, no `.`/`..`/empty
+ * segments, no backslash or NUL. A leading `/` names the model folder's root, as Triton joins the
+ * path to the model folder (`file:/1/model.py` is the model's `1/model.py`). Returns the path
+ * relative to the model folder (without the prefix).
  */
 export function checkOverridePath(key: string): string {
-  const rel = key.slice(FILE_PREFIX.length);
+  const rel = key.slice(FILE_PREFIX.length).replace(/^\/+/, '');
   const bad = (why: string) => new TsiError('INVALID_ARG',
     `Invalid file parameter '${key}': ${why}; model files must stay within the model directory`);
   if (rel === '') throw bad('the path is empty');
   if (rel.includes('\\')) throw bad('backslashes are not allowed in the path');
   if (rel.includes('\0')) throw bad('NUL characters are not allowed in the path');
-  if (rel.startsWith('/') || /^[A-Za-z]:/.test(rel)) throw bad('absolute paths are not allowed');
+  if (/^[A-Za-z]:/.test(rel)) throw bad('drive letters are not allowed in the path');
   for (const seg of rel.split('/')) {
     if (seg === '..') throw bad(`'..' is not allowed in the path`);
     if (seg === '' || seg === '.') throw bad('empty or \'.\' path segments are not allowed');
@@ -58,11 +60,15 @@ export function checkOverridePath(key: string): string {
   return rel;
 }
 
-/** Triton's model name check for loads. */
+/**
+ * Triton's model name check for loads: blank after trimming whitespace, or `..` (after trimming), or a
+ * name holding a path separator is refused; other names with dots (`...`, `a..b`) are plain names.
+ * A NUL or a backslash (a separator on Windows) is refused too, where Triton would pass them on.
+ */
 export function checkModelName(name: string): void {
-  if (name === '') throw new TsiError('INVALID_ARG', 'model name must not be empty');
-  if (name.trim() === '') throw new TsiError('INVALID_ARG', 'model name must not contain only whitespace characters');
-  if (name.includes('..') || name.includes('/') || name.includes('\\')) {
+  const trimmed = name.replace(/^[ \t\n\r\f\v]+|[ \t\n\r\f\v]+$/g, '');
+  if (trimmed === '') throw new TsiError('INVALID_ARG', 'Model name cannot be empty. Please enter a valid name to deploy.');
+  if (trimmed === '..' || trimmed === '.' || /[/\\\0]/.test(name)) {
     throw new TsiError('INVALID_ARG', `invalid model name '${name}', model name must not contain path traversal characters`);
   }
 }
@@ -233,7 +239,12 @@ export class ModelControl {
         configJson = value;
       } else if (key.startsWith(FILE_PREFIX)) {
         if (!(value instanceof Uint8Array)) throw new TsiError('INVALID_ARG', `File parameter '${key}' must have bytes type for its value`);
-        files.set(checkOverridePath(key), value);
+        try {
+          files.set(checkOverridePath(key), value);
+        } catch (err) {
+          // Triton refuses such a file while polling the override folder: its text, then the reason.
+          throw new TsiError('INVALID_ARG', `failed to load '${name}', failed to poll from model repository: ${asTsiError(err).message}`);
+        }
       }
     }
     await this.checkCode(name, configJson, files);
@@ -248,13 +259,18 @@ export class ModelControl {
       }
     }
     const overrides: LoadOverrides | undefined = configJson === undefined && !staged ? undefined : { configJson, files: staged?.files };
+    if (!overrides && await this.server.repository.keepsConfigOverride(name)) {
+      this.server.log.info(`model '${name}' unchanged on disk since its config override was loaded: keeping it`);
+      return;
+    }
     try {
       await this.server.loadModel(name, overrides);
     } catch (err) {
       await staged?.dispose();
       const e = asTsiError(err, 'INVALID_ARG');
-      // Clients look for Triton's "failed to load '<model>', ..." in load errors.
-      throw e.message.startsWith('failed to load') ? e : new TsiError(e.code, `failed to load '${name}', ${e.message}`);
+      // Clients look for Triton's "failed to load '<model>', ..." (the config or the repository) or
+      // "load failed for model '<model>': ..." (its versions) in load errors.
+      throw /^(?:failed to load|load failed for model)/.test(e.message) ? e : new TsiError(e.code, `failed to load '${name}', ${e.message}`);
     }
     const previous = this.staged.get(name);
     if (staged) this.staged.set(name, staged);

@@ -22,6 +22,9 @@ import type { ResponseCache } from '../cache.js';
 import type { MetricsRegistry } from '../metrics.js';
 import type { ModelRateLimit, RateLimiter } from '../scheduling/rate-limiter.js';
 
+/** The most elements one batch entry of an output may have for classification (Triton's bound). */
+const MAX_CLASSIFICATION_ELEMENTS = 1_000_000;
+
 export type ModelState = 'UNKNOWN' | 'LOADING' | 'READY' | 'UNAVAILABLE' | 'UNLOADING';
 
 export interface LoadOptions {
@@ -100,21 +103,19 @@ export class ModelVersion {
       }
       // Bad warmup settings fail the load before any instance starts.
       const samples = await warmupSamples(opts.config, opts.files, opts.log);
-      let index = 0;
+      const specs: InstanceSpec[] = [];
       for (const [g, group] of (opts.config.instance_group ?? []).entries()) {
         const kind = (group.kind === 'KIND_GPU' || group.kind === 'KIND_MODEL') ? group.kind : 'KIND_CPU';
         const devices = kind === 'KIND_GPU' && group.gpus && group.gpus.length > 0 ? group.gpus : [-1];
         for (const deviceId of devices) {
           for (let c = 0; c < (group.count ?? 1); c++) {
-            const spec: InstanceSpec = { name: `${group.name}_${c}`, kind, deviceId, index: index++ };
-            mv.instances.push(tracedInstance(await mv.backendModel.createInstance(spec), opts.clock));
+            specs.push({ name: `${group.name}_${c}`, kind, deviceId, index: specs.length });
             mv.groupOf.push(g);
           }
         }
       }
-      if (mv.instances.length === 0 && opts.config.platform !== 'ensemble') {
-        mv.instances.push(tracedInstance(await mv.backendModel.createInstance({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 }), opts.clock));
-      }
+      if (specs.length === 0 && opts.config.platform !== 'ensemble') specs.push({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 });
+      await mv.createInstances(specs);
       if (samples.length > 0) {
         const t1 = opts.clock.nowNs();
         await Promise.all(mv.instances.map((inst) => warmUpInstance(opts.config, inst, samples, opts.log)));
@@ -137,6 +138,24 @@ export class ModelVersion {
       await mv.freeParts();
       throw err;
     }
+  }
+
+  /**
+   * Creates the instances in spec order; all at once where the backend allows it (as Triton's
+   * backends that declare parallel instance loading: a model of N instances with a slow initialize
+   * loads in about the time of one). Every instance created is kept in `instances`, so a failure
+   * frees them all; the first failure is thrown once every creation is over.
+   */
+  private async createInstances(specs: readonly InstanceSpec[]): Promise<void> {
+    const create = async (spec: InstanceSpec) => tracedInstance(await this.backendModel!.createInstance(spec), this.clock);
+    if (!this.backendModel!.parallelInstances || specs.length < 2) {
+      for (const spec of specs) this.instances.push(await create(spec));
+      return;
+    }
+    const settled = await Promise.allSettled(specs.map(create));
+    for (const r of settled) if (r.status === 'fulfilled') this.instances.push(r.value);
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
   }
 
   /**
@@ -170,7 +189,9 @@ export class ModelVersion {
    */
   submit(req: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void): PendingRequest {
     if (this.state !== 'READY' || !this.scheduler) {
-      throw new TsiError('UNAVAILABLE', `Request for unknown model: '${this.name}' version ${this.version} is not at ready state`);
+      const err = new TsiError('UNAVAILABLE', `Request for unknown model: '${this.name}' version ${this.version} is not at ready state`);
+      req.trace?.requestEnd(err.message);
+      throw err;
     }
     // Classification is rare: the map exists only for requests that ask for it.
     let classification: Map<string, number> | undefined;
@@ -182,24 +203,23 @@ export class ModelVersion {
         if (typeof c === 'number') (classification ??= new Map()).set(o.name, c);
       }
     }
-    const pending = validateRequest(req, {
-      modelName: this.name,
-      config: this.config,
-      internalInputs: this.internalInputs,
-      sink: (resp, final) => {
-        if (resp instanceof TsiError) onResponse(resp, final);
-        else {
-          try {
-            onResponse(this.shapeResponse(req, pending, resp, classification), final);
-          } catch (err) {
-            onResponse(err instanceof TsiError ? err : new TsiError('INTERNAL', String(err)), final);
-          }
-        }
-      },
-    });
+    const trace = req.trace;
+    if (trace) {
+      // The response callback is wrapped only for traced requests: REQUEST_END, and the error if any.
+      const inner = onResponse;
+      onResponse = (r, final) => {
+        if (final) trace.requestEnd(r instanceof TsiError ? r.message : undefined);
+        inner(r, final);
+      };
+    }
+    const pending = this.validate(req, onResponse, classification);
     const now = this.clock.nowNs();
     pending.receivedNs = now;
-    pending.trace = req.trace;
+    if (trace) {
+      pending.trace = trace;
+      trace.mark('REQUEST_START', now);
+      trace.mark('QUEUE_START', now);
+    }
     pending.generation = req.generation;
     // The cache's key is the request's tensors and parameters: parsed generation parameters are neither.
     if (this.cache && !req.generation) {
@@ -210,6 +230,58 @@ export class ModelVersion {
       // Validated just now: receipt and queue start are the same instant.
       this.scheduler.enqueue(pending, now);
     }
+    return pending;
+  }
+
+  private validate(req: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, classification: Map<string, number> | undefined): PendingRequest {
+    const trace = req.trace;
+    if (!trace) return this.validated(req, onResponse, classification);
+    trace.version = this.version;
+    if (req.id) trace.requestId = req.id;
+    try {
+      return this.validated(req, onResponse, classification);
+    } catch (err) {
+      // Refused before it was queued: no response will come, so the trace ends here.
+      trace.requestEnd(err instanceof Error ? err.message : String(err));
+      throw err;
+    }
+  }
+
+  private validated(req: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, classification: Map<string, number> | undefined): PendingRequest {
+    // A model that is not decoupled answers once. A backend may still send that answer and then the
+    // final flag on its own (Triton's repeat backend under `decoupled: false`): the answer is held until
+    // the flag completes it; a second answer is an error, in Triton's words.
+    let held: ResponsePayload | undefined;
+    let answers = 0;
+    const pending = validateRequest(req, {
+      modelName: this.name,
+      config: this.config,
+      internalInputs: this.internalInputs,
+      sink: (resp, final) => {
+        if (!this.decoupled && !(resp instanceof TsiError)) {
+          const bare = final && resp.outputs.length === 0 && answers > 0;
+          if (!bare) answers++;
+          if (answers > 1) {
+            held = undefined;
+            if (final) onResponse(new TsiError('INTERNAL', `expected a single response, got ${answers}`), true);
+            return;
+          }
+          if (!final) {
+            held = resp;
+            return;
+          }
+          if (bare) resp = held!;
+        }
+        if (resp instanceof TsiError) onResponse(resp, final);
+        else {
+          try {
+            onResponse(this.shapeResponse(req, pending, resp, classification), final);
+          } catch (err) {
+            onResponse(err instanceof TsiError ? err : new TsiError('INTERNAL', String(err)), final);
+          }
+        }
+      },
+    });
     return pending;
   }
 
@@ -241,13 +313,19 @@ export class ModelVersion {
 
   /** Triton's classification extension: top-k "value:index[:label]" strings per batch row. */
   private classify(t: Tensor, k: number): OutputTensor {
-    if (t.datatype === 'BYTES' || t.datatype === 'FP16' || t.datatype === 'BF16') {
-      throw new TsiError('INVALID_ARG', `classification is not supported for output '${t.name}' of datatype ${t.datatype}`);
+    // Triton's texts (its frontend's classification.cc), then the output's name.
+    if (t.datatype === 'BYTES' || t.datatype === 'FP16' || t.datatype === 'BF16' || t.datatype === 'BOOL') {
+      throw new TsiError('INVALID_ARG', `class result not available for output due to unsupported type '${t.datatype}' (output '${t.name}' of model '${this.name}')`);
     }
     const batching = (this.config.max_batch_size ?? 0) > 0;
     const rows = batching ? (t.shape[0] ?? 1) : 1;
     const data = t.data as NumericArray;
     const classes = rows > 0 ? data.length / rows : 0;
+    // Sorting every class of a row costs its length: Triton bounds it.
+    if (classes > MAX_CLASSIFICATION_ELEMENTS) {
+      throw new TsiError('INVALID_ARG',
+        `classification output tensor too large (output '${t.name}' of model '${this.name}' has ${classes} elements per batch entry, at most ${MAX_CLASSIFICATION_ELEMENTS} can be classified)`);
+    }
     const labels = this.labels.get(t.name);
     const isFloat = t.datatype === 'FP32' || t.datatype === 'FP64';
     const kk = Math.min(k, classes);

@@ -48,6 +48,8 @@ export interface RepositoryOptions {
   rateLimiter?: RateLimiter;
   /** Models loaded at once by `loadAll` (tritonserver's --model-load-thread-count; default 4). */
   loadThreadCount?: number;
+  /** Times a version that fails to load is tried again (tritonserver's --model-load-retry-count; default 0). */
+  loadRetryCount?: number;
   /** Handed to every scheduler (Triton's scheduler test hook). */
   schedulerDelay?: SchedulerDelay;
 }
@@ -82,6 +84,10 @@ interface ModelEntry {
   explicitlyUnloaded: boolean;
   /** Registered but not loaded, to be loaded on its first request (residency.ts); the index shows why. */
   parked?: string;
+  /** The serving versions came from a load-API config override (no files), over this folder fingerprint. */
+  configOverride?: { fingerprint: string | undefined };
+  /** An ensemble's step models, from the config of its latest load (loading or loaded). */
+  steps?: ReadonlySet<string>;
 }
 
 /** The index's reason for a model that on-demand loading has not loaded (yet, or again). */
@@ -92,6 +98,8 @@ const VERSION_DIR = /^[1-9][0-9]*$/;
 export class ModelRepository {
   private readonly models = new Map<string, ModelEntry>();
   private readonly inflightLoads = new Map<string, Promise<void>>();
+  /** Loads begun and not over, per model (inflightLoads keeps the last one after it is over). */
+  private readonly loadsInProgress = new Map<string, number>();
   /** Model names seen by the last scan, for the index of an explicit-mode repository. */
   private known = new Set<string>();
   /**
@@ -138,6 +146,17 @@ export class ModelRepository {
   }
 
   /**
+   * Whether a load without overrides has nothing to do: the serving versions came from a config
+   * override and the model's folder has not changed since. Triton then keeps the override (a load
+   * reloads only what changed on disk); once the folder changes, the files there win.
+   */
+  async keepsConfigOverride(name: string): Promise<boolean> {
+    const e = this.models.get(name);
+    if (!e?.configOverride || e.versions.size === 0 || !e.source?.fingerprint) return false;
+    return (await e.source.fingerprint(name)) === e.configOverride.fingerprint;
+  }
+
+  /**
    * Registers models about to load as LOADING, so that readiness waits for every one of them, not
    * only for those whose load has begun (loads run a few at a time).
    */
@@ -181,8 +200,12 @@ export class ModelRepository {
     // At once, not when this load's turn comes: readiness must not see a gap before it begins.
     this.markLoading([name]);
     const prev = this.inflightLoads.get(name) ?? Promise.resolve();
+    this.loadsInProgress.set(name, (this.loadsInProgress.get(name) ?? 0) + 1);
     const next = prev.then(() => this.doLoad(name, overrides)).finally(() => {
       if (this.checkedSteps.get(name)?.loading) this.checkedSteps.delete(name);
+      const left = (this.loadsInProgress.get(name) ?? 1) - 1;
+      if (left > 0) this.loadsInProgress.set(name, left);
+      else this.loadsInProgress.delete(name);
     });
     this.inflightLoads.set(name, next.catch(() => {}));
     return next;
@@ -232,6 +255,7 @@ export class ModelRepository {
       if (!overrides && fingerprint !== undefined) this.checkedSteps.set(name, { fingerprint, config: pending, loading: true });
       else this.checkedSteps.delete(name);
       config = await pending;
+      e.steps = config.platform === 'ensemble' ? new Set((config.ensemble_scheduling?.step ?? []).map((s) => s.model_name ?? '')) : undefined;
       versions = await this.selectVersions(name, files, config);
     } catch (err) {
       return refuse(err, (msg) => `failed to load '${name}': ${msg}`);
@@ -256,32 +280,47 @@ export class ModelRepository {
     await Promise.all(versions.map(async (v) => {
       try {
         log.info(`loading: ${name}:${v}`);
-        const mv = await ModelVersion.load({
+        const loadOnce = () => ModelVersion.load({
           name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server, cache: this.opts.cache,
           metrics: this.opts.metrics, rateLimiter: this.opts.rateLimiter, schedulerDelay: this.opts.schedulerDelay,
         });
+        let mv: ModelVersion | undefined;
+        // As Triton: a failed version is created again, up to the retry count, before the load fails.
+        for (let attempt = 0; !mv; attempt++) {
+          try {
+            mv = await loadOnce();
+          } catch (err) {
+            if (attempt >= (this.opts.loadRetryCount ?? 0)) throw err;
+            log.warn(`failed to load '${name}' version ${v}: ${asTsiError(err).message}; retrying (${attempt + 1} of ${this.opts.loadRetryCount})`);
+          }
+        }
         if (config.platform === 'ensemble') this.completeEnsembleLabels(mv);
         loaded.set(v, mv);
-        log.info(`successfully loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);
+        log.info(`loaded '${name}' version ${v} on ${mv.devices().join(', ')}`);
       } catch (err) {
         const msg = asTsiError(err).message;
         failed.set(v, msg);
         log.error(`failed to load '${name}' version ${v}: ${msg}`);
       }
     }));
-    if (loaded.size === 0 && wasReady) {
-      // A failed reload keeps serving the old versions, as Triton does.
-      throw new TsiError('INVALID_ARG', `failed to reload '${name}': ${[...failed.values()].join('; ')}`);
-    }
+    // Triton's text for versions that did not load: `load failed for model '<m>': version <v> is at
+    // UNAVAILABLE state: <reason>;` for each.
+    const loadFailed = () => new TsiError('INVALID_ARG',
+      `load failed for model '${name}': ${[...failed].map(([v, msg]) => `version ${v} is at UNAVAILABLE state: ${msg};`).join('')}`);
+    // A failed reload keeps serving the old versions, as Triton does.
+    if (loaded.size === 0 && wasReady) throw loadFailed();
     const old = e.versions;
     e.versions = loaded;
+    e.configOverride = overrides?.configJson !== undefined && !overrides.files ? { fingerprint: e.fingerprint } : undefined;
     e.unavailable = new Map([...failed].map(([v, reason]) => [v, { state: 'UNAVAILABLE' as ModelState, reason }]));
     e.error = undefined;
     e.state = loaded.size > 0 ? 'READY' : 'UNAVAILABLE';
+    // Triton's line, once per load of the model however many versions it has (clients count them).
+    if (loaded.size > 0 && failed.size === 0) log.info(`successfully loaded '${name}'`);
     for (const [v, mv] of old) {
       void mv.unload().then(() => log.info(`successfully unloaded '${name}' version ${v}`));
     }
-    if (loaded.size === 0) throw new TsiError('INVALID_ARG', `failed to load '${name}': ${[...failed.values()].join('; ')}`);
+    if (loaded.size === 0) throw loadFailed();
   }
 
   private async prepareConfig(name: string, files: ModelFiles, configJson?: string): Promise<ModelConfig> {
@@ -391,12 +430,13 @@ export class ModelRepository {
     let chosen: number[];
     if (policy.all) chosen = all;
     else if (policy.specific) {
-      const want = policy.specific.versions ?? [];
-      const missing = want.filter((v) => !all.includes(v));
-      if (missing.length > 0) {
-        throw new TsiError('INVALID_ARG', `model '${name}': version_policy specifies version(s) ${missing.join(', ')} that do not exist in the repository`);
+      // As Triton: the listed versions that have a folder load, each missing one is logged.
+      chosen = [];
+      for (const v of new Set(policy.specific.versions ?? [])) {
+        if (all.includes(v)) chosen.push(v);
+        else this.opts.log.error(`version ${v} is specified for model '${name}', but the version directory is not present`);
       }
-      chosen = [...want].sort((a, b) => a - b);
+      chosen.sort((a, b) => a - b);
     } else chosen = all.slice(-(policy.latest?.num_versions ?? 1));
     if (chosen.length === 0) throw new TsiError('INVALID_ARG', `at least one version must be available under the version policy of model '${name}'`);
     return chosen;
@@ -429,8 +469,13 @@ export class ModelRepository {
   /** Unloads every version of a model; in-flight requests finish first. `park`: to be loaded again on demand. */
   async unload(name: string, park?: string): Promise<void> {
     const e = this.models.get(name);
-    if (!e) throw new TsiError('INVALID_ARG', `failed to unload '${name}', no version is available`);
-    await (this.inflightLoads.get(name) ?? Promise.resolve());
+    // Triton: unloading a model it does not know is a no-op that succeeds.
+    if (!e) return;
+    // As Triton's dependency graph: the model's own load, and those of the ensembles that run it,
+    // finish first (an ensemble loading its composing models must not see one leave under it).
+    const loading = this.dependents(name).filter((n) => this.loadsInProgress.has(n));
+    if (loading.length > 0) this.opts.log.info(`unloading '${name}' once the loads in progress of ${loading.map((n) => `'${n}'`).join(', ')} are over`);
+    await Promise.all([name, ...loading].map((n) => this.inflightLoads.get(n)));
     const old = e.versions;
     e.versions = new Map();
     e.explicitlyUnloaded = park === undefined;
@@ -441,6 +486,22 @@ export class ModelRepository {
       if (park === undefined) e.unavailable.set(v, { state: 'UNAVAILABLE', reason: 'unloaded' });
       this.opts.log.info(`successfully unloaded '${name}' version ${v}`);
     }));
+  }
+
+  /** The ensembles that run `name`, directly or through other ensembles. */
+  dependents(name: string): string[] {
+    const out = new Set<string>();
+    const visit = (m: string) => {
+      for (const [n, e] of this.models) {
+        if (!out.has(n) && e.steps?.has(m)) {
+          out.add(n);
+          visit(n);
+        }
+      }
+    };
+    visit(name);
+    out.delete(name);
+    return [...out];
   }
 
   async unloadAll(): Promise<void> {

@@ -325,7 +325,7 @@ export class DynamicBatchScheduler implements Scheduler {
         stats.pending--;
         stats.inflight--;
         stats.recordFailure(now - r.receivedNs, 'REJECTED', clock.epochMs());
-        r.send(timeoutExpiredError(r), true);
+        r.send(timeoutExpiredError(), true);
       }
       if (this.queue.size === 0) return;
       // Expiry needs a wake-up even while every instance is busy, so rejections are not late.

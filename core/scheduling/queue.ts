@@ -33,8 +33,8 @@ export function queuePolicy(p: ModelQueuePolicy | undefined): QueuePolicy {
 
 export const queueFullError = (r: PendingRequest) =>
   new TsiError('UNAVAILABLE', `${requestPrefix(r.id)}Exceeds maximum queue size`);
-export const timeoutExpiredError = (r: PendingRequest) =>
-  new TsiError('UNAVAILABLE', `${requestPrefix(r.id)}Request timeout expired`);
+/** Triton's text, bare whether or not the request has an id (its batchers answer with one shared status). */
+export const timeoutExpiredError = () => new TsiError('UNAVAILABLE', 'Request timeout expired');
 
 /** A FIFO with O(1) amortised shift, compacted lazily. */
 class Fifo<T> {

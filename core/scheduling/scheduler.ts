@@ -266,10 +266,14 @@ export async function runExecution(
   }
   const ex = new Execution(ctx, startNs ?? clock.nowNs(), opts.deferResponses === true && !ctx.decoupled);
   let rows = 0;
+  let padRows = 0;
   let counted = 0;
   for (let i = 0; i < batch.length; i++) {
     const r = batch[i]!;
-    if (uncounted?.has(r)) continue;
+    if (uncounted?.has(r)) {
+      padRows += r.batchSize;
+      continue;
+    }
     rows += r.batchSize;
     counted++;
     r.joinExecution(ex, i);
@@ -292,7 +296,7 @@ export async function runExecution(
     for (const r of batch) if (!r.completed) r.send(e, true);
   } finally {
     ex.executed = true;
-    stats.recordExecution(rows, ex.times);
+    stats.recordExecution(rows + padRows, ex.times, rows);
     end ??= clock.nowNs();
     const epochMs = clock.epochMs();
     for (let i = 0; i < batch.length; i++) {
@@ -336,6 +340,13 @@ function hasCancelled(batch: PendingRequest[]): boolean {
 }
 
 /** Answers the batch's cancelled requests with CANCELLED and returns the others. */
+/** Answers a request its client cancelled before it ran: a CANCELED failure in the statistics, Triton's CANCELLED. */
+export function answerCancelled(ctx: SchedulerContext, r: PendingRequest, now: number, epochMs: number): void {
+  ctx.stats.recordFailure(now - r.receivedNs, 'CANCELED', epochMs);
+  ctx.stats.inflight--;
+  r.send(new TsiError('CANCELLED', `${requestPrefix(r.id)}Request was cancelled`), true);
+}
+
 function dropCancelled(ctx: SchedulerContext, batch: PendingRequest[], behindOf: InstancePool | undefined, instance: BackendInstance): PendingRequest[] {
   const keep: PendingRequest[] = [];
   const now = ctx.clock.nowNs();
@@ -347,9 +358,7 @@ function dropCancelled(ctx: SchedulerContext, batch: PendingRequest[], behindOf:
       continue;
     }
     dropped++;
-    ctx.stats.recordFailure(now - r.receivedNs, 'CANCELED', epochMs);
-    ctx.stats.inflight--;
-    r.send(new TsiError('CANCELLED', `${requestPrefix(r.id)}Request was cancelled`), true);
+    answerCancelled(ctx, r, now, epochMs);
   }
   if (behindOf) behindOf.whenQueuedBatchStarts(instance, () => (ctx.stats.pending -= dropped));
   else ctx.stats.pending -= dropped;

@@ -18,7 +18,7 @@ import { decideBatch, batchPolicy, compatible, WakeTimer, type BatchPolicy } fro
 import { TsiError, invalidArg, unsupported } from '../errors.js';
 import type { ConfigDataType, ModelConfig, SequenceControl } from '../config/model-config.js';
 import { requestPrefix, type PendingRequest, type SequenceId } from '../request.js';
-import { InstancePool, STOPPING_MESSAGE, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
+import { InstancePool, STOPPING_MESSAGE, answerCancelled, runExecution, type Scheduler, type SchedulerContext } from './scheduler.js';
 import { allocate, elementCount, encodeString } from '../tensor.js';
 import type { DataType, NumericArray, Tensor } from '../types.js';
 
@@ -44,12 +44,21 @@ interface Sequence {
   key: string;
   id: SequenceId;
   slot?: Slot;
+  /** Its place in the backlog while it waits for a slot. */
+  backlog?: BacklogEntry;
   /** Implicit state by input name; undefined until the first step answered. */
   state?: Map<string, Tensor>;
   lastNs: number;
   /** Requests queued or executing: a busy sequence is never reaped. */
   open: number;
   ended: boolean;
+}
+
+interface BacklogEntry {
+  key: string;
+  items: Item[];
+  /** When its requests' shortest timeout runs out (clock ns), if any set one. */
+  expiresNs?: number;
 }
 
 interface Item {
@@ -128,7 +137,7 @@ export class SequenceBatcher implements Scheduler {
   private readonly lanes: Lane[] = [];
   private readonly freeSlots: Slot[] = [];
   private readonly seqs = new Map<string, Sequence>();
-  private readonly backlog: { key: string; items: Item[] }[] = [];
+  private readonly backlog: BacklogEntry[] = [];
   private readonly reaper: WakeTimer;
   private stopping = false;
   /** Only sequences in progress may go on (a stopping server); see `closeSequences`. */
@@ -220,7 +229,7 @@ export class SequenceBatcher implements Scheduler {
         log.warn(`sequence ${flags.id} for model '${this.model}' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.`);
       }
       // A restarted id keeps its slot (or backlog place); its old requests still run with the old state.
-      seq = { key, id: flags.id, slot: seq?.slot, lastNs: now, open: 0, ended: false };
+      seq = { key, id: flags.id, slot: seq?.slot, backlog: seq?.backlog, lastNs: now, open: 0, ended: false };
       this.seqs.set(key, seq);
     }
     seq = seq!;
@@ -231,7 +240,43 @@ export class SequenceBatcher implements Scheduler {
     stats.inflight++;
     const item: Item = { req: r, seq };
     if (this.iterative) r.onRelease = (again) => (again ? this.requeue(item) : this.release(item));
+    r.onCancel(() => this.cancelSequence(item));
     this.place(item);
+    // As Triton, the correlation ID is free again once its END is queued, not once it has run: a
+    // START with the same ID meanwhile is a new sequence (backlogged when no slot is free).
+    if (flags.end && this.seqs.get(key) === seq) this.seqs.delete(key);
+    this.dispatch();
+  }
+
+  /**
+   * A client cancelled a request still waiting (in its slot's queue or the backlog): as in Triton, the
+   * whole sequence is cancelled — every request of it still waiting is answered CANCELLED, and the
+   * sequence ends, freeing its slot for the backlog. A request already executing is left to finish.
+   */
+  private cancelSequence(item: Item): void {
+    const { seq } = item;
+    const mine = (i: Item) => i.seq === seq;
+    const slotQueue = item.slot?.queue;
+    const entry = slotQueue ? undefined : this.backlog.find((b) => b.items.some(mine));
+    const from = slotQueue ?? entry?.items;
+    if (!from || !from.includes(item)) return;
+    const dropped = from.filter(mine);
+    const kept = from.filter((i) => !mine(i));
+    from.splice(0, from.length, ...kept);
+    if (entry && kept.length === 0) this.backlog.splice(this.backlog.indexOf(entry), 1);
+    const now = this.ctx.clock.nowNs();
+    const epochMs = this.ctx.clock.epochMs();
+    this.ctx.log.verbose(1, `sequence ${seq.id} of model '${this.model}' cancelled: ${dropped.length} waiting request(s) cancelled`);
+    for (const i of dropped) {
+      this.ctx.stats.pending--;
+      seq.open--;
+      answerCancelled(this.ctx, i.req, now, epochMs);
+    }
+    if (this.seqs.get(seq.key) === seq) this.seqs.delete(seq.key);
+    seq.ended = true;
+    const slot = seq.slot;
+    seq.slot = undefined;
+    if (slot) this.maybeRelease(slot);
     this.dispatch();
   }
 
@@ -241,11 +286,20 @@ export class SequenceBatcher implements Scheduler {
     if (seq.slot) {
       item.slot = seq.slot;
       seq.slot.queue.push(item);
+    } else if (this.freeSlots.length > 0 && !seq.backlog) {
+      this.bind(this.freeSlots.shift()!, key, [item]);
     } else {
-      const waiting = this.backlog.find((b) => b.key === key);
-      if (waiting) waiting.items.push(item);
-      else if (this.freeSlots.length > 0) this.bind(this.freeSlots.shift()!, key, [item]);
-      else this.backlog.push({ key, items: [item] });
+      if (!seq.backlog) {
+        seq.backlog = { key, items: [] };
+        this.backlog.push(seq.backlog);
+      }
+      seq.backlog.items.push(item);
+      // A backlogged sequence lives as long as its requests' shortest timeout (Triton's backlog expiry).
+      const t = item.req.timeoutUs;
+      if (t > 0) {
+        const at = item.req.enqueuedNs + t * 1000;
+        if (seq.backlog.expiresNs === undefined || at < seq.backlog.expiresNs) seq.backlog.expiresNs = at;
+      }
     }
   }
 
@@ -284,8 +338,10 @@ export class SequenceBatcher implements Scheduler {
 
   private bind(slot: Slot, key: string, items: Item[]): void {
     slot.key = key;
-    this.seqs.get(key)!.slot = slot;
     for (const item of items) {
+      // The sequence (and one it restarted, sharing its place) may have queued its END already.
+      item.seq.slot = slot;
+      item.seq.backlog = undefined;
       item.slot = slot;
       slot.queue.push(item);
     }
@@ -366,7 +422,7 @@ export class SequenceBatcher implements Scheduler {
     void runExecution(this.ctx, this.pool, lane.instance, batch, { uncounted: padding });
   }
 
-  /** Direct: row i = slot i up to the highest ready slot; undefined rows become padding. */
+  /** Direct: row i = slot i up to the highest slot with a queued request; undefined rows become padding. */
   private takeDirect(lane: Lane, now: number): (Item | undefined)[] | undefined {
     let hi = -1;
     let ready = 0;
@@ -393,7 +449,8 @@ export class SequenceBatcher implements Scheduler {
         rows.push(lane.slots[i]!.queue.shift());
       } else rows.push(undefined);
     }
-    while (rows.length > 0 && rows[rows.length - 1] === undefined) rows.pop();
+    // Up to the highest slot with a queued request, even one left out for its shape: Triton pads it
+    // with a null request, and the batch size (its statistics) counts it.
     return rows;
   }
 
@@ -488,11 +545,34 @@ export class SequenceBatcher implements Scheduler {
 
   private armReaper(): void {
     for (const seq of this.seqs.values()) if (seq.slot && seq.open === 0) this.reaper.at(seq.lastNs + this.idleNs);
+    for (const b of this.backlog) if (b.expiresNs !== undefined) this.reaper.at(b.expiresNs);
+  }
+
+  /**
+   * Backlogged sequences whose timeout ran out before they got a slot: every request of theirs is
+   * refused with Triton's text, and the ID is forgotten (a later request of it must START again).
+   */
+  private expireBacklog(now: number): void {
+    for (let i = 0; i < this.backlog.length; i++) {
+      const b = this.backlog[i]!;
+      if (b.expiresNs === undefined || b.expiresNs > now) continue;
+      this.backlog.splice(i--, 1);
+      for (const { req, seq } of b.items) {
+        seq.backlog = undefined;
+        if (this.seqs.get(seq.key) === seq) this.seqs.delete(seq.key);
+        seq.ended = true;
+        seq.open--;
+        this.ctx.stats.pending--;
+        this.ctx.stats.inflight--;
+        req.send(new TsiError('UNAVAILABLE', 'timeout of the corresponding sequence has been expired'), true);
+      }
+    }
   }
 
   /** Releases the slots of sequences idle longer than max_sequence_idle_microseconds. */
   private reap(): void {
     const now = this.ctx.clock.nowNs();
+    this.expireBacklog(now);
     for (const seq of [...this.seqs.values()]) {
       if (!seq.slot || seq.open > 0 || now - seq.lastNs < this.idleNs) continue;
       this.ctx.log.verbose(1, `Reaper: sequence ${seq.id} of model '${this.model}': max sequence idle exceeded`);

@@ -36,11 +36,14 @@ export interface WebGpuProbe {
 
 const require = createRequire(import.meta.url);
 
-// Run by `node --input-type=module -e`: prints one JSON line with what Dawn reports.
+// Run by `node --input-type=module -e`: prints one JSON line with what Dawn reports. Dawn hides
+// shader-f16 on NVIDIA's Vulkan driver unless the adapter toggle vulkan_enable_f16_on_nvidia is on
+// (a conformance guard); onnxruntime's WebGPU provider turns it on for its own Dawn instance
+// (microsoft/onnxruntime#24782), so the probe does too and reports what the provider gets.
 const PROBE = `
 const { create, globals } = await import(process.argv[1]);
 Object.assign(globalThis, globals);
-const gpu = create([]);
+const gpu = create(['enable-dawn-features=vulkan_enable_f16_on_nvidia']);
 const seen = new Map();
 for (const o of [{ powerPreference: 'high-performance' }, { powerPreference: 'low-power' }, { forceFallbackAdapter: true }]) {
   const a = await gpu.requestAdapter(o).catch(() => null);

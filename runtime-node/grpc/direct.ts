@@ -34,8 +34,11 @@ export interface GrpcStatus {
 export interface DirectModelInfer {
   /** A status to answer at once (API key refused, protocol restricted), or undefined to go on. */
   admit(headers: IncomingHttpHeaders): GrpcStatus | undefined;
-  /** Runs one ModelInfer message; resolves to the answer's whole gRPC frame, in pieces to write back to back. */
-  infer(message: Buffer, onCancel: (cancel: () => void) => void): Promise<Uint8Array[]>;
+  /**
+   * Runs one ModelInfer message; resolves to the answer's whole gRPC frame, in pieces to write back
+   * to back. `headers`: the call's metadata (a client's `traceparent`, headers to forward).
+   */
+  infer(message: Buffer, onCancel: (cancel: () => void) => void, headers: IncomingHttpHeaders): Promise<Uint8Array[]>;
   /** The status of a failure `infer` threw. */
   status(err: unknown): GrpcStatus;
   /** Largest message accepted (grpc-js's grpc.max_receive_message_length). */
@@ -144,7 +147,7 @@ export function serveModelInfer(stream: ServerHttp2Stream, headers: IncomingHttp
       if (ended) cancel();
       else (cancels ??= []).push(cancel);
     };
-    d.infer(body.subarray(5), onCancel).then(
+    d.infer(body.subarray(5), onCancel, headers).then(
       (answer) => end({ code: OK, details: 'OK' }, answer),
       (err) => end(d.status(err)),
     );

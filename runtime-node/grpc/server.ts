@@ -34,8 +34,8 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import {
-  TsiError, asTsiError, attachTrace, checkTraceModel, grpcCategory, parseTraceUpdate, putEntry, traceSettingsJson,
-  type AuthRefusal, type ErrorCode, type InferenceServer, type InferResponse, type Restrictions, type ServerExtensions,
+  TsiError, asTsiError, attachTrace, checkTraceModel, forwardHeaders, traceContextOf, grpcCategory, parseTraceUpdate, putEntry, traceSettingsJson,
+  type AuthRefusal, type ErrorCode, type InferenceServer, type InferRequest, type InferResponse, type Restrictions, type ServerExtensions,
 } from '../../core/index.js';
 import {
   decodeInferRequest, encodeInferResponse, encodeStreamError, encodeStreamResponse, grpcVersion, logSettingsFromProto, logSettingsToProto,
@@ -111,6 +111,33 @@ export interface GrpcOptions {
    * then, to send the HTTP/2 preface and SETTINGS before it is closed (default 60 s, as HTTP's head).
    */
   handshakeTimeoutMs?: number;
+  /** --grpc-header-forward-pattern: metadata whose keys match reach the model as request parameters. */
+  headerForwardPattern?: RegExp;
+  /**
+   * --grpc-max-response-pool-size: how many responses a stream may hold written but not yet handed to
+   * HTTP/2 before it stops reading further requests (on top of STREAM_LIMITS' byte bounds).
+   */
+  maxResponsePoolSize?: number;
+}
+
+/**
+ * A call's metadata as (key, value) pairs for --grpc-header-forward-pattern: text values only, and
+ * none of the transport's own keys (pseudo-headers, content-type, te, grpc-*), which grpc-js keeps
+ * out of a call's metadata and direct.ts sees among the stream's headers.
+ */
+type Forwarder = (request: InferRequest) => void;
+
+function forwarder(pattern: RegExp | undefined, metadata: () => Iterable<[string, unknown]>): Forwarder | undefined {
+  if (!pattern) return undefined;
+  return (request) => {
+    const pairs: [string, string][] = [];
+    for (const [k, v] of metadata()) {
+      if (k.startsWith(':') || k.startsWith('grpc-') || k === 'content-type' || k === 'te') continue;
+      const first = Array.isArray(v) ? v[0] : v;
+      if (typeof first === 'string') pairs.push([k, first]);
+    }
+    forwardHeaders(pattern, pairs, request);
+  };
 }
 
 const GRPC_HANDSHAKE_TIMEOUT_MS = 60_000;
@@ -229,7 +256,9 @@ function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: Re
       if (refusal) return refusalStatus(refusal);
       return restriction('ModelInfer', header, opts.restrictedProtocol);
     },
-    infer: async (message, onCancel) => modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame),
+    infer: async (message, onCancel, headers) => modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame,
+      (key) => { const v = headers[key]; return Array.isArray(v) ? v[0] : v; },
+      forwarder(opts.headerForwardPattern, () => Object.entries(headers))),
     status: (err) => toStatus(err) as GrpcStatus,
     maxMessageBytes: MAX_MESSAGE_BYTES,
     calls: 0,
@@ -248,6 +277,11 @@ function restriction(method: string, header: (key: string) => unknown, r?: Restr
 
 /** The first value of a metadata key, as restriction() reads it from grpc-js's calls. */
 const fromMetadata = (metadata: grpc.Metadata) => (key: string) => metadata.get(key)[0];
+/** The same, as a string (binary metadata values never carry what is read this way). */
+const metadataValue = (metadata: grpc.Metadata) => (key: string): string | undefined => {
+  const v = metadata.get(key)[0];
+  return v === undefined ? undefined : String(v);
+};
 
 /** The status an API-key refusal ends a call with. */
 function refusalStatus(refusal: AuthRefusal): { code: grpc.status; details: string } {
@@ -298,7 +332,8 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
       } catch (err) {
         return callback(toStatus(err));
       }
-      modelInfer(server, ext, msg, onCancel, encodeInferResponse).then((res) => callback(null, res), (err) => callback(toStatus(err)));
+      const forward = forwarder(opts.headerForwardPattern, () => Object.entries(call.metadata.getMap()));
+      modelInfer(server, ext, msg, onCancel, encodeInferResponse, metadataValue(call.metadata), forward).then((res) => callback(null, res), (err) => callback(toStatus(err)));
     },
     ModelStreamInfer: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
       const denied = restriction('ModelStreamInfer', fromMetadata(call.metadata), opts.restrictedProtocol);
@@ -306,7 +341,8 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
         call.emit('error', denied);
         return;
       }
-      streamInfer(server, ext, call, decoders.ModelStreamInfer!);
+      streamInfer(server, ext, call, decoders.ModelStreamInfer!, forwarder(opts.headerForwardPattern, () => Object.entries(call.metadata.getMap())),
+        opts.maxResponsePoolSize);
     },
     RepositoryIndex: unary('RepositoryIndex', async (req) => {
       noRepositoryName(req);
@@ -352,7 +388,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
     }),
     CudaSharedMemoryStatus: unary('CudaSharedMemoryStatus', (req) => ({ regions: Object.fromEntries(cuda(req.name).map((r) => [r.name, r])) })),
     CudaSharedMemoryRegister: unary('CudaSharedMemoryRegister', (req) => ext.sharedMemory.registerCuda(req.name)),
-    CudaSharedMemoryUnregister: unary('CudaSharedMemoryUnregister', () => ({})),
+    CudaSharedMemoryUnregister: unary('CudaSharedMemoryUnregister', () => (ext.sharedMemory.unregisterCuda(), {})),
     TraceSetting: unary('TraceSetting', (req) => {
       const model: string | undefined = req.model_name || undefined;
       if (model) checkTraceModel(server, model);
@@ -380,25 +416,38 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
 /** One ModelInfer; `encode` writes the answer (one buffer for grpc-js, frame pieces for direct.ts). */
 async function modelInfer<T>(
   server: InferenceServer, ext: ServerExtensions, msg: Obj, onCancel: (cancel: () => void) => void,
-  encode: (resp: InferResponse, inShm?: ReadonlySet<string>) => T,
+  encode: (resp: InferResponse, inShm?: ReadonlySet<string>) => T, header: (key: string) => string | undefined,
+  /** With --grpc-header-forward-pattern: adds the call's matching metadata to the request's parameters. */
+  forward?: Forwarder,
 ): Promise<T> {
-  const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
+  const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() }, traceContextOf(header));
   try {
     const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
-    if (shmInputs.length > 0) await ext.sharedMemory.readInputs(request, shmInputs);
-    if (shmOutputs.size > 0) ext.sharedMemory.checkOutputs(shmOutputs);
-    if (trace) {
-      attachTrace(request, trace);
-      trace.requestId = request.id ?? '';
+    forward?.(request);
+    const release = ext.sharedMemory.hold(shmInputs, shmOutputs);
+    let resp: InferResponse;
+    let inShm: Set<string> | undefined;
+    try {
+      if (shmInputs.length > 0) await ext.sharedMemory.readInputs(request, shmInputs);
+      if (shmOutputs.size > 0) ext.sharedMemory.checkOutputs(shmOutputs);
+      if (trace) {
+        attachTrace(request, trace);
+        trace.requestId = request.id ?? '';
+      }
+      resp = await server.infer(request, { onCancel });
+      if (trace) {
+        trace.mark('INFER_RESPONSE_COMPLETE');
+        trace.version = Number(resp.model_version);
+      }
+      inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
+    } finally {
+      if (release) await release();
     }
-    const resp = await server.infer(request, { onCancel });
-    if (trace) {
-      trace.mark('REQUEST_END');
-      trace.version = Number(resp.model_version);
-    }
-    const inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
     trace?.mark('GRPC_SEND_START');
     return encode(resp, inShm);
+  } catch (err) {
+    if (trace) trace.error ??= asTsiError(err).message;
+    throw err;
   } finally {
     trace?.finish();
   }
@@ -413,12 +462,16 @@ async function modelInfer<T>(
  */
 export const STREAM_LIMITS = { inflight: 1024, high: 8 * 1024 * 1024, low: 2 * 1024 * 1024, cap: 256 * 1024 * 1024 };
 
-function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.ServerDuplexStream<Buffer, Buffer>, decode: RequestDecoder): void {
+function streamInfer(
+  server: InferenceServer, ext: ServerExtensions, call: grpc.ServerDuplexStream<Buffer, Buffer>, decode: RequestDecoder,
+  forward: Forwarder | undefined, responsePool = Infinity,
+): void {
   let pending = 0;
   let halfClosed = false;
   let closed = false;
-  /** Bytes written to the call and not yet handed to HTTP/2, and whether reading is paused. */
+  /** Bytes and responses written to the call and not yet handed to HTTP/2, and whether reading is paused. */
   let backlog = 0;
+  let unsent = 0;
   let paused = false;
   /** Cancels every request of the stream still running when the client cancels the call. */
   const cancels = new Set<() => void>();
@@ -429,22 +482,24 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
   /** Reading stops while too much is in flight or unsent, and starts again once both have come down. */
   const flow = () => {
     if (closed) return;
-    if (!paused && (pending >= STREAM_LIMITS.inflight || backlog > STREAM_LIMITS.high)) {
+    if (!paused && (pending >= STREAM_LIMITS.inflight || backlog > STREAM_LIMITS.high || unsent >= responsePool)) {
       paused = true;
       call.pause();
-    } else if (paused && pending < STREAM_LIMITS.inflight && backlog <= STREAM_LIMITS.low) {
+    } else if (paused && pending < STREAM_LIMITS.inflight && backlog <= STREAM_LIMITS.low && unsent < responsePool) {
       paused = false;
       call.resume();
     }
   };
   const sent = (n: number) => () => {
     backlog -= n;
+    unsent--;
     flow();
   };
   const write = (m: Buffer) => {
     if (closed || call.cancelled) return;
     const n = m.byteLength;
     backlog += n;
+    unsent++;
     if (backlog > STREAM_LIMITS.cap) {
       closed = true;
       cancelAll();
@@ -467,6 +522,8 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
   // A client that sends `triton_grpc_error: true` wants the first error an inference answers with to
   // end the stream with its status (Triton's grpc error mode); the stream's other requests are cancelled.
   const errorEnds = call.metadata.get('triton_grpc_error')[0] === 'true';
+  // A stream's metadata comes once: every request on it continues the client's trace, if it sent one.
+  const traceContext = traceContextOf(metadataValue(call.metadata));
   /** An inference's own error: inside the stream, flagged like any response, or the stream's end. */
   const failed = (msg: Obj, err: unknown, final: boolean) => {
     if (!errorEnds) return write(encodeStreamError(msg, asTsiError(err), { triton_final_response: final }));
@@ -485,11 +542,14 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
       fail({}, err);
       return;
     }
-    const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() });
+    const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() }, traceContext);
     // Responses of one request are written in order even though shared-memory writes are async.
     let chain = Promise.resolve();
+    let release: (() => Promise<void>) | undefined;
     try {
       const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
+      forward?.(request);
+      release = ext.sharedMemory.hold(shmInputs, shmOutputs);
       const enableEmptyFinal = request.parameters?.triton_enable_empty_final_response === true;
       if (shmInputs.length > 0) await ext.sharedMemory.readInputs(request, shmInputs);
       if (shmOutputs.size > 0) ext.sharedMemory.checkOutputs(shmOutputs);
@@ -501,7 +561,7 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
       let cancel: (() => void) | undefined;
       await server.inferStream(request, (resp, final) => {
         if (final && cancel) cancels.delete(cancel);
-        if (final && trace) trace.mark('REQUEST_END');
+        if (final && trace) trace.mark('INFER_RESPONSE_COMPLETE');
         chain = chain.then(async () => {
           if (resp instanceof TsiError) return failed(msg, resp, final);
           // A decoupled model's bare "final" flag is only sent when the client asked for it.
@@ -527,6 +587,7 @@ function streamInfer(server: InferenceServer, ext: ServerExtensions, call: grpc.
       chain = chain.then(() => fail(msg, err));
     } finally {
       await chain;
+      if (release) await release();
       trace?.finish();
     }
   };

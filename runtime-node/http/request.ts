@@ -55,12 +55,27 @@ export function parseHead(text: string): Head {
   return { method: m[1]!, target: m[2]!, minor: Number(m[3]), headers, raw };
 }
 
+/** Pieces below this size, once a body has many, are copied into shared blocks of BLOCK bytes. */
+const SMALL = 4096;
+const BLOCK = 64 * 1024;
+const FEW = 8;
+
 /** The body of one request, as it arrives: collected for a reader, or streamed to the app. */
 export class Body {
   private chunks: Uint8Array[] = [];
+  /**
+   * Where small pieces are copied once the body has FEW of them: a body sent as tens of thousands of
+   * tiny chunks would otherwise hold one view object each, long enough for the garbage collector to
+   * promote them all to the old generation (Triton's many-chunks test saw the heap, and RSS, grow
+   * by ~50 MiB over 100 such requests).
+   */
+  private block?: Uint8Array;
+  private blockUsed = 0;
   private total = 0;
   private limit = Infinity;
   private alignAt?: number;
+  /** A raw binary infer body: Triton words its size refusal differently. */
+  private raw = false;
   private ended = false;
   private failure?: Error;
   private waiter?: { resolve: (b: Uint8Array) => void; reject: (e: Error) => void };
@@ -74,6 +89,18 @@ export class Body {
    */
   constructor(private readonly pause: () => void, private readonly resume: () => void) {}
 
+  /** `buf[start, end)`: copied straight into the block when it is small and kept, with no view made. */
+  pushRange(buf: Buffer, start: number, end: number): void {
+    const n = end - start;
+    if (this.discard || this.stream || n >= SMALL || this.chunks.length < FEW || this.total + n > this.limit) {
+      this.push(buf.subarray(start, end));
+      return;
+    }
+    this.total += n;
+    buf.copy(this.room(n), this.blockUsed, start, end);
+    this.blockUsed += n;
+  }
+
   push(b: Uint8Array): void {
     if (this.discard) return;
     if (this.stream) {
@@ -84,12 +111,44 @@ export class Body {
       return;
     }
     this.total += b.byteLength;
-    if (this.total <= this.limit) this.chunks.push(b);
+    if (this.total <= this.limit) this.keep(b);
     else {
       // Refused as soon as the limit is crossed, not when the client has finished sending.
-      this.chunks.length = 0;
+      this.drop();
       this.settle();
     }
+  }
+
+  private keep(b: Uint8Array): void {
+    if (b.byteLength >= SMALL || this.chunks.length < FEW) {
+      this.flush();
+      this.chunks.push(b);
+      return;
+    }
+    this.room(b.byteLength).set(b, this.blockUsed);
+    this.blockUsed += b.byteLength;
+  }
+
+  /** The block with room for `n` more bytes at `blockUsed` (a new one when the current is full). */
+  private room(n: number): Uint8Array {
+    if (!this.block || this.blockUsed + n > BLOCK) {
+      this.flush();
+      this.block = new Uint8Array(BLOCK);
+    }
+    return this.block;
+  }
+
+  /** The block being filled joins the chunks (in order, before whatever comes next). */
+  private flush(): void {
+    if (this.block && this.blockUsed > 0) this.chunks.push(this.block.subarray(0, this.blockUsed));
+    this.block = undefined;
+    this.blockUsed = 0;
+  }
+
+  private drop(): void {
+    this.chunks.length = 0;
+    this.block = undefined;
+    this.blockUsed = 0;
   }
 
   end(): void {
@@ -123,7 +182,8 @@ export class Body {
   read(limit: number, alignAt?: number): Promise<Uint8Array> {
     this.limit = limit;
     this.alignAt = alignAt;
-    if (this.total > limit) this.chunks.length = 0;
+    this.raw = alignAt === 0;
+    if (this.total > limit) this.drop();
     return new Promise((resolve, reject) => {
       this.waiter = { resolve, reject };
       this.settle();
@@ -134,6 +194,7 @@ export class Body {
     return new ReadableStream<Uint8Array>({
       start: (controller) => {
         this.stream = controller;
+        this.flush();
         for (const c of this.chunks) controller.enqueue(c);
         this.chunks = [];
         if (this.failure) controller.error(this.failure);
@@ -151,9 +212,12 @@ export class Body {
     const w = this.waiter;
     if (!w) return;
     if (this.failure) w.reject(this.failure);
-    else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit));
+    else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit, this.raw));
     else if (!this.ended) return;
-    else w.resolve(concatBytes(this.chunks, this.alignAt));
+    else {
+      this.flush();
+      w.resolve(concatBytes(this.chunks, this.alignAt));
+    }
     this.waiter = undefined;
   }
 }

@@ -17,22 +17,27 @@
  *
  * A KIND_GPU instance's session tries the GPU providers the onnxruntime backend would (WebGPU with the
  * bundled binary), then the CPU; on WebGPU every run holds the process-wide lock (gpu/lock.ts), since
- * all WebGPU sessions of the process share onnxruntime's one device. The caches still live here, in
- * this thread's memory: the batch is re-laid out between steps in JavaScript (kv-batch.ts), so each
- * step uploads them and reads the new ones back.
+ * all WebGPU sessions of the process share onnxruntime's one device. There the decoding worker keeps
+ * the caches on the device (`deviceCaches`, device-kv.ts): presents stay as device tensors fed back as
+ * the next past, batch changes run on the device, and only ids (or a sampled step's last-position
+ * logits) come back. A prefill worker (its caches handed to another thread) and an instance with
+ * `kv_cache_location: host` keep them in this thread's memory, and each step moves them across; the
+ * bytes that cross are counted either way (`device` in each result).
  */
 
 import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 // Direct module imports, not core/index.js: the worker needs only these.
-import type { DecoderLayout, StepRequest, StepResult } from '../../core/llm/decoder.js';
-import { KvBatch, type KvArray, type KvGroup, type TensorKit } from '../../core/llm/kv-batch.js';
+import type { DecoderLayout, DeviceUse, StepRequest, StepResult } from '../../core/llm/decoder.js';
+import { KvBatch, type KvGroup, type TensorKit } from '../../core/llm/kv-batch.js';
+import { isHostKv, type KvArray } from '../../core/llm/kv-moves.js';
 import { argmaxRows, autoDecode } from '../../core/llm/auto-decode.js';
 import type { ProviderChoice } from '../gpu/providers.js';
 import { gpuLocked } from '../gpu/lock.js';
 import { openSession } from '../onnx/session-options.js';
 import { movable } from '../worker-instance.js';
+import { DeviceKv, countBytes, type BusBytes } from './device-kv.js';
 
 export interface DecoderInit {
   modelPath?: string;
@@ -45,6 +50,8 @@ export interface DecoderInit {
   layout: DecoderLayout;
   /** Added to this thread's nice value (and its ORT threads', made after it) before the session. */
   nice?: number;
+  /** On WebGPU, keep the KV caches (and logits) on the device (device-kv.ts). */
+  deviceCaches?: boolean;
 }
 
 /** `parts`: a prefill run in parts answers part by part (only with `handOff`: each part's caches go with it). */
@@ -57,7 +64,7 @@ export type DecoderWorkerReply =
   | { kind: 'init-error'; message: string }
   | { kind: 'result'; id: number; result: StepResult; groups?: KvGroup[] }
   | { kind: 'part'; id: number; rows: readonly number[]; result: StepResult; groups: KvGroup[] }
-  | { kind: 'tokens'; id: number; seqs: number[]; tokens: Int32Array; inferNs: number; inputNs: number; kvBytes: number; random?: Uint32Array }
+  | { kind: 'tokens'; id: number; seqs: number[]; tokens: Int32Array; inferNs: number; inputNs: number; kvBytes: number; random?: Uint32Array; device?: DeviceUse }
   | { kind: 'error'; id: number; message: string };
 
 const port = parentPort!;
@@ -65,17 +72,41 @@ const init = (workerData as { data: DecoderInit }).data;
 let session: ort.InferenceSession | undefined;
 /** Set once the session runs on WebGPU. */
 let gpuLock: Int32Array | undefined;
-const batch = new KvBatch(init.layout);
+let batch = new KvBatch(init.layout);
 const kvType = init.layout.kvType;
+/** The caches on the device (WebGPU with `deviceCaches`). */
+let device: DeviceKv | undefined;
+/** Bytes across the bus, counted while the session runs on a GPU provider. */
+let bus: BusBytes | undefined;
 
 const kit: TensorKit<ort.Tensor> = {
-  int64: (data, dims) => new ort.Tensor('int64', data, dims),
-  bool: (data, dims) => new ort.Tensor('bool', data, dims),
-  kv: (data: KvArray, dims) => new ort.Tensor(kvType, data, dims),
-  data: (t) => t.data as Float32Array | Uint16Array,
+  int64: (data, dims) => input(new ort.Tensor('int64', data, dims)),
+  bool: (data, dims) => input(new ort.Tensor('bool', data, dims)),
+  kv: (data, dims) => {
+    if (device) return device.feed(data, dims);
+    if (bus) countBytes(bus.toDevice, 'kv', (data as KvArray).byteLength);
+    return new ort.Tensor(kvType, data as KvArray, dims);
+  },
+  data: (t) => {
+    if (bus) countBytes(bus.toHost, 'logits', (t.data as KvArray).byteLength);
+    return t.data as Float32Array | Uint16Array;
+  },
+  keep: (t) => {
+    if (device) return device.keep(t);
+    if (bus) countBytes(bus.toHost, 'kv', (t.data as KvArray).byteLength);
+    return t.data as KvArray;
+  },
   dims: (t) => t.dims,
   run: (feeds, fetches) => gpuLocked(gpuLock, () => session!.run(feeds, fetches) as Promise<Record<string, ort.Tensor>>),
 };
+
+function input(t: ort.Tensor): ort.Tensor {
+  if (bus) countBytes(bus.toDevice, 'inputs', (t.data as ArrayBufferView).byteLength);
+  return t;
+}
+
+/** What the session holds on the device and has moved so far (undefined on the CPU). */
+const deviceUse = (): DeviceUse | undefined => bus && { tensors: device?.live.size ?? 0, toDevice: { ...bus.toDevice }, toHost: { ...bus.toHost } };
 
 async function start(): Promise<void> {
   if (init.nice) {
@@ -86,13 +117,24 @@ async function start(): Promise<void> {
       // Not allowed here (some sandboxes): the steps just run at the server's priority.
     }
   }
-  const opened = await openSession(ort, init.modelPath ?? init.modelBytes!, init.sessionOptions, init.providers, init.gpuLock);
+  // Presents and logits stay where the model ran: the host reads only what device-kv.ts brings back.
+  const L = init.layout;
+  const onDevice = init.deviceCaches
+    ? { preferredOutputLocation: Object.fromEntries([L.logits, ...L.present.flatMap((p) => [p.key, p.value])].map((n) => [n, 'gpu-buffer' as const])) }
+    : {};
+  const opened = await openSession(ort, init.modelPath ?? init.modelBytes!, init.sessionOptions, init.providers, init.gpuLock, onDevice);
   if (!opened.session) {
     port.postMessage({ kind: 'init-error', message: opened.failures.join('; ') } satisfies DecoderWorkerReply);
     return;
   }
   session = opened.session;
   gpuLock = opened.lock;
+  if (opened.provider !== 'cpu') bus = { toDevice: {}, toHost: {} };
+  if (opened.provider === 'webgpu' && init.deviceCaches) {
+    device = new DeviceKv(ort, init.layout, gpuLock, bus!);
+    batch = new KvBatch(init.layout, device);
+    kit.readLogits = (t, greedy) => device!.readLogits(t, greedy);
+  }
   port.postMessage({ kind: 'ready', provider: opened.provider, failures: opened.failures } satisfies DecoderWorkerReply);
 }
 
@@ -117,6 +159,8 @@ port.on('message', (msg: DecoderWorkerRequest | DecoderWorkerSteer | 'close') =>
 
 async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
   if (msg === 'close') {
+    batch.dispose();
+    await device?.close();
     await gpuLocked(gpuLock, async () => session?.release());
     port.close();
     return;
@@ -129,6 +173,7 @@ async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
       result.tokens = argmaxRows(result.logits, result.vocab);
       result.logits = undefined;
     }
+    result.device = deviceUse();
     const transfer = new Set<ArrayBuffer>();
     // The logits may be onnxruntime's output itself (kv-batch copies them only when it must).
     if (result.logits) result.logits = movable(result.logits, transfer, true) as Float32Array;
@@ -159,7 +204,7 @@ async function runAuto(id: number, req: Extract<StepRequest, { kind: 'decode' }>
   steering = steer;
   try {
     return await autoDecode(batch, kit, req, steer, (seqs, tokens, r, random) => {
-      port.postMessage({ kind: 'tokens', id, seqs, tokens, inferNs: r.inferNs, inputNs: r.inputNs, kvBytes: r.kvBytes, random } satisfies DecoderWorkerReply);
+      port.postMessage({ kind: 'tokens', id, seqs, tokens, inferNs: r.inferNs, inputNs: r.inputNs, kvBytes: r.kvBytes, random, device: deviceUse() } satisfies DecoderWorkerReply);
     }, () => new Promise((resolve) => setImmediate(resolve)));
   } finally {
     steering = undefined;
@@ -168,7 +213,7 @@ async function runAuto(id: number, req: Extract<StepRequest, { kind: 'decode' }>
 
 /** Cache groups ready to post: their arrays transferred (copied first only when a view shares its buffer). */
 function movableGroups(groups: KvGroup[], transfer: Set<ArrayBuffer>): KvGroup[] {
-  return groups.map((g) => ({ ...g, kv: g.kv.map((a) => movable(a, transfer, true) as KvArray) }));
+  return groups.map((g) => ({ ...g, kv: g.kv.map((a) => (isHostKv(a) ? movable(a, transfer, true) as KvArray : a)) }));
 }
 
 void start();

@@ -13,6 +13,10 @@
  * A KIND_GPU instance runs its decoder on the GPU providers the onnxruntime backend would try
  * (candidateProviders: WebGPU with the bundled binary, CUDA where installed), else on the CPU with a
  * warning, as a KIND_GPU onnxruntime model does; the placement is logged and reported the same way.
+ * There it keeps its KV caches on the device (`kv_cache_location`, default `device`; device-kv.ts)
+ * and prefills in the decoding worker unless `separate_prefill` says otherwise: a prefill worker's
+ * caches would have to cross to the host and back to change threads, and both sessions share one
+ * device (and its lock) anyway.
  */
 
 import { readdirSync, statSync } from 'node:fs';
@@ -21,7 +25,7 @@ import { basename, dirname, join } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import {
   TsiError, VARIANT_RULES, allGpu, createLlmBackend,
-  type Backend, type InstancePlacement, type MemoryFacts, type DecoderRuntime, type DecoderSession, type KvGroup, type ModelConfig, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult,
+  type Backend, type InstancePlacement, type KvArray, type MemoryFacts, type DecoderRuntime, type DecoderSession, type KvGroup, type ModelConfig, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult,
 } from '../../core/index.js';
 import { candidateProviders, vulkanHint } from '../gpu/index.js';
 import { WEBGPU_LOCK } from '../gpu/lock.js';
@@ -29,7 +33,7 @@ import { placementOf } from '../onnx/backend.js';
 import { sessionOptions } from '../onnx/session-options.js';
 import { readOnnxIo } from '../onnx/info.js';
 import { startWorkerInstance, stopWorker } from '../worker-instance.js';
-import type { AutoTokens, PrefillPart } from '../../core/llm/decoder.js';
+import type { AutoTokens, DeviceUse, PrefillPart } from '../../core/llm/decoder.js';
 import type { DecoderInit, DecoderWorkerReply, DecoderWorkerRequest, DecoderWorkerSteer } from './decoder-worker.js';
 
 export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
@@ -48,11 +52,12 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       for (const name of readdirSync(dir)) {
         if (name === basename(local) || name.startsWith(`${basename(local)}_data`)) weightBytes += statSync(join(dir, name)).size;
       }
-      return { weightBytes, sessionsPerInstance: separatePrefill(ctx.config) ? 2 : 1, machineBytes: machineBytes() };
+      return { weightBytes, sessionsPerInstance: separatePrefill(ctx.config, allGpu(ctx.config)) ? 2 : 1, machineBytes: machineBytes() };
     },
     async open({ ctx, spec, path, layout, instanceCount }) {
       const local = ctx.files.localPath?.(path);
-      const separate = separatePrefill(ctx.config);
+      const gpu = spec.kind === 'KIND_GPU';
+      const separate = separatePrefill(ctx.config, gpu);
       const { providers, notes } = candidateProviders(ctx.config, spec);
       const init: DecoderInit = {
         modelPath: local,
@@ -65,6 +70,7 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
         providers,
         gpuLock: WEBGPU_LOCK,
         layout,
+        deviceCaches: gpu && kvCacheLocation(ctx.config) === 'device',
       };
       const name = ctx.config.name ?? 'llm';
       const decodeThreads = threadCount(ctx.config, 'decode_thread_count');
@@ -73,7 +79,7 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       const start = (i: DecoderInit) => startWorkerInstance<DecoderWorkerReply>('llm/decoder-worker', i, `failed to create the decoder session of '${name}'`);
       // The prefill session takes the decoder's threads too (a prompt is the most parallel work
       // there is), but they sleep between prompts instead of spinning against the decoding ones.
-      const prefillInit: DecoderInit = { ...init, sessionOptions: { ...init.sessionOptions, intraOpNumThreads: prefillThreads, extra: { session: { intra_op: { allow_spinning: '0' } } } } };
+      const prefillInit: DecoderInit = { ...init, deviceCaches: false, sessionOptions: { ...init.sessionOptions, intraOpNumThreads: prefillThreads, extra: { session: { intra_op: { allow_spinning: '0' } } } } };
       const [decode, prefill] = await Promise.allSettled(separate ? [start({ ...init, nice: DECODE_NICE }), start(prefillInit)] : [start(init)]);
       if (decode.status === 'rejected' || prefill?.status === 'rejected') {
         for (const r of [decode, prefill]) if (r?.status === 'fulfilled') await stopWorker(r.value.worker);
@@ -86,6 +92,7 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       const failures = ready.failures.map((f) => (f.startsWith('webgpu:') && /adapter/i.test(f) ? `${f} (${vulkanHint()})` : f));
       const placement = await placementOf(spec, ready.provider, [...notes, ...failures]);
       const where = `${name} (${spec.name})`;
+      ctx.log.verbose(1, `${where}: decoder session ${init.sessionOptions.intraOpNumThreads} intra-op thread(s)${separate ? `, prefill session ${prefillThreads}` : ''}`);
       const skipped = placement.notes!.length > 0 ? `; ${placement.notes!.join('; ')}` : '';
       if (spec.kind === 'KIND_GPU' && placement.kind !== 'KIND_GPU') {
         ctx.log.warn(`${where}: KIND_GPU instance runs on the CPU: no GPU execution provider could be used${skipped}`);
@@ -124,11 +131,21 @@ function threadCount(config: ModelConfig, key: string): number | undefined {
   return n;
 }
 
-function separatePrefill(config: ModelConfig): boolean {
+/** Whether prefills run in a worker of their own: by default on the CPU, not on a GPU (see the file's head). */
+function separatePrefill(config: ModelConfig, gpu: boolean): boolean {
   const v = config.parameters?.separate_prefill?.string_value?.trim().toLowerCase();
-  if (v === undefined || v === '' || v === 'true' || v === '1') return true;
+  if (v === undefined || v === '') return !gpu;
+  if (v === 'true' || v === '1') return true;
   if (v === 'false' || v === '0') return false;
   throw new TsiError('INVALID_ARG', `model '${config.name ?? ''}': config parameter separate_prefill must be true or false, not '${v}'`);
+}
+
+/** Where a KIND_GPU instance keeps its KV caches: `device` (the default) or `host` (each step moves them). */
+function kvCacheLocation(config: ModelConfig): 'device' | 'host' {
+  const v = config.parameters?.kv_cache_location?.string_value?.trim().toLowerCase();
+  if (v === undefined || v === '' || v === 'device') return 'device';
+  if (v === 'host') return 'host';
+  throw new TsiError('INVALID_ARG', `model '${config.name ?? ''}': config parameter kv_cache_location must be device or host, not '${v}'`);
 }
 
 /** One worker's step calls, answered by id; a dead worker fails what is pending and what comes. */
@@ -204,6 +221,8 @@ class WorkerDecoderSession implements DecoderSession {
   private handed: KvGroup[] = [];
   private handedBytes = 0;
   private heldBytes = 0;
+  /** Each worker's device use as it last said (a prefill worker's bytes count too). */
+  private readonly used: { decode?: DeviceUse; prefill?: DeviceUse } = {};
 
   constructor(model: string, readonly placement: InstancePlacement, decode: Worker, prefill?: Worker) {
     this.device = placement.provider === 'cpu' ? 'cpu' : `${placement.provider}${placement.adapter ? ` (${placement.adapter})` : ''}`;
@@ -218,35 +237,52 @@ class WorkerDecoderSession implements DecoderSession {
       const hand = (groups: KvGroup[]) => {
         for (const g of groups) {
           this.handed.push(g);
-          for (const a of g.kv) this.handedBytes += a.byteLength;
+          // A prefill worker hands over host arrays only (decoder-worker.ts).
+          for (const a of g.kv) this.handedBytes += (a as KvArray).byteLength;
         }
       };
       // A part's caches are here before its rows are reported: they may join the next decode step.
       const part = (p: Extract<DecoderWorkerReply, { kind: 'part' }>) => {
         hand(p.groups);
-        onPart?.(p.rows, { ...p.result, kvBytes: this.heldBytes + this.handedBytes });
+        this.used.prefill = p.result.device ?? this.used.prefill;
+        onPart?.(p.rows, { ...p.result, kvBytes: this.heldBytes + this.handedBytes, device: this.deviceUse() });
       };
       const { result, groups = [] } = await this.prefiller.call({ req, handOff: true, parts: onPart !== undefined }, [], part);
       hand(groups);
-      return { ...result, kvBytes: this.heldBytes + this.handedBytes };
+      this.used.prefill = result.device ?? this.used.prefill;
+      return { ...result, kvBytes: this.heldBytes + this.handedBytes, device: this.deviceUse() };
     }
     const adopt = this.handed;
     this.handed = [];
     this.handedBytes = 0;
-    const transfer = adopt.flatMap((g) => g.kv.map((a) => a.buffer as ArrayBuffer));
+    const transfer = adopt.flatMap((g) => g.kv.map((a) => (a as KvArray).buffer as ArrayBuffer));
     const tokens = onTokens && ((t: Extract<DecoderWorkerReply, { kind: 'tokens' }>) => {
       this.heldBytes = t.kvBytes;
-      onTokens(t.seqs, t.tokens, { inferNs: t.inferNs, inputNs: t.inputNs, kvBytes: this.heldBytes + this.handedBytes, random: t.random });
+      this.used.decode = t.device ?? this.used.decode;
+      onTokens(t.seqs, t.tokens, { inferNs: t.inferNs, inputNs: t.inputNs, kvBytes: this.heldBytes + this.handedBytes, random: t.random, device: this.deviceUse() });
     });
     const call = this.decoder.call(adopt.length > 0 ? { req, adopt } : { req }, transfer, undefined, tokens);
     if (req.kind === 'decode' && req.auto) this.auto = this.decoder.lastId;
     try {
       const { result } = await call;
       this.heldBytes = result.kvBytes;
-      return { ...result, kvBytes: this.heldBytes + this.handedBytes };
+      this.used.decode = result.device ?? this.used.decode;
+      return { ...result, kvBytes: this.heldBytes + this.handedBytes, device: this.deviceUse() };
     } finally {
       this.auto = undefined;
     }
+  }
+
+  /** Both workers' device use together (undefined on the CPU). */
+  private deviceUse(): DeviceUse | undefined {
+    const { decode, prefill } = this.used;
+    if (!decode || !prefill) return decode ?? prefill;
+    const add = (a: Record<string, number>, b: Record<string, number>) => {
+      const out = { ...a };
+      for (const [k, v] of Object.entries(b)) out[k] = (out[k] ?? 0) + v;
+      return out;
+    };
+    return { tensors: decode.tensors + prefill.tensors, toDevice: add(decode.toDevice, prefill.toDevice), toHost: add(decode.toHost, prefill.toHost) };
   }
 
   steer(msg: { free?: number[]; stop?: boolean }): void {

@@ -1,7 +1,10 @@
 /**
  * `tsi-node pull`: fetches a model folder from the Hugging Face Hub (with `@huggingface/hub`, at
- * `HF_ENDPOINT` with `HF_TOKEN` when set) into a model repository, as the `llm` backend serves it:
- * `<repository>/<name>/1/` holds the folder and `<repository>/<name>/config.pbtxt` names the variant.
+ * `HF_ENDPOINT` with `HF_TOKEN` when set) into a model repository, as the `llm` backend serves it
+ * (a causal LM) or the `classifier` backend (a `*ForSequenceClassification` export: a cross-encoder
+ * reranker such as ms-marco MiniLM or bge-reranker, or a text classifier):
+ * `<repository>/<name>/1/` holds the folder and `<repository>/<name>/config.pbtxt` names the backend
+ * and the variant (a classifier's also turns on the dynamic batcher, which gathers a rerank's pairs).
  *
  * Only what the chosen variant needs comes down: config.json, generation_config.json, the tokenizer
  * files, the chat template and `onnx/<variant>.onnx` with its external data; an onnx-community repo
@@ -50,6 +53,8 @@ export interface PullOptions {
 export interface PullResult {
   dir: string;
   name: string;
+  /** The backend that serves it. */
+  kind: PulledKind;
   variant: string;
   /** Why that variant: asked for, or the device's rule. */
   reason: string;
@@ -90,21 +95,33 @@ export function planFiles(
   return { variant: chosen, reason, present, files: files.filter((e) => SMALL.test(e.path) || weights.test(e.path)) };
 }
 
+/** The backends a pulled folder is served by. */
+export type PulledKind = 'llm' | 'classifier';
+
 /** Checks the small files as the backend will at load; throws saying why the folder cannot be served. */
-async function checkServable(repo: string, dir: string): Promise<void> {
+async function checkServable(repo: string, dir: string): Promise<PulledKind> {
   if (!existsSync(join(dir, 'config.json'))) throw refuse(repo, 'it has no config.json');
   const config = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as { architectures?: string[]; model_type?: string; is_encoder_decoder?: boolean };
   const arch = config.architectures?.[0];
-  if (config.is_encoder_decoder || (arch && NOT_DECODER.test(arch) && !arch.endsWith('ForCausalLM'))) {
-    throw refuse(repo, `architecture ${arch ?? config.model_type ?? '(none)'} is not a decoder-only causal LM (the llm backend serves *ForCausalLM exports with past key values)`);
+  // An encoder with a sequence-classification head (BertForSequenceClassification, XLMRobertaFor...).
+  const kind: PulledKind = !config.is_encoder_decoder && arch?.endsWith('ForSequenceClassification') ? 'classifier' : 'llm';
+  if (kind === 'llm' && (config.is_encoder_decoder || (arch && NOT_DECODER.test(arch) && !arch.endsWith('ForCausalLM')))) {
+    throw refuse(repo, `architecture ${arch ?? config.model_type ?? '(none)'} is neither a decoder-only causal LM (the llm backend serves *ForCausalLM exports with past key values) nor a *ForSequenceClassification encoder (the classifier backend)`);
   }
-  if (!existsSync(join(dir, 'tokenizer.json'))) throw refuse(repo, 'it has no tokenizer.json (the llm backend reads the Hugging Face tokenizers format)');
+  if (!existsSync(join(dir, 'tokenizer.json'))) throw refuse(repo, `it has no tokenizer.json (the ${kind} backend reads the Hugging Face tokenizers format)`);
   const tokConfig = existsSync(join(dir, 'tokenizer_config.json')) ? await readFile(join(dir, 'tokenizer_config.json'), 'utf8') : undefined;
   try {
     Tokenizer.fromJson(await readFile(join(dir, 'tokenizer.json'), 'utf8'), tokConfig);
   } catch (err) {
     throw refuse(repo, (err as Error).message);
   }
+  return kind;
+}
+
+/** The config.pbtxt a pulled folder is served by. */
+function configText(kind: PulledKind, variant: string, gpu: boolean): string {
+  const head = kind === 'classifier' ? 'backend: "classifier"\nmax_batch_size: 64\ndynamic_batching {}\n' : 'backend: "llm"\n';
+  return `${head}parameters { key: "variant" value { string_value: "${variant}" } }\n${gpu ? 'instance_group [{ kind: KIND_GPU }]\n' : ''}`;
 }
 
 /** Downloads one file into `target`, continuing a part left by an earlier run. Returns the bytes fetched now. */
@@ -182,7 +199,7 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
   progress(`${o.repo}@${commit.slice(0, 12)} → ${dir}: variant ${plan.variant} (${plan.reason}; present: ${plan.present.join(', ')}), ${plan.files.length} files, ${size(total)}`, true);
   const files: PullResult['files'] = [];
   for (const f of small) files.push({ path: f.path, bytes: f.size, fetched: await fetchFile(hub, f, join(dir, f.path), () => {}) });
-  await checkServable(o.repo, dir);
+  const kind = await checkServable(o.repo, dir);
   let before = small.reduce((s, f) => s + f.size, 0);
   const started = Date.now();
   let fetchedNow = 0;
@@ -203,7 +220,7 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
     before += f.size;
     files.push({ path: f.path, bytes: f.size, fetched });
   }
-  await writeFile(join(entry, 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "${plan.variant}" } }\n${gpu ? 'instance_group [{ kind: KIND_GPU }]\n' : ''}`);
+  await writeFile(join(entry, 'config.pbtxt'), configText(kind, plan.variant, gpu));
   progress(`wrote ${join(entry, 'config.pbtxt')}; serve it with: tsi-node serve --model-repository ${resolve(o.repository)}`, true);
-  return { dir, name, variant: plan.variant, reason: plan.reason, commit, files };
+  return { dir, name, kind, variant: plan.variant, reason: plan.reason, commit, files };
 }

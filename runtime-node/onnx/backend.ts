@@ -12,14 +12,14 @@
 
 import { availableParallelism } from 'node:os';
 import {
-  TsiError, canTransfer, concatBatch, configTypeToDatatype, decodeString, encodeString, splitBatch,
+  TsiError, canTransfer, concatBatch, configTypeToDatatype, decodeString, encodeString, scatterByShapes, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
   type InstancePlacement, type InstanceSpec, type Logger, type ModelConfig, type ModelInput, type ModelOutput, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
 } from '../../core/index.js';
 import { adapterLabel, candidateProviders, probeWebGpu, queryNvidiaGpus, vulkanHint } from '../gpu/index.js';
 import { WEBGPU_LOCK } from '../gpu/lock.js';
 import { readOnnxIo } from './info.js';
-import { computeCores, sessionOptions } from './session-options.js';
+import { intraOpThreads, NO_SPINNING, sessionOptions, WIDEN_MS } from './session-options.js';
 import { OrtPool, type PooledSession } from './pool.js';
 import type { InitMessage, MappedWireTensor, SessionReply as WorkerReply, SessionRequest as WorkerRequest, WireTensor } from './worker.js';
 import { mappedAddress } from '../shm-map.js';
@@ -42,13 +42,20 @@ export interface OnnxBackendOptions {
   workers?: number;
 }
 
+/**
+ * The cap on intra-op threads widened sessions hold beyond their calling threads, per core: 16 a
+ * core lets 18 models on 16 cores (13 extra threads each) and 32 on 2 cores (1 each) have a
+ * pool at once, while the process's threads stay bounded by the cores, not by the models.
+ */
+export const EXTRA_THREADS_PER_CORE = 16;
+
 function modelFilename(config: ModelConfig): string {
   return config.default_model_filename || 'model.onnx';
 }
 
 export function createOnnxBackend(opts: OnnxBackendOptions): Backend {
   const cores = opts.cores ?? availableParallelism();
-  const pool = new OrtPool({ size: Math.max(1, opts.workers ?? cores), spareThreads: computeCores(cores) });
+  const pool = new OrtPool({ size: Math.max(1, opts.workers ?? cores), extraThreads: EXTRA_THREADS_PER_CORE * cores });
   return {
     name: 'onnxruntime',
     async describeModel(config: ModelConfig, version: number, files: ModelFiles): Promise<ModelIoInfo> {
@@ -84,10 +91,11 @@ class OnnxModel implements BackendModel {
     const local = files.localPath?.(path);
     const { providers, notes } = candidateProviders(config, spec);
     const modelBytes = local ? undefined : await files.read(path);
-    const options = sessionOptions(config, this.instanceCount, this.cores);
-    // Threads beyond the session's own come from the pool's budget unless the config names a count.
-    const granted = config.parameters?.intra_op_thread_count === undefined ? this.pool.grantThreads(options.intraOpNumThreads!) : 1;
-    if (granted < (options.intraOpNumThreads!)) options.intraOpNumThreads = granted;
+    const options = { ...sessionOptions(config, this.instanceCount, this.cores), extra: NO_SPINNING };
+    // Unless the config names a count, a session starts on its calling thread and widens to its
+    // share of the cores once its runs prove heavy (worker.ts): tiny models cost no threads.
+    const { threads: wide, pinned } = intraOpThreads(config, this.instanceCount, this.cores);
+    if (!pinned) options.intraOpNumThreads = 1;
     const init: InitMessage = {
       modelPath: local,
       modelBytes,
@@ -95,8 +103,10 @@ class OnnxModel implements BackendModel {
       sessionOptions: options,
       gpuLock: WEBGPU_LOCK,
       channel: channelBuffer(),
+      widenTo: pinned ? undefined : wide,
+      threadBudget: this.pool.threadBudget,
     };
-    const { session, ready } = await this.pool.open(`${config.name}:${version}`, init, granted - 1).catch((err: Error) => {
+    const { session, ready } = await this.pool.open(`${config.name}:${version}`, init, options.intraOpNumThreads!).catch((err: Error) => {
       throw new TsiError('INTERNAL', `failed to create an onnxruntime session for '${config.name}': ${err.message}`);
     });
     const placement = await placementOf(spec, ready.provider, [...notes, ...ready.failures.map(failureNote)]);
@@ -112,7 +122,10 @@ class OnnxModel implements BackendModel {
       if (notes.length > 0) log.warn(`${where}: ${notes.join('; ')}`);
       log.verbose(1, `${where} runs on execution provider '${placement.provider}'`);
     }
-    log.verbose(2, `${where}: session ${session.sid} on onnxruntime pool thread ${session.threadIndex}, ${granted} intra-op thread(s)`);
+    const threads = pinned ? `${wide} intra-op thread(s), as its intra_op_thread_count says`
+      : ready.provider !== 'cpu' ? '1 intra-op thread (it computes on the GPU)'
+        : wide > 1 ? `1 intra-op thread until its runs take ${WIDEN_MS} ms or more, then ${wide}` : '1 intra-op thread (its share of the cores)';
+    log.verbose(1, `${where}: session ${session.sid} on onnxruntime pool thread ${session.threadIndex}, ${threads}`);
     return new OnnxInstance(spec, device, placement, session, init.channel, ready, config, log);
   }
 
@@ -197,6 +210,8 @@ class OnnxInstance implements BackendInstance {
   /** Config tensors by name, looked up on every batch. */
   private readonly inputs: Map<string, ModelInput>;
   private readonly outputs: Map<string, ModelOutput>;
+  /** Batch outputs scattered by an input's shapes (BATCH_SCATTER_WITH_INPUT_SHAPE): target → source input. */
+  private readonly scatter = new Map<string, string>();
   /** The process's resident growth while the session was created (other loads at that moment blur it). */
   readonly memoryBytes: number;
 
@@ -207,16 +222,28 @@ class OnnxInstance implements BackendInstance {
   ) {
     this.inputs = new Map((config.input ?? []).map((i) => [i.name!, i]));
     this.outputs = new Map((config.output ?? []).map((o) => [o.name!, o]));
+    for (const bo of config.batch_output ?? []) {
+      if ((bo.kind ?? 'BATCH_SCATTER_WITH_INPUT_SHAPE') === 'BATCH_SCATTER_WITH_INPUT_SHAPE' && bo.source_input?.[0]) {
+        for (const target of bo.target_name ?? []) this.scatter.set(target, bo.source_input[0]);
+      }
+    }
     this.inputIndex = new Map(ready.inputNames.map((n, i) => [n, i]));
     this.memoryBytes = Math.max(0, ready.rss[1] - ready.rss[0]);
     this.outputNames = ready.outputNames;
     this.channel = new ChannelMain(channel, (id, times, outs) => this.settle(id, channelResult(id, times, outs, this.outputNames)));
     session.onReply = (m) => {
+      if (m.kind === 'widened') return this.widened(m);
       if (m.kind !== 'result' && m.kind !== 'error') return;
       if (m.slot !== undefined) this.channel.release(m.slot);
       this.settle(m.id, m);
     };
     session.onFail = (e) => this.fail(e);
+  }
+
+  private widened(m: Extract<WorkerReply, { kind: 'widened' }>): void {
+    const where = `${this.config.name} (${this.spec.name})`;
+    if (m.refused) this.log.warn(`${where}: runs take ${m.runMs.toFixed(1)} ms on one thread but it keeps that one: ${m.refused}`);
+    else this.log.info(`${where}: runs took ${m.runMs.toFixed(1)} ms on one thread: now ${m.threads} intra-op threads (reopened in ${m.openMs.toFixed(0)} ms)`);
   }
 
   private settle(id: number, reply: WorkerReply): void {
@@ -284,7 +311,10 @@ class OnnxInstance implements BackendInstance {
       if (cfg?.reshape) shape = batching ? [w.dims[0]!, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])];
       const data = datatype === 'BYTES' ? (w.data as string[]).map(encodeString) : (w.data as Tensor['data']);
       const t: Tensor = { name, datatype, shape, data };
-      if (batching && requests.length > 1) {
+      const source = batching ? this.scatter.get(name) : undefined;
+      if (source !== undefined) {
+        outputs.set(name, scatterByShapes(t, requests.map((r) => r.inputs.get(source)!.shape)));
+      } else if (batching && requests.length > 1) {
         if (shape[0] !== rows.reduce((a, b) => a + b, 0)) {
           throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has ${shape[0]} rows for a batch of ${rows.reduce((a, b) => a + b, 0)}`);
         }

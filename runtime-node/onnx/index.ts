@@ -7,4 +7,4 @@
  */
 
 export * from './backend.js';
-export { computeCores, sessionOptions } from './session-options.js';
+export { computeCores, intraOpThreads, NO_SPINNING, sessionOptions } from './session-options.js';

@@ -12,10 +12,13 @@
  *
  * onnxruntime's environment is already one per process (the binding's `OrtEnv` is a singleton);
  * its thread pools are per session, and the Node binding cannot reach the global ones
- * (`CreateEnvWithGlobalThreadPools` is not exposed). So intra-op threads beyond a session's calling
- * thread are granted from a budget the size of the cores given to inference: the first sessions get
- * what they ask for, later ones run on their calling thread alone, and a closed session gives its
- * threads back. A config's `intra_op_thread_count` is always honoured as written.
+ * (`CreateEnvWithGlobalThreadPools` and `DisablePerSessionThreads` are not exposed). Every CPU
+ * session therefore gets a pool of its own, sized by its own config alone (intraOpThreads in
+ * session-options.ts), never by what was loaded before it: a session opens on its calling thread and
+ * widens to that pool once its runs prove heavy (worker.ts), so hundreds of tiny models add no
+ * threads. What widened sessions hold beyond their calling threads is capped at `extraThreads` for
+ * the process, the bound on OS threads; a closed session gives its share back. A config's
+ * `intra_op_thread_count` is honoured as written, outside the cap.
  *
  * Concurrency: main thread only. Each session's messages are routed by its id; a thread that dies
  * fails every session it hosted.
@@ -49,8 +52,11 @@ export class PooledSession {
 
   constructor(
     private readonly pool: OrtPool, private readonly thread: PoolThread, readonly sid: number,
-    readonly model: string, readonly spareThreads: number,
+    readonly model: string, public threads: number,
   ) {}
+
+  /** Intra-op threads this session took from the pool's cap (given back when it closes). */
+  widenedBy = 0;
 
   /** The pool thread's number, for logs and tests. */
   get threadIndex(): number {
@@ -68,6 +74,10 @@ export class PooledSession {
 
   /** @internal the thread's router */
   deliver(m: SessionReply): void {
+    if (m.kind === 'widened' && !m.refused) {
+      this.widenedBy = m.threads - this.threads;
+      this.threads = m.threads;
+    }
     if (m.kind === 'closed') this.closing?.();
     else this.onReply(m);
   }
@@ -94,41 +104,43 @@ export class PooledSession {
 export interface PoolOptions {
   /** Threads started before a model's instances share one (default: one per core). */
   size: number;
-  /** Intra-op threads sessions may have beyond their calling thread, all together. */
-  spareThreads: number;
+  /** Intra-op threads widened sessions may hold beyond their calling threads, all together. */
+  extraThreads: number;
 }
 
 export class OrtPool {
   private readonly threads: PoolThread[] = [];
   private nextSid = 1;
   private nextIndex = 0;
-  private spareUsed = 0;
+  /** Int32 [extra threads widened sessions hold, opts.extraThreads]: workers take, release gives back. */
+  readonly threadBudget = new SharedArrayBuffer(8);
 
-  constructor(readonly opts: PoolOptions) {}
-
-  /** Live threads and the sessions they host. */
-  stats(): { threads: number; sessions: number; spareThreadsUsed: number } {
-    return { threads: this.threads.length, sessions: this.threads.reduce((n, t) => n + t.sessions.size, 0), spareThreadsUsed: this.spareUsed };
+  constructor(readonly opts: PoolOptions) {
+    Atomics.store(new Int32Array(this.threadBudget), 1, opts.extraThreads);
   }
 
   /**
-   * Intra-op threads for a session that wants `want` (its calling thread included): what the budget
-   * still holds, at least 1. `give` returns them.
+   * Live threads, the sessions they host, and their intra-op threads: each session's count (its
+   * calling thread included) summed, and what widened ones took from the cap.
    */
-  grantThreads(want: number): number {
-    const extra = Math.max(0, Math.min(want - 1, this.opts.spareThreads - this.spareUsed));
-    this.spareUsed += extra;
-    return 1 + extra;
+  stats(): { threads: number; sessions: number; intraOpThreads: number; widenedThreads: number } {
+    let sessions = 0;
+    let intraOpThreads = 0;
+    for (const t of this.threads) {
+      sessions += t.sessions.size;
+      for (const s of t.sessions.values()) intraOpThreads += s.threads;
+    }
+    return { threads: this.threads.length, sessions, intraOpThreads, widenedThreads: Atomics.load(new Int32Array(this.threadBudget), 0) };
   }
 
   /**
    * Opens a session for an instance of `model` (name and version) on the thread that suits it;
    * resolves with the session and its ready message, rejects with the thread's reason it could not.
-   * `spareThreads`: intra-op threads granted to it, given back when it closes.
+   * `threads`: the intra-op threads it opens with (`init.sessionOptions`).
    */
-  async open(model: string, init: InitMessage, spareThreads: number): Promise<{ session: PooledSession; ready: Extract<SessionReply, { kind: 'ready' }> }> {
+  async open(model: string, init: InitMessage, threads: number): Promise<{ session: PooledSession; ready: Extract<SessionReply, { kind: 'ready' }> }> {
     const thread = this.place(model);
-    const session = new PooledSession(this, thread, this.nextSid++, model, spareThreads);
+    const session = new PooledSession(this, thread, this.nextSid++, model, threads);
     thread.sessions.set(session.sid, session);
     thread.models.set(model, (thread.models.get(model) ?? 0) + 1);
     const ready = await new Promise<Extract<SessionReply, { kind: 'ready' }>>((resolve, reject) => {
@@ -181,7 +193,7 @@ export class OrtPool {
   /** @internal a session is gone: its threads return to the budget, and an empty thread ends. */
   async release(thread: PoolThread, session: PooledSession): Promise<void> {
     if (!thread.sessions.delete(session.sid)) return;
-    this.spareUsed -= session.spareThreads;
+    if (session.widenedBy > 0) Atomics.sub(new Int32Array(this.threadBudget), 0, session.widenedBy);
     const left = (thread.models.get(session.model) ?? 1) - 1;
     if (left > 0) thread.models.set(session.model, left);
     else thread.models.delete(session.model);

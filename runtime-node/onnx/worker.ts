@@ -18,6 +18,12 @@
  * So every WebGPU session creation, run and release in the process takes one lock, a word in a
  * SharedArrayBuffer the main thread hands to every session. Instances on one GPU then take turns on it,
  * which is what the GPU does with their work anyway.
+ *
+ * A CPU session whose config names no thread count opens on its calling thread alone and is
+ * reopened with a pool of `widenTo` intra-op threads once its runs prove heavy (WIDEN_MS): a
+ * 250-byte model then costs no OS thread beyond its pool thread, however many are loaded, and a
+ * real one gets the cores after its first few batches, whatever was loaded before it. The extra
+ * threads come from a process-wide cap (`threadBudget`, taken here, returned by the pool).
  */
 
 import { parentPort } from 'node:worker_threads';
@@ -26,7 +32,7 @@ import { fromBytes } from '../../core/tensor.js';
 import type { DataType } from '../../core/types.js';
 import { gpuLocked } from '../gpu/lock.js';
 import { viewAt } from '../shm-map.js';
-import { openSession } from './session-options.js';
+import { openSession, WIDEN_MS } from './session-options.js';
 import { ChannelWorker, type ChannelTensor, type SlotRequest } from './channel.js';
 
 export interface InitMessage {
@@ -39,7 +45,14 @@ export interface InitMessage {
   gpuLock: SharedArrayBuffer;
   /** This instance's shared-memory channel (channel.ts). */
   channel: SharedArrayBuffer;
+  /** Intra-op threads to reopen a CPU session with once its runs prove heavy; absent, never. */
+  widenTo?: number;
+  /** Int32 [extra intra-op threads widened sessions hold, the most they may hold], shared by the pool's threads. */
+  threadBudget: SharedArrayBuffer;
 }
+
+/** Runs whose shortest decides (one preempted run on a busy machine must not count). */
+const WIDEN_RUNS = 3;
 
 export interface WireTensor {
   type: ort.Tensor.Type;
@@ -83,6 +96,7 @@ export type SessionReply =
   | { kind: 'init-error'; message: string; failures: string[] }
   | { kind: 'result'; id: number; slot?: number; outputs: Record<string, WireTensor>; waitNs: number; inputNs: number; inferNs: number; outputNs: number }
   | { kind: 'error'; id: number; slot?: number; message: string; unmapped?: true }
+  | { kind: 'widened'; threads: number; runMs: number; openMs: number; refused?: string }
   | { kind: 'closed' };
 
 export type WorkerReply = SessionReply & { sid: number };
@@ -115,6 +129,10 @@ class HostedSession {
   private readonly early = new Map<number, () => void>();
   /** Buffers over the main thread's mapped pages: an output must never be handed back over one. */
   private readonly viewed = new WeakSet<ArrayBufferLike>();
+  /** Set while the session may still widen: its last run times, shortest first decides. */
+  private widenTo?: number;
+  private readonly runs: number[] = [];
+  private closed = false;
 
   constructor(private readonly sid: number, private readonly init: InitMessage) {
     this.channel = new ChannelWorker(init.channel);
@@ -136,6 +154,8 @@ class HostedSession {
     const session = opened.session;
     this.session = session;
     this.gpuLock = opened.lock;
+    // A GPU session's run time is the device's; its host thread only feeds it.
+    if (opened.provider === 'cpu' && (init.widenTo ?? 1) > 1) this.widenTo = init.widenTo;
     this.reply({
       kind: 'ready', provider: opened.provider, failures: opened.failures, inputNames: session.inputNames, outputNames: session.outputNames,
       rss: [before, process.memoryUsage.rss()],
@@ -181,7 +201,48 @@ class HostedSession {
       // from when the main thread posted it (timeOrigin makes the two threads' clocks comparable).
       const posted = postedAt > 0 ? performance.timeOrigin + performance.now() - postedAt : 0;
       return work(Math.max(posted, queuedBehind ? performance.now() - arrived : 0));
-    });
+    }).then(() => this.widenIfHeavy().catch((err: Error) => {
+      // Never rejects: a rejected link would stop every batch behind it.
+      this.reply({ kind: 'widened', threads: 1, runMs: 0, openMs: 0, refused: err.message });
+    }));
+  }
+
+  private noteRun(ms: number): void {
+    if (this.widenTo === undefined) return;
+    this.runs.push(ms);
+    if (this.runs.length > WIDEN_RUNS) this.runs.shift();
+  }
+
+  /**
+   * Reopens the session with `widenTo` threads, between two batches, once its runs prove heavy and
+   * the cap has the threads; either way once. The old session serves until the new one is made.
+   */
+  private async widenIfHeavy(): Promise<void> {
+    const to = this.widenTo;
+    if (to === undefined || this.closed || this.runs.length < WIDEN_RUNS) return;
+    const runMs = Math.min(...this.runs);
+    if (runMs < WIDEN_MS) return;
+    this.widenTo = undefined;
+    const budget = new Int32Array(this.init.threadBudget);
+    if (!takeThreads(budget, to - 1)) {
+      this.reply({ kind: 'widened', threads: 1, runMs, openMs: 0, refused: `the ${Atomics.load(budget, 1)} intra-op threads widened sessions may hold are taken` });
+      return;
+    }
+    const t0 = performance.now();
+    const init = this.init;
+    // Batches queued meanwhile wait behind the reopening as behind a run (their wait is measured so).
+    running = true;
+    const opened = await openSession(ort, init.modelPath ?? init.modelBytes!, { ...init.sessionOptions, intraOpNumThreads: to }, [{ name: 'cpu' }], init.gpuLock)
+      .finally(() => { running = false; });
+    if (!opened.session) {
+      Atomics.sub(budget, 0, to - 1);
+      this.reply({ kind: 'widened', threads: 1, runMs, openMs: performance.now() - t0, refused: opened.failures.join('; ') });
+      return;
+    }
+    const narrow = this.session!;
+    this.session = opened.session;
+    await narrow.release().catch(() => {});
+    this.reply({ kind: 'widened', threads: to, runMs, openMs: performance.now() - t0 });
   }
 
   private viewMapped(t: MappedWireTensor): ort.Tensor.DataType {
@@ -196,6 +257,7 @@ class HostedSession {
   }
 
   private async close(): Promise<void> {
+    this.closed = true;
     this.channel.stop();
     await gpuLocked(this.gpuLock, async () => this.session?.release());
     sessions.delete(this.sid);
@@ -214,6 +276,7 @@ class HostedSession {
       const t1 = performance.now();
       const results = await gpuLocked(this.gpuLock, () => session.run(feeds, fetches));
       const t2 = performance.now();
+      this.noteRun(t2 - t1);
       if (slot !== undefined) {
         const outs: [number, ChannelTensor][] = [];
         for (const [name, t] of Object.entries(results)) {
@@ -248,6 +311,15 @@ class HostedSession {
 }
 
 const sessions = new Map<number, HostedSession>();
+
+/** Takes `n` threads from the cap if it has them (any pool thread may race for the last ones). */
+function takeThreads(budget: Int32Array, n: number): boolean {
+  for (;;) {
+    const held = Atomics.load(budget, 0);
+    if (held + n > Atomics.load(budget, 1)) return false;
+    if (Atomics.compareExchange(budget, 0, held, held + n) === held) return true;
+  }
+}
 
 port.on('message', (msg: WorkerRequest) => {
   if (msg.kind === 'exit') {

@@ -92,6 +92,8 @@ export function createPythonBackend(opts: { log: Logger; config: Record<string, 
       };
       return {
         createInstance: (spec) => PythonInstance.start(setup, spec),
+        // Each instance is a stub process of its own, started at once as Triton's Python backend does.
+        parallelInstances: true,
         unload: async () => {},
       };
     },

@@ -27,7 +27,7 @@ import { dirname } from 'node:path';
 import type { StubMessage } from './channel.js';
 import { StubProcess } from './process.js';
 import type { InputRegion, OutDesc } from './shm.js';
-import { StubServices, bigints, errorOfCode } from './services.js';
+import { StubServices, bigints, errorOfCode, wireCorrelationId } from './services.js';
 import type { PythonRuntime } from './interpreter.js';
 
 export interface ModelSetup {
@@ -102,7 +102,8 @@ export class PythonInstance implements BackendInstance {
       python: runtime.python, env: runtime.env, model: this.name, instance: this.spec.name, log,
       startTimeoutMs: this.setup.startTimeoutMs, shm: this.setup.shm,
     }, 'serve');
-    const services = new StubServices(proc, ctx, this.tag, log);
+    // A BLS call made with `trace=request.trace()` names its request by (execution, index): its trace's parent.
+    const services = new StubServices(proc, ctx, this.tag, log, (x, i) => this.executions.get(x)?.requests[i]?.trace);
     proc.onMessage = (m) => this.receive(proc, services, m);
     proc.onBatchEnd = () => proc.ring!.flush();
     proc.onExit = (reason) => this.exited(proc, services, reason);
@@ -122,8 +123,9 @@ export class PythonInstance implements BackendInstance {
   }
 
   /**
-   * Triton's answer while no healthy process serves: from the moment one dies until its successor is
-   * ready (its restart is under way meanwhile) requests fail at once instead of waiting on it.
+   * Triton's answer while no healthy process serves: to the request that finds the process dead (it
+   * starts the restart), and to those whose restart failed. Requests arriving while a restart is
+   * under way wait for it.
    */
   private unhealthy(): TsiError {
     const why = this.lastFailure ? ` ${this.lastFailure.error.message}` : '';
@@ -131,10 +133,17 @@ export class PythonInstance implements BackendInstance {
       `Failed to process the request(s) for model instance '${this.spec.name}', message: Stub process '${this.spec.name}' is not healthy.${why}`);
   }
 
-  /** The live process; without one, a restart is started (unless one runs, or just failed) and the request refused. */
+  /**
+   * The live process; without one, the request is refused and a restart started (unless one runs, or
+   * just failed). As in Triton's python backend, a process that died idle is replaced when the next
+   * request finds it dead, not when it dies: until then the model reports not ready.
+   */
   private ready(): Promise<StubProcess> {
     if (this.proc?.alive) return Promise.resolve(this.proc);
     if (this.stopping) return Promise.reject(new TsiError('UNAVAILABLE', `instance ${this.spec.name} of model '${this.name}' is unloading`));
+    // A restart under way: wait for it, as requests queued behind Triton's restarting execute do.
+    if (this.starting) return this.starting.catch(() => Promise.reject(this.unhealthy()));
+    this.setup.log.error(`${this.tag}: Stub process is unhealthy and it will be restarted.`);
     this.restart();
     return Promise.reject(this.unhealthy());
   }
@@ -211,10 +220,12 @@ export class PythonInstance implements BackendInstance {
         const { block, descs } = input.writeTensors([...r.inputs.values()]);
         taken.push(block[0]);
         const seq = (r as { sequence?: { id: bigint | string; start: boolean; end: boolean } }).sequence;
-        // [request id, correlation id, flags, timeout µs, parameters (JSON), requested outputs, block, inputs]
+        // [request id, correlation id, flags, timeout µs, parameters (JSON), requested outputs, block, inputs, trace]
         return [
-          r.id, seq ? (typeof seq.id === 'bigint' ? Number(seq.id) : seq.id) : 0, seq ? (seq.start ? 1 : 0) | (seq.end ? 2 : 0) : 0,
+          r.id, seq ? wireCorrelationId(seq.id) : 0, seq ? (seq.start ? 1 : 0) | (seq.end ? 2 : 0) : 0,
           (r as { timeoutUs?: number }).timeoutUs ?? 0, JSON.stringify(r.parameters, bigints), r.requestedOutputs, block, descs,
+          // Traced: the context its model sees (a JSON string in "opentelemetry" mode, else just true).
+          r.trace ? r.trace.spanContext ?? true : false,
         ] as const;
       });
     } catch (err) {
@@ -365,9 +376,14 @@ export class PythonInstance implements BackendInstance {
       this.setup.log.info(`model '${this.name}' instance ${this.spec.name}: the Python process (pid ${proc.pid}) ${reason} while the server is stopping; it is not restarted`);
       return;
     }
+    // Triton's backend replaces the process when an execution finds it dead: at once when it died
+    // under one, else at the next request (which fails); until the new one is ready, not ready.
     this.setup.log.error(`${this.tag}: Stub process '${this.spec.name}' is not healthy. The Python process (pid ${proc.pid}) ${reason}; `
-      + 'the model is not ready until a new one is');
-    this.restart();
+      + `the model is not ready until ${open.length ? 'a new one is' : 'the next request starts a new one'}`);
+    if (open.length) {
+      this.setup.log.error(`${this.tag}: Stub process is unhealthy and it will be restarted.`);
+      this.restart();
+    }
   }
 
   async unload(): Promise<void> {

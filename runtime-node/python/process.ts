@@ -37,6 +37,8 @@ export interface StubOptions {
 }
 
 const TAIL_LINES = 60;
+/** Triton's python backend launches no stub whose name holds one of these (pb_utils.h INVALID_CHARS). */
+const INVALID_STUB_CHARS = /[;|&$`<>()[\]{}\\"'*?~#!]/;
 
 export class StubProcess {
   readonly child: ChildProcess;
@@ -53,6 +55,10 @@ export class StubProcess {
   onExit: (reason: string) => void = () => {};
 
   constructor(private readonly opts: StubOptions, private readonly mode: 'serve' | 'autocomplete') {
+    // Triton's check and text, before anything is opened: auto-complete's stub is named after the
+    // model, an instance's after the instance.
+    const stubName = mode === 'autocomplete' ? opts.model : opts.instance;
+    if (stubName === '' || INVALID_STUB_CHARS.test(stubName)) throw new TsiError('INVALID_ARG', 'Invalid stub name: contains invalid characters');
     const stdio: (string | number)[] = ['ignore', 'pipe', 'pipe', 'pipe'];
     if (opts.shm) {
       const a = createShmFile(opts.shm.initial, 'in');

@@ -10,7 +10,7 @@
 
 import {
   CustomMetrics, TsiError, asTsiError, type ErrorCode, type MetricFamily, type MetricSeries, type InferRequest, type InferResponse,
-  type Logger, type ModelLoadContext, type Parameters, type Tensor,
+  type Logger, type ModelLoadContext, type Parameters, type Tensor, type TraceStamps,
 } from '../../core/index.js';
 import type { StubMessage } from './channel.js';
 import type { StubProcess } from './process.js';
@@ -34,6 +34,8 @@ export class StubServices {
   constructor(
     private readonly proc: StubProcess, private readonly ctx: ModelLoadContext, private readonly tag: string,
     private readonly log: Logger,
+    /** The trace of request `i` of execution `x`, if it is traced and still running. */
+    private readonly traceOf: (x: number, i: number) => TraceStamps | undefined = () => undefined,
   ) {
     this.metrics = ctx.metrics && new CustomMetrics(ctx.metrics);
   }
@@ -119,7 +121,7 @@ export class StubServices {
   private async bls(m: StubMessage, inputs: Tensor[]): Promise<void> {
     const id = m.id as number;
     const parameters = JSON.parse(String(m.p || '{}')) as Parameters;
-    const corr = m.c as number | string;
+    const corr = correlationIdOfWire(m.c);
     if (corr !== 0 && corr !== '') parameters.sequence_id = corr;
     const flags = (m.f as number) ?? 0;
     if (flags & FLAG_SEQUENCE_START) parameters.sequence_start = true;
@@ -131,6 +133,10 @@ export class StubServices {
       outputs: names.length > 0 ? names.map((name) => ({ name })) : undefined,
     };
     if (m.i) request.id = String(m.i);
+    // `trace=request.trace()` of a traced request: the call is traced as that request's child (Triton).
+    const tr = m.tr as [number, number] | undefined;
+    const parent = tr ? this.traceOf(tr[0], tr[1]) : undefined;
+    if (parent) request.trace = parent.spawn(request.model_name);
     const send = (r: InferResponse | TsiError, final: boolean) => this.blsReply(id, r, final);
     const onCancel = (cancel: () => void) => this.cancels.set(id, cancel);
     try {
@@ -176,6 +182,22 @@ export class StubServices {
     for (const h of all) if ('increment' in h) h.release();
     for (const h of all) if (!('increment' in h)) h.release();
   }
+}
+
+/**
+ * A correlation id on the stub channel, where JSON numbers are doubles on tsi's side: a number while
+ * exact, a string id as itself, a uint64 past 2^53 as `{"u": "<decimal>"}` (the stub makes it a
+ * Python int, and sends one back the same way).
+ */
+export function wireCorrelationId(id: bigint | string): number | string | { u: string } {
+  if (typeof id === 'string') return id;
+  return id <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(id) : { u: id.toString() };
+}
+
+/** The other way: what the stub sent as a correlation id. */
+export function correlationIdOfWire(c: unknown): number | string | bigint {
+  if (c !== null && typeof c === 'object' && typeof (c as { u?: unknown }).u === 'string') return BigInt((c as { u: string }).u);
+  return c as number | string;
 }
 
 /** JSON.stringify replacer: 64-bit parameters (bigint) as numbers, as Triton's JSON writes them. */

@@ -62,6 +62,18 @@ function writeAll(fd: number, data: Uint8Array, offset: number): void {
   while (done < data.byteLength) done += writeSync(fd, data, done, data.byteLength - done, offset + done);
 }
 
+/**
+ * Triton's text when its pool cannot grow (python backend shm_manager.cc), which clients and tests
+ * match: a tmpfs without room for the pages (ENOSPC on write, as /dev/shm's size is met only when
+ * pages are touched) or a file that cannot be sized. Any other error passes through.
+ */
+function poolFull(err: unknown, size: number): unknown {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code !== 'ENOSPC' && code !== 'EFBIG' && code !== 'EDQUOT') return err;
+  return new TsiError('UNAVAILABLE', `Failed to increase the shared memory pool size to ${size} bytes. If you are running tsi inside docker, `
+    + `use '--shm-size' flag to control the shared memory region size. Error: ${(err as Error).message}`);
+}
+
 /** Region written by tsi. */
 export class InputRegion {
   size: number;
@@ -97,7 +109,11 @@ export class InputRegion {
     const last = this.free[this.free.length - 1];
     const tailFree = last && last.off + last.size === this.size ? last.size : 0;
     const next = this.size + Math.max(this.growth, align(need - tailFree));
-    ftruncateSync(this.fd, next);
+    try {
+      ftruncateSync(this.fd, next);
+    } catch (err) {
+      throw poolFull(err, next);
+    }
     this.release(this.size, next - this.size);
     this.size = next;
   }
@@ -157,7 +173,7 @@ export class InputRegion {
       }
     } catch (err) {
       this.freeBlock(base);
-      throw err;
+      throw poolFull(err, this.size);
     }
     const descs = tensors.map((t, i): TensorDesc => [t.name, t.datatype, t.shape, base + rel[i]!, parts[i]!.byteLength]);
     return { block: [base, base + Math.max(ALIGN, total)], descs };

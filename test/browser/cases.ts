@@ -148,3 +148,19 @@ export function compareResponses(a: any, b: any, tol = 1e-4): string | null {
   }
   return null;
 }
+
+type Obj = Record<string, any>;
+
+const jsonPost = (body: Obj): RequestInit => ({ method: 'POST', body: JSON.stringify(body), headers: { 'Content-Type': 'application/json' } });
+
+/** POSTs `body` as JSON to `base + path` (the Node server) and reads the JSON answer. */
+export async function nodeJson(base: string, path: string, body: Obj): Promise<{ status: number; body: Obj }> {
+  const r = await fetch(`${base}${path}`, jsonPost(body));
+  return { status: r.status, body: await r.json() };
+}
+
+/** The same through a page server's `fetch`. */
+export async function pageJson(s: { fetch(path: string, init?: RequestInit): Promise<Response> }, path: string, body: Obj): Promise<{ status: number; body: Obj }> {
+  const r = await s.fetch(path, jsonPost(body));
+  return { status: r.status, body: await r.json() };
+}

@@ -9,22 +9,12 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createLogger } from '../../core/index.js';
 import { createServer, type BrowserServer } from '../../runtime-browser/index.js';
+import { nodeJson as nodeAt, pageJson } from './cases.js';
 
 const NODE = inject('nodeUrl');
 const log = createLogger(() => {}, 0);
 type Obj = Record<string, any>;
-
-const post = (body: Obj): RequestInit => ({ method: 'POST', body: JSON.stringify(body), headers: { 'Content-Type': 'application/json' } });
-
-async function nodeJson(path: string, body: Obj): Promise<{ status: number; body: Obj }> {
-  const r = await fetch(`${NODE}${path}`, post(body));
-  return { status: r.status, body: await r.json() };
-}
-
-async function pageJson(s: BrowserServer, path: string, body: Obj): Promise<{ status: number; body: Obj }> {
-  const r = await s.fetch(path, post(body));
-  return { status: r.status, body: await r.json() };
-}
+const nodeJson = (path: string, body: Obj) => nodeAt(NODE, path, body);
 
 function expectClose(got: number[], want: number[]): void {
   expect(got.length).toBe(want.length);

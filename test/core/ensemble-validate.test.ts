@@ -106,6 +106,20 @@ describe('ensemble validation (Triton rules and texts)', () => {
     expect(await reasonFor(e)).toBe("ensemble 'e' depends on 'doubler' whose required version 3 is not loaded.");
   });
 
+  it('nor may the response: outputs from two runs of a decoupled model (autofill ensemble/invalid_decoupled_branching_2)', async () => {
+    const rep = toy('rep', 'stream', [['X', F, [4]]], [['Y', F, [4]], ['Z', F, [4]]], { model_transaction_policy: { decoupled: true } });
+    const e = ensemble('e', [v4], [['OUT', F, [4]], ['IDX', F, [4]]], [
+      { model: 'rep', inputs: { X: 'IN' }, outputs: { Y: 'OUT' } },
+      { model: 'rep', inputs: { X: 'IN' }, outputs: { Z: 'IDX' } },
+    ]);
+    expect(await reasonFor(e, { rep })).toBe("in ensemble e, step of model 'e' receives inputs originated from different decoupled models");
+    // Both outputs from one run are one response: fine.
+    const one = ensemble('one', [v4], [['OUT', F, [4]], ['IDX', F, [4]]], [
+      { model: 'rep', inputs: { X: 'IN' }, outputs: { Y: 'OUT', Z: 'IDX' } },
+    ]);
+    expect(await reasonFor(one, { rep })).toBe('');
+  });
+
   it('no step may pair the responses of two decoupled models', async () => {
     const s1 = toy('s1', 'stream', [['X', F, [4]]], [['Y', F, [4]]], { model_transaction_policy: { decoupled: true } });
     const s2 = toy('s2', 'stream', [['X', F, [4]]], [['Y', F, [4]]], { model_transaction_policy: { decoupled: true } });

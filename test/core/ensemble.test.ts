@@ -66,7 +66,7 @@ describe('ensemble dataflow', () => {
     await t.server.stop();
   });
 
-  it('fails with a message naming the step, and counts the failure on both models', async () => {
+  it("fails with Triton's text (the ensemble's name, then the step's message), and counts the failure on both models", async () => {
     const t = await toyServer({
       ok: toy('ok', 'double', [t4('X')], [t4('Y')]),
       bad: toy('bad', 'fail', [t4('X')], [t4('Y')]),
@@ -77,12 +77,26 @@ describe('ensemble dataflow', () => {
     });
     const r = await t.infer('e', { IN: [1, 2, 3, 4] });
     expect(r.status).toBe(500);
-    expect(r.body.error).toBe("in ensemble 'e', step 1 (model 'bad') failed: toy model 'bad' failed on purpose");
+    expect(r.body.error).toBe("in ensemble 'e', toy model 'bad' failed on purpose");
+    // As Triton fills it once the steps are checked (L0_model_config's ensemble autofill cases).
+    expect((await t.call('GET', '/v2/models/e/config')).body.model_transaction_policy).toEqual({ decoupled: false });
     const stats = (await t.call('GET', '/v2/models/stats')).body.model_stats as any[];
     const of = (n: string) => stats.find((s) => s.name === n).inference_stats;
     expect(of('e').fail.count).toBe(1);
     expect(of('bad').fail.count).toBe(1);
     expect(of('ok').success.count).toBe(1);
+    await t.server.stop();
+  });
+
+  it("a sequence step's refusal reaches the client as Triton words it (L0_sequence_batcher's ensembles)", async () => {
+    const t = await toyServer({
+      s: toy('s', 'double', [t4('X')], [t4('Y')], { sequence_batching: {} }),
+      e: ensemble('e', [t4('IN')], [t4('OUT')], [{ model: 's', inputs: { X: 'IN' }, outputs: { Y: 'OUT' } }]),
+    });
+    const r = await t.infer('e', { IN: [1, 2, 3, 4] }, { parameters: { sequence_id: 37469245 } });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toBe(
+      "in ensemble 'e', inference request for sequence 37469245 to model 's' must specify the START flag on the first request of the sequence");
     await t.server.stop();
   });
 

@@ -110,7 +110,7 @@ describe('queue policies through the dynamic batcher', () => {
     await h.clock.advanceUs(1);
     const err = late.result as TsiError;
     expect(err.code).toBe('UNAVAILABLE');
-    expect(err.message).toBe('[request id: late] Request timeout expired');
+    expect(err.message).toBe('Request timeout expired');
     expect(h.stats.failures.REJECTED).toBe(1);
     expect(h.stats.pending).toBe(0);
     expect(h.stats.inflight).toBe(1);

@@ -33,10 +33,17 @@ describe('request validation fast paths', () => {
 
   it('names the missing required inputs, optional ones supplied or not', () => {
     expect(() => validate({ id: 'r1', inputs: [t('B'), t('A')] })).toThrow(
-      "[request id: r1] expected 3 inputs but got 2 inputs for model 'm'. Got input(s) ['B', 'A'], but missing required input(s) ['C']. Please provide all required input(s).",
+      "[request id: r1] expected number of inputs between 2 and 3 but got 2 inputs for model 'm'. Got input(s) ['B','A'], but missing required input(s) ['C']. Please provide all required input(s).",
     );
     expect(() => validate({ inputs: [] })).toThrow(
-      "[request id: <id_unknown>] expected 3 inputs but got 0 inputs for model 'm'. Got input(s) [], but missing required input(s) ['A', 'C']. Please provide all required input(s).",
+      "[request id: <id_unknown>] expected number of inputs between 2 and 3 but got 0 inputs for model 'm'. Got input(s) [], but missing required input(s) ['A','C']. Please provide all required input(s).",
+    );
+  });
+
+  it("uses Triton's exact count when no input is optional", () => {
+    const all = { ...config, input: config.input!.map((i) => ({ ...i, optional: false })) } as ModelConfig;
+    expect(() => validateRequest({ model_name: 'm', inputs: [t('A')] }, { modelName: 'm', config: all, sink: () => {} })).toThrow(
+      "[request id: <id_unknown>] expected 3 inputs but got 1 inputs for model 'm'. Got input(s) ['A'], but missing required input(s) ['B','C']. Please provide all required input(s).",
     );
   });
 

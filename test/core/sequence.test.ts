@@ -179,6 +179,45 @@ describe('SequenceBatcher (direct)', () => {
     expect(h.backend.batches.map((b) => col(b, 'CORRID')[0])).toEqual([1n, 1n, 2n, 2n, 2n, 3n]);
   });
 
+  it('pads a slot whose head has another shape, up to the highest slot with a request (L0_sequence_batcher test_ragged_batch)', async () => {
+    const h = harness(accumulator({
+      input: [{ name: 'INPUT0', data_type: 'TYPE_FP32', dims: [-1] }], output: [{ name: 'OUTPUT0', data_type: 'TYPE_FP32', dims: [-1] }],
+    }));
+    h.backend.hold = true;
+    const shaped = (id: number, n: number) => request({ inputs: { INPUT0: Array(n).fill(id) }, batch: 1, sequence: { id, start: true, end: true } });
+    h.submit(shaped(1, 1)); // slot 0, runs at once (held); its END frees the slot
+    await flush();
+    h.submit(shaped(2, 2)); // slot 0
+    h.submit(shaped(3, 3)); // slot 1: another shape, so not in slot 0's batch
+    h.backend.release(0);
+    await flush();
+    h.backend.hold = false;
+    h.backend.release(0);
+    await flush();
+    // Slot 0's batch pads slot 1 (left out for its shape, so not dropped from the batch); then slot 1's
+    // pads slot 0.
+    expect(h.backend.batches.map((b) => [b.rows, col(b, 'READY')])).toEqual([[1, [1]], [2, [1, 0]], [2, [0, 1]]]);
+    expect(h.stats.inferenceCount).toBe(3);
+  });
+
+  it("refuses a backlogged sequence whose requests' timeout runs out before it gets a slot, and forgets its ID (SequenceBatcherRequestTimeoutTest)", async () => {
+    const h = harness(accumulator({ max_batch_size: 1 }, { max_sequence_idle_microseconds: 10_000_000 }));
+    h.backend.compute = accumulate;
+    await h.submit(step(1, 1, { start: true })).done;
+    const timed = (x: number, flags: { start?: boolean; end?: boolean } = {}) =>
+      request({ inputs: { INPUT0: [x] }, batch: 1, sequence: { id: 2, ...flags }, timeoutUs: 500 });
+    const b1 = h.submit(timed(10, { start: true }));
+    const b2 = h.submit(timed(20));
+    await h.clock.advanceUs(499);
+    expect(b1.result).toBeUndefined();
+    await h.clock.advanceUs(1);
+    for (const b of [b1, b2]) expect((await b.done as TsiError).message).toBe('timeout of the corresponding sequence has been expired');
+    expect(h.scheduler.queued()).toBe(0);
+    expect((h.submit(timed(30, { end: true })).result as TsiError).message).toMatch(/sequence 2 to model 'acc' must specify the START flag/);
+    // The sequence in the slot never noticed.
+    expect(values(await h.submit(step(1, 2, { end: true })).done)).toEqual([3]);
+  });
+
   it('reaps a sequence idle past max_sequence_idle_microseconds and frees its slot', async () => {
     const h = harness(accumulator({ max_batch_size: 1 }));
     h.backend.compute = accumulate;

@@ -105,6 +105,26 @@ describe('bad requests', () => {
     expect((await z.json()).error).toMatch(/exceeds the maximum allowed input size of 65536 bytes/);
   });
 
+  it("words a raw binary body over the limit as Triton does (EVBufferToRawInput), however it is framed", async () => {
+    const RAW = /^Raw input has a byte_size \(\d+ bytes\) that exceeds the maximum allowed value of 65536 bytes\. Use --http-max-input-size to increase the limit\.$/;
+    const raw = new Uint8Array(65536 + 64);
+    const headers = { 'Inference-Header-Content-Length': '0', 'Content-Type': 'application/octet-stream' };
+    const sized = await fetch(`${s.url}/v2/models/simple/infer`, { method: 'POST', body: raw, headers });
+    expect(sized.status).toBe(400);
+    expect((await sized.json()).error).toMatch(RAW);
+    // No Content-Length: counted as it arrives.
+    const stream = new Blob([raw]).stream();
+    const chunked = await fetch(`${s.url}/v2/models/simple/infer`, { method: 'POST', body: stream, headers, duplex: 'half' } as RequestInit);
+    expect(chunked.status).toBe(400);
+    expect((await chunked.json()).error).toMatch(RAW);
+    const { gzipSync } = await import('node:zlib');
+    const zipped = await fetch(`${s.url}/v2/models/simple/infer`, {
+      method: 'POST', body: gzipSync(Buffer.alloc(1 << 20)), headers: { ...headers, 'Content-Encoding': 'gzip' },
+    });
+    expect(zipped.status).toBe(400);
+    expect((await zipped.json()).error).toMatch(RAW);
+  });
+
   it('refuses an oversized chunked body (no Content-Length) and survives clients that hang up mid-body', async () => {
     const { request } = await import('node:http');
     const { connect } = await import('node:net');

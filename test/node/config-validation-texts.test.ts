@@ -10,6 +10,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
+import { gpuCount } from '../../runtime-node/index.js';
 
 type Io = [name: string, type: string, dims: number[]];
 const io = ([name, type, dims]: Io) => `{ name: "${name}" data_type: ${type} dims: [ ${dims.join(', ')} ] }`;
@@ -95,6 +96,8 @@ const STEP_MODELS: Record<string, string> = {
   [`unloadable/1/.keep`]: '',
 };
 
+/** The GPUs this machine has, as Triton's invalid-gpu text lists them (none on most test machines). */
+const GPUS = Array.from({ length: gpuCount() }, (_, k) => k).join(', ');
 const ioText = 'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]\noutput [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }]\n';
 const step = 'ensemble_scheduling { step [{ model_name: "x" model_version: -1 input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "OUTPUT0" } }] }\n';
 
@@ -107,7 +110,13 @@ const CASES: [folder: string, config: string, text: string][] = [
   ['cpu_with_gpus', `name: "cpu_with_gpus"\nbackend: "onnxruntime"\n${ioText}instance_group [{ name: "g" kind: KIND_CPU gpus: [ 0 ] }]\n`,
     'instance group g of model cpu_with_gpus has kind KIND_CPU but specifies one or more GPUs'],
   ['negative_gpu', `name: "negative_gpu"\nbackend: "onnxruntime"\n${ioText}instance_group [{ name: "g" kind: KIND_GPU gpus: [ -1 ] }]\n`,
-    'instance group g of model negative_gpu specifies invalid or unsupported gpu id -1. Available GPUs are: '],
+    `instance group g of model negative_gpu specifies invalid or unsupported gpu id -1. GPUs with at least the minimum required CUDA compute compatibility of 6.000000 are: ${GPUS}`],
+  // L0_model_config noautofill_platform/negative_gpu and invalid_gpu: the group naming a GPU that is
+  // not there is refused, on a machine without GPUs too (a KIND_AUTO group naming device 0 is fine).
+  ['negative_gpu_2', `name: "negative_gpu_2"\nbackend: "onnxruntime"\n${ioText}instance_group [{ gpus: [ 0 ] }]\ninstance_group [{ kind: KIND_GPU gpus: [ -1 ] }]\n`,
+    `instance group negative_gpu_2_1 of model negative_gpu_2 specifies invalid or unsupported gpu id -1. GPUs with at least the minimum required CUDA compute compatibility of 6.000000 are: ${GPUS}`],
+  ['invalid_gpu', `name: "invalid_gpu"\nbackend: "onnxruntime"\n${ioText}instance_group [{ kind: KIND_GPU gpus: [ 42 ] }]\n`,
+    `instance group invalid_gpu_0 of model invalid_gpu specifies invalid or unsupported gpu id 42. GPUs with at least the minimum required CUDA compute compatibility of 6.000000 are: ${GPUS}`],
   ['no_backend', `name: "no_backend"\n${ioText}`,
     "Invalid model name: Could not determine backend for model 'no_backend' with no backend in model configuration. Expected model name of the form 'model.<backend_name>'."],
 ];

@@ -226,3 +226,64 @@ describe('decoupled models over gRPC ModelStreamInfer', () => {
     expect(msgs.filter((m) => !m.error_message)).toHaveLength(3);
   });
 });
+
+/**
+ * Triton's NonDecoupledTest (L0_decoupled): the built-in repeat backend under `decoupled: false`. It
+ * sends its one response and then the final flag on its own; the request gets that response (HTTP,
+ * gRPC ModelInfer, a gRPC stream). More than one response is an error, in Triton's words.
+ */
+describe('the repeat backend with decoupled: false', () => {
+  const repo = tempRepo({
+    'repeat_int32/config.pbtxt': `name: "repeat_int32"\nbackend: "repeat"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: false }
+input [{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] }, { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }]
+output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }]\n`,
+    'repeat_int32/1/.keep': '',
+  });
+  let s: TestServer;
+  let c: GrpcTestClient;
+  beforeAll(async () => {
+    s = await startTestServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
+    c = grpcClient(`127.0.0.1:${s.grpc!.port}`);
+  });
+  afterAll(async () => {
+    c?.close();
+    await s?.stop();
+    repo.cleanup();
+  });
+  // Triton's matrix (IN, DELAY, WAIT), its delays cut from seconds to milliseconds.
+  const MATRIX: [number[], number[], number][] = [[[1], [0], 0], [[1], [40], 20], [[1], [20], 40]];
+  const json = (inp: number[], delay: number[], wait: number) => ({
+    inputs: [
+      { name: 'IN', datatype: 'INT32', shape: [inp.length], data: inp },
+      { name: 'DELAY', datatype: 'UINT32', shape: [delay.length], data: delay },
+      { name: 'WAIT', datatype: 'UINT32', shape: [1], data: [wait] },
+    ],
+  });
+  const proto = (inp: number[], delay: number[], wait: number) => ({
+    model_name: 'repeat_int32',
+    inputs: [
+      { name: 'IN', datatype: 'INT32', shape: [inp.length], contents: { int_contents: inp } },
+      { name: 'DELAY', datatype: 'UINT32', shape: [delay.length], contents: { uint_contents: delay } },
+      { name: 'WAIT', datatype: 'UINT32', shape: [1], contents: { uint_contents: [wait] } },
+    ],
+  });
+  const outs = (r: Obj) => Object.fromEntries(r.outputs.map((o: Obj, i: number) => [o.name, r.raw_output_contents[i].readInt32LE(0)]));
+
+  it('answers once with OUT = IN and IDX = 0 over HTTP, gRPC and a gRPC stream', async () => {
+    for (const [inp, delay, wait] of MATRIX) {
+      const h = await postJson(`${s.url}/v2/models/repeat_int32/infer`, json(inp, delay, wait));
+      expect(h.status, JSON.stringify(h.body)).toBe(200);
+      expect(Object.fromEntries(h.body.outputs.map((o: Obj) => [o.name, o.data[0]]))).toEqual({ OUT: 1, IDX: 0 });
+      expect(outs(await c.call('ModelInfer', proto(inp, delay, wait)))).toEqual({ OUT: 1, IDX: 0 });
+      const streamed = await streamAll(c, [proto(inp, delay, wait)]);
+      expect(streamed).toHaveLength(1);
+      expect(outs(streamed[0]!.infer_response)).toEqual({ OUT: 1, IDX: 0 });
+    }
+    expect((await c.call('ModelReady', { name: 'repeat_int32' })).ready).toBe(true);
+  });
+
+  it("refuses a second response with Triton's text", async () => {
+    const h = await postJson(`${s.url}/v2/models/repeat_int32/infer`, json([1, 2], [0, 0], 0));
+    expect(h).toMatchObject({ status: 500, body: { error: 'expected a single response, got 2' } });
+  });
+});

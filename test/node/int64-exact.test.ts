@@ -164,3 +164,39 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT64 dims: [ -1 ] } ]
     }
   });
 });
+
+describe('64-bit tensor parameters that reach arithmetic are range-checked', () => {
+  // The fuzzer's case: a binary_data_size of 2^63-1 was read exactly as a bigint and answered 500
+  // ("Cannot mix BigInt and other types"). Each byte count or offset is a 400 naming it.
+  const head = (params: string) => `{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"INT64","parameters":{${params}}}]}`;
+  const cases = [
+    ['binary_data_size', '"binary_data_size":9223372036854775807'],
+    ['binary_data_size', '"binary_data_size":18446744073709551615'],
+    ['shared_memory_byte_size', '"shared_memory_region":"r","shared_memory_byte_size":9223372036854775807'],
+    ['shared_memory_offset', '"shared_memory_region":"r","shared_memory_byte_size":8,"shared_memory_offset":18446744073709551615'],
+  ] as const;
+  for (const [name, params] of cases) {
+    it(`${params}`, async () => {
+      const json = head(params);
+      const body = new Uint8Array([...new TextEncoder().encode(json), 1, 0, 0, 0, 0, 0, 0, 0]);
+      const r = await fetch(`${server.url}/v2/models/i64/infer`, {
+        method: 'POST', body, headers: { 'Inference-Header-Content-Length': String(json.length) },
+      });
+      const text = await r.text();
+      expect(r.status, text).toBe(400);
+      expect(JSON.parse(text).error).toMatch(new RegExp(`^'${name}' \\d+ is out of range for input 'INPUT0' for model 'i64'`));
+    });
+  }
+
+  it('an output region offset too', async () => {
+    const r = await postText('/v2/models/i64/infer',
+      '{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"INT64","data":[1]}],"outputs":[{"name":"OUTPUT0","parameters":{"shared_memory_region":"r","shared_memory_byte_size":8,"shared_memory_offset":9223372036854775807}}]}');
+    expect(r.status, r.text).toBe(400);
+    expect(JSON.parse(r.text).error).toMatch(/^'shared_memory_offset' 9223372036854775807 is out of range for output 'OUTPUT0'/);
+  });
+
+  it('and the server keeps serving', async () => {
+    const r = await postText('/v2/models/i64/infer', '{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"INT64","data":[7]}]}');
+    expect(r.text).toContain('"data":[7]');
+  });
+});

@@ -82,8 +82,9 @@ describe('explicit mode', () => {
     expect(await ready(s.url)).toBe(200); // unloaded on purpose: still ready under strict readiness
     const unknown = await postJson(`${s.url}/v2/repository/models/nope/load`, {});
     expect(unknown).toMatchObject({ status: 500, body: { error: "failed to load 'nope', failed to poll from model repository" } });
-    const badName = await postJson(`${s.url}/v2/repository/models/..evil/load`, {});
-    expect(badName).toMatchObject({ status: 400, body: { error: "invalid model name '..evil', model name must not contain path traversal characters" } });
+    // ' ..' is '..' once trimmed, as Triton reads it ('..evil' is a plain name, for Triton too).
+    const badName = await postJson(`${s.url}/v2/repository/models/%20../load`, {});
+    expect(badName).toMatchObject({ status: 400, body: { error: "invalid model name ' ..', model name must not contain path traversal characters" } });
     const badDep = await postJson(`${s.url}/v2/repository/models/simple/unload`, { parameters: { unload_dependents: 'yes' } });
     expect(badDep.status).toBe(400);
     expect((await postJson(`${s.url}/v2/repository/other/models/simple/load`, {})).status).toBe(501);
@@ -119,8 +120,8 @@ describe('explicit mode', () => {
   it('refuses every file name that would leave the model folder, writing nothing', async () => {
     const canary = mkdtempSync(join(tmpdir(), 'tsi-canary-'));
     const attempts = [
-      'file:../evil.onnx', 'file:1/../../evil.onnx', `file:${canary}/evil.onnx`, 'file:/etc/evil', 'file:1\\..\\..\\evil.onnx',
-      'file:..', 'file:1//model.onnx', 'file:./1/model.onnx', 'file:', 'file:C:/evil',
+      'file:../evil.onnx', 'file:1/../../evil.onnx', 'file:/../evil.onnx', 'file:1\\..\\..\\evil.onnx',
+      'file:..', 'file:1//model.onnx', 'file:./1/model.onnx', 'file:', 'file:/', 'file:C:/evil',
     ];
     try {
       for (const key of attempts) {
@@ -128,12 +129,22 @@ describe('explicit mode', () => {
           parameters: { config: JSON.stringify({ name: 'trav', backend: 'onnxruntime' }), 'file:1/model.onnx': b64(addSub), [key]: b64(addSub) },
         });
         expect(r.status, key).toBe(400);
-        expect(r.body.error, key).toMatch(new RegExp(`^Invalid file parameter '${key.replace(/[\\^$.*+?()[\]{}|]/g, '\\$&')}'`));
+        expect(r.body.error, key).toMatch(new RegExp(`^failed to load 'trav', failed to poll from model repository: Invalid file parameter '${key.replace(/[\\^$.*+?()[\]{}|]/g, '\\$&')}'`));
       }
-      expect(readdirSync(canary)).toEqual([]);
       expect(existsSync(join(tmpdir(), 'evil.onnx'))).toBe(false);
       expect(stagedFolders('trav')).toHaveLength(0);
       expect((await getJson(`${s.url}/v2/models/trav`)).status).toBe(404);
+      // A leading slash names the model folder's root, as Triton joins the path to it
+      // (L0_backend_python model_control sends `file:/1/model.py`): what looks absolute lands inside.
+      const inside = await postJson(`${s.url}/v2/repository/models/trav/load`, {
+        parameters: { config: JSON.stringify({ name: 'trav', backend: 'onnxruntime' }), 'file:/1/model.onnx': b64(addSub), [`file:${canary}/evil.onnx`]: b64(addSub) },
+      });
+      expect(inside.status, JSON.stringify(inside.body)).toBe(200);
+      expect(readdirSync(canary)).toEqual([]);
+      const [staged] = stagedFolders('trav');
+      expect(existsSync(join(tmpdir(), staged!, '1', 'model.onnx'))).toBe(true);
+      expect(existsSync(join(tmpdir(), staged!, canary.slice(1), 'evil.onnx'))).toBe(true);
+      expect((await postJson(`${s.url}/v2/repository/models/trav/unload`, {})).status).toBe(200);
     } finally {
       rmSync(canary, { recursive: true, force: true });
     }
@@ -147,7 +158,7 @@ describe('explicit mode', () => {
       expect((await postJson(`${s.url}/v2/models/via_grpc/infer`, body)).status).toBe(200);
       await expect(c.call('RepositoryModelLoad', {
         model_name: 'via_grpc', parameters: { config, 'file:../x.onnx': { bytes_param: Buffer.from(addSub) } },
-      })).rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: expect.stringMatching(/^Invalid file parameter 'file:\.\.\/x\.onnx'/) });
+      })).rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: expect.stringMatching(/^failed to load 'via_grpc', failed to poll from model repository: Invalid file parameter 'file:\.\.\/x\.onnx'/) });
       await expect(c.call('RepositoryModelLoad', { model_name: 'via_grpc', parameters: { config, 'file:1/model.onnx': { string_param: 'x' } } }))
         .rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: "File parameter 'file:1/model.onnx' must have bytes type for its value" });
       await c.call('RepositoryModelUnload', { model_name: 'via_grpc', parameters: { unload_dependents: { bool_param: true } } });

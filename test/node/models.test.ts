@@ -17,6 +17,7 @@ import {
   referenceImageClassifier, referenceMlpBatch, referenceSequenceStep, referenceSimpleSequence, slowModel, type Datatype,
 } from '../../scripts/gen-models.js';
 import { decodeModel, fillUniform } from '../../scripts/onnx-builder.js';
+import { crossEncoderFiles } from '../../scripts/cross-encoder-model.js';
 
 const COMMITTED = fileURLToPath(new URL('../../models/', import.meta.url));
 let repo: string;
@@ -106,10 +107,17 @@ describe('committed configs match the generated models', () => {
         return;
       }
       if (/backend:\s*"embedding"/.test(text)) {
-        // An embedding model's config names its text API; its graph is the encoder layout core/embedding.ts reads.
+        // An embedding model's config names its text API; its graph is the encoder layout core/encoders/embedding.ts reads.
         const e = await open(name);
         expect(e.inputNames).toEqual(['input_ids', 'attention_mask', 'token_type_ids']);
         expect(e.outputNames).toEqual(['last_hidden_state']);
+        return;
+      }
+      if (/backend:\s*"classifier"/.test(text)) {
+        // A classifier's config names its text API; its graph is an encoder with a head (core/encoders/classifier.ts).
+        const c = await open(name);
+        expect(c.inputNames).toEqual(name.endsWith('_xlmr') ? ['input_ids', 'attention_mask'] : ['input_ids', 'attention_mask', 'token_type_ids']);
+        expect(c.outputNames).toEqual(['logits']);
         return;
       }
       const names = [...text.matchAll(/\b(?:name|input_name|output_name): "([^"]+)"/g)].map((m) => m[1]!);
@@ -119,6 +127,16 @@ describe('committed configs match the generated models', () => {
       for (const n of names.slice(1)) expect(tensors.has(n), `${name}: ${n}`).toBe(true);
       // Every model input must be fed by the config: a listed input, a control input or state.
       for (const n of s.inputNames) expect(names, `${name}: ${n}`).toContain(n);
+    });
+  }
+});
+
+describe('committed cross-encoder files are what scripts/cross-encoder-model.ts writes', () => {
+  for (const [model, files] of Object.entries(crossEncoderFiles())) {
+    it(model, async () => {
+      for (const [name, json] of Object.entries(files)) {
+        expect(JSON.parse(await readFile(join(COMMITTED, model, '1', name), 'utf8')), `${model}/1/${name}`).toEqual(JSON.parse(JSON.stringify(json)));
+      }
     });
   }
 });

@@ -180,10 +180,10 @@ describe('logging extension', () => {
     s.log.warn('hidden too');
     expect(s.logs.length).toBe(before);
     s.log.info('shown');
-    expect(s.logs.at(-1)).toMatch(/^I\d{4}-\d{2}-\d{2}T[\d:.]+Z shown$/);
+    expect(s.logs.at(-1)).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z I \d+ [\w.]+:\d+\] shown$/);
     await postJson(`${s.url}/v2/logging`, { log_verbose_level: 2, log_warning: true, log_format: 'default' });
     s.log.verbose(2, 'verbose again');
-    expect(s.logs.at(-1)).toMatch(/^V\d{4} [\d:.]+ verbose again$/);
+    expect(s.logs.at(-1)).toMatch(/^I\d{4} \d{2}:\d{2}:\d{2}\.\d{6} \d+ [\w.]+:\d+\] verbose again$/);
     // Real work logs through it too: a request at verbose 2 leaves no error, a load would log.
     expect((await postJson(`${s.url}/v2/logging`, { log_file: '/tmp/elsewhere.log' }))).toMatchObject({
       status: 501, body: { error: 'log file location can not be updated through network protocol' },
@@ -268,9 +268,9 @@ describe('trace extension', () => {
     const names = (t: (typeof first)[number]) => t.stamps.map((x) => x.name);
     expect(names(first[0]!)).toEqual([
       'HTTP_RECV_START', 'HTTP_RECV_END', 'REQUEST_START', 'QUEUE_START', 'COMPUTE_START', 'COMPUTE_INPUT_END',
-      'COMPUTE_OUTPUT_START', 'COMPUTE_END', 'REQUEST_END', 'HTTP_SEND_START', 'HTTP_SEND_END',
+      'COMPUTE_OUTPUT_START', 'COMPUTE_END', 'REQUEST_END', 'INFER_RESPONSE_COMPLETE', 'HTTP_SEND_START', 'HTTP_SEND_END',
     ].filter((n) => names(first[0]!).includes(n)));
-    for (const n of ['HTTP_RECV_START', 'REQUEST_START', 'QUEUE_START', 'COMPUTE_START', 'COMPUTE_END', 'REQUEST_END', 'HTTP_SEND_END']) {
+    for (const n of ['HTTP_RECV_START', 'REQUEST_START', 'QUEUE_START', 'COMPUTE_START', 'COMPUTE_END', 'REQUEST_END', 'INFER_RESPONSE_COMPLETE', 'HTTP_SEND_END']) {
       expect(names(first[0]!)).toContain(n);
     }
     expect(names(first[1]!)).toEqual(expect.arrayContaining(['GRPC_WAITREAD_END', 'COMPUTE_START', 'COMPUTE_END', 'REQUEST_END']));

@@ -122,7 +122,7 @@ describe('tsi-node pull', () => {
     const repository = join(root, 'refused');
     const pull = (repo: string, variant?: string) => pullModel({ repo, variant, repository, hubUrl: hub.url });
     hub.log.length = 0;
-    await expect(pull('acme/t5-small')).rejects.toThrow('acme/t5-small cannot be served by tsi: architecture T5ForConditionalGeneration is not a decoder-only causal LM');
+    await expect(pull('acme/t5-small')).rejects.toThrow('acme/t5-small cannot be served by tsi: architecture T5ForConditionalGeneration is neither a decoder-only causal LM');
     await expect(pull('acme/no-onnx')).rejects.toThrow('acme/no-onnx cannot be served by tsi: it has no ONNX export under onnx/');
     await expect(pull('acme/odd-tokenizer')).rejects.toThrow("acme/odd-tokenizer cannot be served by tsi: tokenizer.json: model type 'CharacterLevel' is not supported");
     expect(weightRequests()).toEqual([]);
@@ -143,6 +143,31 @@ describe('tsi-node pull', () => {
     expect(readdirSync(join(repository, 'on_gpu', '1', 'onnx'))).toEqual(['model_fp16.onnx']);
     expect(readFileSync(join(repository, 'on_gpu', 'config.pbtxt'), 'utf8')).toBe('backend: "llm"\nparameters { key: "variant" value { string_value: "model_fp16" } }\ninstance_group [{ kind: KIND_GPU }]\n');
     expect(lines.join('\n')).toContain('variant model_fp16 (the best present for KIND_GPU (a GPU provider): fp16 first (with its fp16 KV cache), then fp32');
+  }, 60_000);
+
+  it('pulls a reranker (a *ForSequenceClassification export) with a classifier config that serves it', async () => {
+    // tiny_rerank in the onnx-community layout: onnx/model.onnx and onnx/model_quantized.onnx.
+    const folder = join(root, 'hub', 'rerank');
+    mkdirSync(join(folder, 'onnx'), { recursive: true });
+    for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json']) cpSync(join(MODELS, 'tiny_rerank', '1', f), join(folder, f));
+    for (const v of ['model', 'model_quantized']) cpSync(join(MODELS, 'tiny_rerank', '1', 'model.onnx'), join(folder, 'onnx', `${v}.onnx`));
+    hub.add('onnx-community/tiny-rerank-ONNX', folder);
+    const repository = join(root, 'rerankers');
+    const r = await pullModel({ repo: 'onnx-community/tiny-rerank-ONNX', repository, hubUrl: hub.url });
+    expect(r).toMatchObject({ name: 'tiny-rerank-onnx', kind: 'classifier', variant: 'model' });
+    expect(readdirSync(join(repository, 'tiny-rerank-onnx', '1', 'onnx'))).toEqual(['model.onnx']);
+    expect(readFileSync(join(repository, 'tiny-rerank-onnx', 'config.pbtxt'), 'utf8'))
+      .toBe('backend: "classifier"\nmax_batch_size: 64\ndynamic_batching {}\nparameters { key: "variant" value { string_value: "model" } }\n');
+    const server = await startTestServer({ modelRepositories: [repository, MODELS], modelControlMode: 'explicit', loadModels: ['tiny-rerank-onnx', 'tiny_rerank'] });
+    try {
+      const ask = (model: string) => postJson(`${server.url}/v1/rerank`, { model, query: 'the cat', documents: ['a cat sat on the mat', 'triton server', 'dog'] });
+      const [a, b] = [await ask('tiny-rerank-onnx'), await ask('tiny_rerank')];
+      expect(a.status).toBe(200);
+      expect(a.body.results).toHaveLength(3);
+      expect(a.body.results).toEqual(b.body.results);
+    } finally {
+      await server.stop();
+    }
   }, 60_000);
 
   it('has --help', () => {

@@ -101,7 +101,7 @@ describe('add_sub (Triton\'s example model.py)', () => {
       }));
     });
     expect(new Set(pids).size).toBe(2);
-    const devices = s.logs.find((l) => l.includes("successfully loaded 'sleep_py'"))!;
+    const devices = s.logs.find((l) => l.includes("loaded 'sleep_py' version 1 on"))!;
     for (const pid of pids) expect(devices).toContain(`python (pid ${pid})`);
   });
 
@@ -135,7 +135,21 @@ describe('what a request carries', () => {
     expect(a.body.parameters).toEqual({ as_int: 7, as_bool: true, as_str: 's' });
     expect(s.logs.some((l) => /^W.*sequence_py \(sequence_py_0\) model\.py:\d+: sequence 42: flags 1$/.test(l))).toBe(true);
     expect(s.logs.some((l) => /^E.*sequence_py \(sequence_py_0\) model\.py:\d+: explicit error level$/.test(l))).toBe(true);
-    expect(s.logs.some((l) => /^V.*verbose line$/.test(l))).toBe(true);
+    expect(s.logs.some((l) => /^I.*verbose line$/.test(l))).toBe(true);
+  });
+});
+
+describe('a correlation id past 2^53', () => {
+  it('reaches the model exact (the stub channel carries it as a decimal, not a double)', async () => {
+    const r = await fetch(`${s.url}/v2/models/sequence_py/infer`, {
+      method: 'POST',
+      body: '{"parameters":{"sequence_id":18446744073709551615,"sequence_start":true,"sequence_end":true},'
+        + '"inputs":[{"name":"X","datatype":"INT32","shape":[1],"data":[4]}],"outputs":[{"name":"INFO"}]}',
+    });
+    const text = await r.text();
+    expect(r.status, text).toBe(200);
+    // INFO is Python's json.dumps of what the model saw: the id as an exact integer literal.
+    expect(text).toContain('\\"correlation_id\\": 18446744073709551615,');
   });
 });
 

@@ -126,6 +126,34 @@ describe('models that cannot start', () => {
     }
   }
 
+  it("names with a shell metacharacter: Triton's 'Invalid stub name' (L0_backend_python model_control); plain names load", async () => {
+    mkdirSync(join(work, 'empty'), { recursive: true });
+    const s = await startPythonServer({ modelRepositories: [join(work, 'empty')], modelControlMode: 'explicit', allowModelCodeUpload: true });
+    const code = 'import triton_python_backend_utils as pb_utils\n\nclass TritonPythonModel:\n    def execute(self, requests):\n'
+      + '        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]\n';
+    const load = (name: string) => postJson(`${s.url}/v2/repository/models/${encodeURIComponent(name)}/load`, { parameters: {
+      config: JSON.stringify({ name, backend: 'python', max_batch_size: 4,
+        input: [{ name: 'INPUT0', data_type: 'TYPE_FP32', dims: [-1] }], output: [{ name: 'OUTPUT0', data_type: 'TYPE_FP32', dims: [-1] }] }),
+      // Triton's test names the file with a leading slash: the model folder's root.
+      'file:/1/model.py': Buffer.from(code).toString('base64'),
+    } });
+    try {
+      for (const name of ['model;test', 'model|test', 'model&test', 'model$test', 'model`test`', 'model<test>', 'model(test)', 'model"test"', "model'test'", 'model*test', 'model~test', 'model!test']) {
+        const r = await load(name);
+        expect(r.status, name).toBe(400);
+        expect(r.body.error, name).toContain('Invalid stub name: contains invalid characters');
+        expect((await fetch(`${s.url}/v2/models/${encodeURIComponent(name)}/ready`)).status, name).not.toBe(200);
+      }
+      for (const name of ['TestModel123', 'model-with-hyphens']) {
+        const r = await load(name);
+        expect(r.status, JSON.stringify(r.body)).toBe(200);
+        expect((await fetch(`${s.url}/v2/models/${name}/ready`)).status).toBe(200);
+      }
+    } finally {
+      await s.stop();
+    }
+  }, 60_000);
+
   it('initialize raising: UNAVAILABLE with the traceback\'s last lines', async () => {
     const reason = await reasonFor('init_fail_py');
     expect(reason).toMatch(/^failed to initialize model 'init_fail_py' instance init_fail_py_0 with python3 \(Python 3\.\d+\.\d+, numpy [\d.]+\): /);

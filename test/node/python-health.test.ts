@@ -1,7 +1,8 @@
 /**
  * A Python model's health as Triton reports it, through the real HTTP and gRPC servers: a model whose
  * process dies is not ready (`Stub process '<instance>' is not healthy.` in the log and in answers
- * to requests) from that moment until its new process is ready, and the log says both; a model that
+ * to requests) from that moment until the next request has started a new process and that one is
+ * ready, and the log says each; a model that
  * defines `is_ready()` is ready only when it answers true (false, an exception, a non-boolean or an
  * answer slower than 5 s each give a not-ready model with Triton's texts), and inference is unaffected.
  * States are waited on (a file holds the restarted process in initialize), never slept on.
@@ -55,29 +56,43 @@ const infer = (model: string) => postJson(`${s.url}/v2/models/${model}/infer`, {
 const logged = (text: string) => s.logs.some((l) => l.includes(text));
 
 describe('a model whose process dies', () => {
-  it('is not ready, with Triton\'s text, from its death until the new process is ready; the log says both', async () => {
-    expect(await httpReady('health_py')).toBe(true);
-    expect(await grpcReady('health_py')).toBe(true);
-    const [stub] = stubProcesses().filter((p) => p.cmdline.endsWith('health_py health_py_0_0'));
-    expect(stub).toBeDefined();
-    writeFileSync(hold, 'the restarted process waits in initialize while this file exists');
-    process.kill(stub!.pid, 'SIGKILL');
+  // Triton's L0_backend_python model_readiness (SIGSEGV, then SIGKILL) and restart: not ready from the
+  // death on, each readiness check logging Triton's line once; the next request fails with Triton's
+  // text and starts a new process; once that one is ready, so is the model, and inference works.
+  for (const signal of ['SIGSEGV', 'SIGKILL'] as const) {
+    it(`killed by ${signal}: not ready until a request restarts it, with Triton's texts`, async () => {
+      expect(await httpReady('health_py')).toBe(true);
+      expect(await grpcReady('health_py')).toBe(true);
+      const [stub] = stubProcesses().filter((p) => p.cmdline.endsWith('health_py health_py_0_0'));
+      expect(stub).toBeDefined();
+      const notReady = "Model 'health_py' version 1 is not ready: Stub process 'health_py_0_0' is not healthy.";
+      const before = s.logs.filter((l) => l.includes(notReady)).length;
+      writeFileSync(hold, 'the restarted process waits in initialize while this file exists');
+      process.kill(stub!.pid, signal);
+      expect(await eventually(() => logged(`Stub process 'health_py_0_0' is not healthy. The Python process (pid ${stub!.pid}) was killed by signal ${signal}`))).toBe(true);
 
-    expect(await eventually(async () => !(await httpReady('health_py')))).toBe(true);
-    expect(await grpcReady('health_py')).toBe(false);
-    const r = await infer('health_py');
-    expect(r.status).toBe(500);
-    expect(r.body.error).toMatch(/^Failed to process the request\(s\) for model instance 'health_py_0_0', message: Stub process 'health_py_0_0' is not healthy\./);
-    expect(logged("Model 'health_py' version 1 is not ready: Stub process 'health_py_0_0' is not healthy.")).toBe(true);
-    expect(logged(`Stub process 'health_py_0_0' is not healthy. The Python process (pid ${stub!.pid}) was killed by signal SIGKILL`)).toBe(true);
+      // Nothing restarts it on its own: one HTTP and one gRPC check, each not ready, each logged once.
+      expect(await httpReady('health_py')).toBe(false);
+      expect(await grpcReady('health_py')).toBe(false);
+      expect(s.logs.filter((l) => l.includes(notReady)).length - before).toBe(2);
+      expect(stubProcesses().filter((p) => p.cmdline.endsWith('health_py health_py_0_0'))).toEqual([]);
 
-    rmSync(hold);
-    expect(await eventually(() => httpReady('health_py'), 30_000)).toBe(true);
-    expect(await grpcReady('health_py')).toBe(true);
-    expect(logged("Stub process 'health_py_0_0' is healthy again")).toBe(true);
-    const ok = await infer('health_py');
-    expect(ok.body.outputs[0].data).toEqual([1, 2]);
-  }, 60_000);
+      const r = await infer('health_py');
+      expect(r.status).toBe(500);
+      expect(r.body.error).toMatch(/^Failed to process the request\(s\) for model instance 'health_py_0_0', message: Stub process 'health_py_0_0' is not healthy\./);
+      expect(logged('Stub process is unhealthy and it will be restarted.')).toBe(true);
+      // The next request waits for the new process (Triton's restart test: the second request works).
+      const waiting = infer('health_py');
+      expect(await eventually(() => s.server.model('health_py').stats.inflight === 1)).toBe(true);
+      rmSync(hold);
+      expect((await waiting).body.outputs[0].data).toEqual([1, 2]);
+      expect(await eventually(() => httpReady('health_py'), 30_000)).toBe(true);
+      expect(await grpcReady('health_py')).toBe(true);
+      expect(logged("Stub process 'health_py_0_0' is healthy again")).toBe(true);
+      const ok = await infer('health_py');
+      expect(ok.body.outputs[0].data).toEqual([1, 2]);
+    }, 60_000);
+  }
 });
 
 describe('a model\'s own is_ready()', () => {

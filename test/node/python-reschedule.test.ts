@@ -29,6 +29,12 @@ beforeAll(async () => {
   writeFileSync(join(plain, '1', 'model.py'), readFileSync(join(repo.path, 'reschedule_py', '1', 'model.py')));
   writeFileSync(join(plain, 'config.pbtxt'), readFileSync(join(repo.path, 'reschedule_py', 'config.pbtxt'), 'utf8')
     .replace('name: "reschedule_py"', 'name: "reschedule_plain_py"').replace(/^sequence_batching.*$/m, ''));
+  // iterative_py with an `async def execute`.
+  const asyncDir = join(repo.path, 'iterative_async_py');
+  mkdirSync(join(asyncDir, '1'), { recursive: true });
+  writeFileSync(join(asyncDir, '1', 'model.py'), readFileSync(join(repo.path, 'iterative_py', '1', 'model.py')));
+  writeFileSync(join(asyncDir, 'config.pbtxt'), `${readFileSync(join(repo.path, 'iterative_py', 'config.pbtxt'), 'utf8')
+    .replace('name: "iterative_py"', 'name: "iterative_async_py"')}\nparameters { key: "ASYNC" value { string_value: "1" } }\n`);
   s = await startPythonServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
   raw = grpcClient(`127.0.0.1:${s.grpc!.port}`);
 }, 60_000);
@@ -54,8 +60,13 @@ const infer = (model: string, n: number, parameters: Obj = {}) =>
   postJson(`${s.url}/v2/models/${model}/infer`, { inputs: [{ name: 'IN', datatype: 'INT32', shape: [1], data: [n] }], parameters });
 
 describe('iterative sequences', () => {
-  it('run a decoupled request again until its final response, over gRPC ModelStreamInfer', async () => {
-    const out = await streamAll(raw, [streamRequest('iterative_py', 3), streamRequest('iterative_py', 2)]);
+  it('run a decoupled request again until its final response (also from an async execute), over gRPC ModelStreamInfer', async () => {
+    for (const model of ['iterative_py', 'iterative_async_py']) await decoupledRuns(model);
+  });
+
+  /** Two requests to a decoupled iterative model, each run until its final response. */
+  async function decoupledRuns(model: string): Promise<void> {
+    const out = await streamAll(raw, [streamRequest(model, 3), streamRequest(model, 2)]);
     expect(out.every((m) => m.error_message === '')).toBe(true);
     const steps = out.map(step);
     const ids = [...new Set(steps.map((x) => x[2]))];
@@ -64,8 +75,8 @@ describe('iterative sequences', () => {
     for (const id of ids) expect(id).toBeGreaterThan(0n);
     const runs = ids.map((id) => steps.filter((x) => x[2] === id).map(([o, f]) => [o, f]));
     // START (flag 1) on the first run only; a rescheduled run carries neither START nor END.
-    expect(runs.sort((a, b) => b.length - a.length)).toEqual([[[2, 1], [1, 0], [0, 0]], [[1, 1], [0, 0]]]);
-  });
+    expect(runs.sort((a, b) => b.length - a.length), model).toEqual([[[2, 1], [1, 0], [0, 0]], [[1, 1], [0, 0]]]);
+  }
 
   it('stream each run over HTTP generate_stream', async () => {
     const r = await fetch(`${s.url}/v2/models/iterative_py/generate_stream`, { method: 'POST', body: JSON.stringify({ IN: 4 }) });

@@ -3,12 +3,15 @@
  * the input region's first-fit blocks (reuse, merging of neighbours, growth of the file), tensors
  * written in Triton's layout (BYTES with length prefixes), and tensors read back from the ring and
  * from the input region by their channel descriptions. The Python half's ring is checked in
- * fixtures/python/pb_utils_checks.py (python-utils.test.ts).
+ * fixtures/python/pb_utils_checks.py (python-utils.test.ts); its free and used bytes, as Triton's
+ * `c_python_backend_utils.shared_memory` gives them to models, through a real server here.
  */
 
-import { closeSync, fstatSync, readSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { InputRegion, OutputRing, createShmFile, type OutDesc } from '../../runtime-node/python/shm.js';
+import { pythonRepo, startPythonServer } from '../helpers/python-server.js';
+import { postJson } from '../helpers/server.js';
 
 describe('InputRegion', () => {
   it('hands out 64-byte aligned blocks first-fit, merges freed neighbours and grows the file', () => {
@@ -80,6 +83,47 @@ describe('OutputRing', () => {
     } finally {
       closeSync(inFd);
       closeSync(ringFd);
+    }
+  });
+});
+
+describe("the stub's pool as Triton's c_python_backend_utils.shared_memory shows it", () => {
+  it('free + used is the pool; what a response took is free again once tsi has read it (no leak)', async () => {
+    const repo = pythonRepo(['shm_pool_py']);
+    const s = await startPythonServer({ modelRepositories: [repo.path] });
+    try {
+      const pool = async (n: number) => {
+        const r = await postJson(`${s.url}/v2/models/shm_pool_py/infer`, { inputs: [{ name: 'N', datatype: 'INT64', shape: [1], data: [n] }] });
+        expect(r.status, JSON.stringify(r.body)).toBe(200);
+        return r.body.outputs.find((o: any) => o.name === 'POOL').data as [number, number];
+      };
+      const [free, used] = await pool(1);
+      expect(used).toBeGreaterThanOrEqual(64); // the ring's header at least
+      expect(free).toBeGreaterThan(0);
+      // A large response fills the ring; tsi reads it, and the next execute finds the space free again.
+      await pool(100_000);
+      const [free2, used2] = await pool(1);
+      expect(free2 + used2).toBeGreaterThanOrEqual(free + used);
+      expect(used2).toBe(used);
+      expect((await pool(1))[0]).toBe(free2);
+    } finally {
+      await s.stop();
+      repo.cleanup();
+    }
+  }, 60_000);
+});
+
+describe('a pool that cannot grow', () => {
+  it("says so in Triton's words (L0_backend_python test_growth_error), and the region stays usable", () => {
+    // /dev/full answers every write with ENOSPC, as a full /dev/shm does when pages are touched.
+    const fd = openSync('/dev/full', 'r+');
+    try {
+      const r = new InputRegion(fd, 4096, 4096);
+      const t = { name: 'A', datatype: 'UINT8' as const, shape: [100], data: new Uint8Array(100) };
+      expect(() => r.writeTensors([t])).toThrow(/^Failed to increase the shared memory pool size to 4096 bytes\. If you are running tsi inside docker, use '--shm-size' flag/);
+      expect(r.usedBytes).toBe(0); // the block was given back
+    } finally {
+      closeSync(fd);
     }
   });
 });

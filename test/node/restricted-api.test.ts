@@ -79,9 +79,13 @@ describe('gRPC', () => {
   });
 });
 
-it('refuses an unknown category at start-up', async () => {
-  await expect(startTestServer({ modelRepositories: [MODELS], httpRestrictedApi: ['everything:k=v'] }))
-    .rejects.toThrow("--http-restricted-api: unknown API category 'everything'");
+it("refuses an unknown category, or one in two groups, at start-up with Triton's texts (L0_http)", async () => {
+  await expect(startTestServer({ modelRepositories: [MODELS], httpRestrictedApi: ['model-reposit,health:k1=v1', 'metadata,health:k2=v2'] }))
+    .rejects.toThrow(/^unknown restricted api 'model-reposit' \(--http-restricted-api: expected one of/);
+  await expect(startTestServer({ modelRepositories: [MODELS], httpRestrictedApi: ['model-repository,health:k1=v1', 'metadata,health:k2=v2'] }))
+    .rejects.toThrow("restricted api 'health' can not be specified in multiple config groups");
+  await expect(startTestServer({ modelRepositories: [MODELS], grpcRestrictedProtocol: ['inference:a=b', 'inference:c=d'] }))
+    .rejects.toThrow("restricted protocol 'inference' can not be specified in multiple config groups");
   await expect(startTestServer({ modelRepositories: [MODELS], grpcRestrictedProtocol: ['inference'] }))
     .rejects.toThrow('--grpc-restricted-protocol expects <category>[,<category>...]:<key>=<value>');
 });

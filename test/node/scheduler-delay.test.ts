@@ -173,3 +173,66 @@ describe('TRITONSERVER_DELAY_SCHEDULER=1 with TRITONSERVER_BACKLOG_DELAY_SCHEDUL
     expect((await statsOf(s, 'direct')).executions).toBe(4);
   });
 });
+
+describe('TRITONSERVER_DELAY_SCHEDULER=2, direct max_queue_delay_microseconds with minimum_slot_utilization 0 (L0_sequence_batcher test_queue_delay_no_min_util)', () => {
+  const server = serverWith({ TRITONSERVER_DELAY_SCHEDULER: '2', TRITONSERVER_BACKLOG_DELAY_SCHEDULER: '0' }, {
+    'qdelay/config.pbtxt': renamed('simple_sequence', 'qdelay')
+      .replace('sequence_batching {', 'sequence_batching {\n  direct { max_queue_delay_microseconds: 3000000, minimum_slot_utilization: 0 }'),
+    'qdelay/1/model.onnx': onnx('simple_sequence'),
+  });
+
+  it("counts a batch's padding rows in its batch size, as Triton's null requests: two batches of 2, three inferences", async () => {
+    const s = server();
+    // Sequence 1001 (one request, no END) in slot 0 and 1002's first in slot 1 run together; 1002's
+    // second then runs in slot 1 with slot 0 padded: [null, 1002].
+    const [, first] = await sendOneByOne(s, 'qdelay', [step(1001, 1, { start: true }), step(1002, 11, { start: true })]);
+    expect(output(first)).toEqual([12]);
+    expect(output((await postJson(`${s.url}/v2/models/qdelay/infer`, step(1002, 12, {}))).body)).toEqual([12]);
+    expect(await statsOf(s, 'qdelay')).toEqual({ executions: 2, inferences: 3, batches: [[2, 2]] });
+  });
+});
+
+describe('TRITONSERVER_DELAY_SCHEDULER=4 with TRITONSERVER_BACKLOG_DELAY_SCHEDULER=2 (L0_sequence_batcher test_backlog_same_correlation_id)', () => {
+  const server = serverWith({ TRITONSERVER_DELAY_SCHEDULER: '4', TRITONSERVER_BACKLOG_DELAY_SCHEDULER: '2' }, {
+    'samecid/config.pbtxt': renamed('simple_sequence', 'samecid').replace('max_batch_size: 8', 'max_batch_size: 2'),
+    'samecid/1/model.onnx': onnx('simple_sequence'),
+  });
+
+  it('a START for an ID whose END is queued (not yet run) is a new sequence, backlogged, not queued behind the old one', async () => {
+    const s = server();
+    // Sequences 1 and 2 fill both slots, their ENDs queued; then 2 again: the backlog (2 requests)
+    // releases the hold. It used to join the old sequence 2's slot, the backlog never filled, and
+    // the requests waited for ever.
+    const replies = await sendOneByOne(s, 'samecid', [
+      step(1, 1, { start: true }), step(2, 11, { start: true }), step(1, 3, { end: true }), step(2, 13, { end: true }),
+      step(2, 111, { start: true }), step(2, 113, { end: true }),
+    ]);
+    expect(replies).toHaveLength(6);
+    // Two batches of both slots; then the new sequence 2, alone in the first slot freed, twice.
+    expect(await statsOf(s, 'samecid')).toEqual({ executions: 4, inferences: 6, batches: [[1, 2], [2, 2]] });
+  });
+});
+
+describe('TRITONSERVER_DELAY_SCHEDULER=10 with TRITONSERVER_BACKLOG_DELAY_SCHEDULER=3 (L0_sequence_batcher test_backlog_fill_no_end)', () => {
+  const server = serverWith({ TRITONSERVER_DELAY_SCHEDULER: '10', TRITONSERVER_BACKLOG_DELAY_SCHEDULER: '3' }, {
+    'fill/config.pbtxt': renamed('simple_sequence', 'fill').replace('max_batch_size: 8', 'max_batch_size: 4'),
+    'fill/1/model.onnx': onnx('simple_sequence'),
+  });
+
+  it('fills the slots the short sequences free from the backlog; the batches keep the slots up to the last busy one', async () => {
+    const s = server();
+    const replies = await sendOneByOne(s, 'fill', [
+      step(1001, 1, { start: true }), step(1001, 2, {}), step(1001, 3, { end: true }),
+      step(1002, 11, { start: true }), step(1002, 13, { end: true }),
+      step(1003, 111, { start: true }), step(1003, 113, { end: true }),
+      step(1004, 1111, { start: true }), step(1004, 1112, {}), step(1004, 1113, { end: true }),
+      step(1005, 11111, { start: true, end: true }),
+      step(1006, 22222, { start: true }), step(1006, 22223, {}),
+    ]);
+    expect(replies).toHaveLength(13);
+    // 1006's END comes later, alone in its slot (the third) with the two below it padded.
+    expect((await postJson(`${s.url}/v2/models/fill/infer`, step(1006, 22224, { end: true }))).status).toBe(200);
+    // Triton's expectation: three batches of 4, then two of 3 (1006 took the slot 1003 freed).
+    expect(await statsOf(s, 'fill')).toEqual({ executions: 5, inferences: 14, batches: [[3, 2], [4, 3]] });
+  });
+});

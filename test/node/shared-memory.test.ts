@@ -8,9 +8,11 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describeWith } from '../helpers/capability.js';
-import { MODELS, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { MODELS, getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 import { grpcClient, type GrpcTestClient } from '../helpers/grpc.js';
 
 const withShm = describeWith(!!process.env.CI, '/dev/shm', process.platform === 'linux' && existsSync('/dev/shm') ? undefined : `no /dev/shm on ${process.platform}`);
@@ -103,15 +105,40 @@ withShm('system shared memory', () => {
 
   it('refuses bad keys, offsets, sizes and unknown regions with clear errors', async () => {
     const reg = (name: string, body: unknown) => postJson(`${s.url}/v2/systemsharedmemory/region/${name}/register`, body);
+    // Triton answers a key it cannot open with INTERNAL (500; INTERNAL over gRPC too).
     const nosuch = await reg('x', { key: `/${tag}-missing`, offset: 0, byte_size: 8 });
-    expect(nosuch).toMatchObject({ status: 400, body: { error: `Unable to open shared memory region: '/${tag}-missing': ENOENT` } });
+    expect(nosuch).toMatchObject({ status: 500, body: { error: `Unable to open shared memory region: '/${tag}-missing': ENOENT` } });
+    await expect(c.call('SystemSharedMemoryRegister', { name: 'x', key: `/${tag}-missing`, offset: 0, byte_size: 8 }))
+      .rejects.toMatchObject({ code: grpc.status.INTERNAL, details: `Unable to open shared memory region: '/${tag}-missing': ENOENT` });
     for (const key of ['/a/b', '../etc/passwd', '/..', '', 'x\\y']) {
+      // tsi's own check of the key's shape (Triton passes it to shm_open): a client error.
       const r = await reg('x', { key, offset: 0, byte_size: 8 });
       expect(r.status, key).toBe(400);
       expect(r.body.error, key).toMatch(/^Unable to open shared memory region/);
     }
-    expect((await reg('x', { key: IN, offset: 100, byte_size: 100 })).body.error).toBe(
-      `shared memory region '${IN}' is 128 bytes, too small for offset 100 + byte_size 100`);
+    // Triton's key checks come first, with its texts: all slashes, and the Python backend's own prefix.
+    for (const key of ['/', '///']) {
+      expect(await reg('my_test_shm_name', { key, byte_size: 10000 }), key).toMatchObject({
+        status: 400, body: { error: `cannot register shared memory region 'my_test_shm_name' - invalid shm key '${key}'` },
+      });
+    }
+    const reserved = 'triton_python_backend_shm_region_';
+    for (const key of [`${reserved}_k`, `/${reserved}_k`, `///${reserved}_k`]) {
+      expect(await reg('my_test_shm_name', { key, byte_size: 10000 }), key).toMatchObject({
+        status: 400,
+        body: { error: `cannot register shared memory region 'my_test_shm_name' with key '${key}' as the key contains the reserved prefix '${reserved}'` },
+      });
+      await expect(c.call('SystemSharedMemoryRegister', { name: 'my_test_shm_name', key, offset: 0, byte_size: 10000 }))
+        .rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT });
+    }
+    // A registered range past the object's end: Triton's "invalid args", for each edge of L0_shared_memory.
+    for (const [offset, byte_size] of [[0, 129], [1, 128], [128, 1], [129, 0], [100, 100]]) {
+      expect(await reg('x', { key: IN, offset, byte_size }), `${offset}+${byte_size}`).toMatchObject({
+        status: 400, body: { error: expect.stringMatching(/^failed to register shared memory region 'x': invalid args \(/) },
+      });
+    }
+    await expect(c.call('SystemSharedMemoryRegister', { name: 'x', key: IN, offset: 1, byte_size: 128 }))
+      .rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: expect.stringMatching(/^failed to register shared memory region 'x': invalid args/) });
     expect((await reg('x', { key: IN, offset: -1, byte_size: 8 })).status).toBe(400);
     expect((await reg('x', { key: IN })).status).toBe(400);
 
@@ -126,6 +153,21 @@ withShm('system shared memory', () => {
       .toBe("Unable to find shared memory region: 'nope' (input 'INPUT0')");
     expect((await infer({ shared_memory_region: 'input', shared_memory_offset: 96, shared_memory_byte_size: 64 })).body.error)
       .toMatch(/^Invalid offset \+ byte size for shared memory region: 'input'/);
+    // Triton's order: an offset outside the region, then a sum past 2^64 - 1, then a range past the end.
+    expect((await infer({ shared_memory_region: 'input', shared_memory_offset: 128, shared_memory_byte_size: 0 })).body.error)
+      .toMatch(/^Invalid offset for shared memory region: 'input'/);
+    const huge = '18446744073709551584'; // 2^64 - 32, as Triton's test writes it: JSON numbers are read as doubles
+    const hugeOffset = await postJson(`${s.url}/v2/models/simple/infer`, `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"parameters":{"shared_memory_region":"input","shared_memory_offset":${huge},"shared_memory_byte_size":64}},{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[${b}]}]}`);
+    expect(hugeOffset.body.error).toMatch(/^Invalid offset for shared memory region: 'input'/);
+    const overflow = await postJson(`${s.url}/v2/models/simple/infer`, `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"parameters":{"shared_memory_region":"input","shared_memory_offset":32,"shared_memory_byte_size":${huge}}},{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[${b}]}]}`);
+    expect(overflow).toMatchObject({ status: 400, body: { error: expect.stringMatching(/^Integer overflow detected: byte_size \(\d+\) \+ offset \(32\) exceeds maximum value \(18446744073709551615\) for region 'input'$/) } });
+    await expect(c.call('ModelInfer', {
+      model_name: 'simple',
+      inputs: [
+        { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { shared_memory_region: { string_param: 'input' }, shared_memory_offset: { int64_param: '128' }, shared_memory_byte_size: { int64_param: '64' } } },
+        { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], contents: { int_contents: b } },
+      ],
+    })).rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT, details: expect.stringMatching(/^Invalid offset for shared memory region: 'input'/) });
     expect((await infer({ shared_memory_region: 'input', shared_memory_byte_size: 60 })).body.error)
       .toBe("input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60");
     const small = await infer({ shared_memory_region: 'input', shared_memory_byte_size: 64 }, { shared_memory_region: 'output', shared_memory_byte_size: 32 });
@@ -145,20 +187,107 @@ withShm('system shared memory', () => {
     expect((await postJson(`${s.url}/v2/systemsharedmemory/region/never/unregister`, '')).status).toBe(200);
     expect((await postJson(`${s.url}/v2/systemsharedmemory/unregister`, '')).status).toBe(200);
     expect((await getJson(`${s.url}/v2/systemsharedmemory/status`)).body).toEqual([]);
+    // No CUDA here: registration says so; unregistering (nothing) is fine.
+    const cuda = await postJson(`${s.url}/v2/cudasharedmemory/region/g/register`, { raw_handle: { b64: 'AAAA' }, device_id: 0, byte_size: 8 });
+    expect(cuda).toMatchObject({ status: 501, body: { error: "failed to register CUDA shared memory region 'g': GPUs not supported" } });
+    expect((await postJson(`${s.url}/v2/cudasharedmemory/unregister`, '')).status).toBe(200);
+    expect(await c.call('CudaSharedMemoryUnregister', { name: '' })).toEqual({});
   });
+});
+
+/**
+ * model.js of an INT32 echo that, once executing, writes `<gate>.started` and waits until `<gate>`
+ * exists: the test knows the request is in flight, and decides when it ends, without timing guesses.
+ */
+const gatedEcho = (gate: string) => `import { existsSync, writeFileSync } from 'node:fs';
+  export default class {
+    execute(requests) {
+      writeFileSync(${JSON.stringify(gate)} + '.started', '');
+      while (!existsSync(${JSON.stringify(gate)})) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+      return requests.map((r) => ({ outputs: { Y: r.input('X').data } }));
+    }
+  }`;
+
+withShm('a region unregistered while a request uses it', () => {
+  const KEY = `/${tag}-held`;
+  const dir = mkdtempSync(join(tmpdir(), 'tsi-gate-'));
+  const repo = tempRepo({
+    'gated/config.pbtxt': `name: "gated"\nbackend: "javascript"\ninput [{ name: "X" data_type: TYPE_INT32 dims: [ 16 ] }]\noutput [{ name: "Y" data_type: TYPE_INT32 dims: [ 16 ] }]\n`,
+    'gated/1/model.js': gatedEcho(join(dir, 'gate')),
+  });
+  let s: TestServer;
+  let c: GrpcTestClient;
+  beforeAll(async () => {
+    writeFileSync(file(KEY), Buffer.concat([i32(a), Buffer.alloc(64)]));
+    s = await startTestServer({ modelRepositories: [repo.path], allowClientShm: true, grpcPort: 0, grpcAddress: '127.0.0.1' });
+    c = grpcClient(`127.0.0.1:${s.grpc!.port}`);
+  });
+  afterAll(async () => {
+    c?.close();
+    await s?.stop();
+    repo.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+    rmSync(file(KEY), { force: true });
+  });
+  const names = async () => (await getJson(`${s.url}/v2/systemsharedmemory/status`)).body.map((r: any) => r.name).sort();
+  const started = async (gate: string) => {
+    while (!existsSync(`${gate}.started`)) await new Promise((r) => setTimeout(r, 10));
+  };
+
+  for (const protocol of ['http', 'grpc'] as const) {
+    it(`stays listed until the request is done (${protocol}), as in Triton`, async () => {
+      const gate = join(dir, 'gate');
+      rmSync(gate, { force: true });
+      rmSync(`${gate}.started`, { force: true });
+      for (const name of ['in', 'out', 'idle']) {
+        expect((await postJson(`${s.url}/v2/systemsharedmemory/region/${name}/register`, { key: KEY, byte_size: 128 })).status).toBe(200);
+      }
+      const answer = protocol === 'http'
+        ? postJson(`${s.url}/v2/models/gated/infer`, {
+          inputs: [{ name: 'X', datatype: 'INT32', shape: [16], parameters: { shared_memory_region: 'in', shared_memory_byte_size: 64 } }],
+          outputs: [{ name: 'Y', parameters: { shared_memory_region: 'out', shared_memory_offset: 64, shared_memory_byte_size: 64 } }],
+        }).then((r) => r.status)
+        : c.call('ModelInfer', {
+          model_name: 'gated',
+          inputs: [{ name: 'X', datatype: 'INT32', shape: [16], parameters: { shared_memory_region: { string_param: 'in' }, shared_memory_byte_size: { int64_param: '64' } } }],
+          outputs: [{ name: 'Y', parameters: { shared_memory_region: { string_param: 'out' }, shared_memory_offset: { int64_param: '64' }, shared_memory_byte_size: { int64_param: '64' } } }],
+        }).then(() => 200);
+      await started(gate);
+      expect(await postJson(`${s.url}/v2/systemsharedmemory/unregister`, '')).toMatchObject({ status: 200 });
+      // The idle region went at once; the two the request uses wait for it (Triton's test sees them all).
+      expect(await names()).toEqual(['in', 'out']);
+      expect(await postJson(`${s.url}/v2/systemsharedmemory/region/in/register`, { key: KEY, byte_size: 128 })).toMatchObject({ status: 400 });
+      writeFileSync(gate, '');
+      expect(await answer).toBe(200);
+      expect(readI32(KEY, 64, 16)).toEqual(a);
+      expect(await names()).toEqual([]);
+    });
+  }
 });
 
 describe('shared memory refusals', () => {
   let s: TestServer;
   beforeAll(async () => {
-    s = await startTestServer({ modelRepositories: [MODELS] });
+    s = await startTestServer({ modelRepositories: [MODELS], grpcPort: 0, grpcAddress: '127.0.0.1' });
   });
   afterAll(async () => s?.stop());
 
   it('refuses registration unless --allow-client-shm, and has no CUDA shared memory', async () => {
+    const disabled = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
     const r = await postJson(`${s.url}/v2/systemsharedmemory/region/r/register`, { key: '/whatever', offset: 0, byte_size: 8 });
-    expect(r.status).toBe(501);
-    expect(r.body.error).toMatch(/--allow-client-shm=true/);
+    expect(r).toMatchObject({ status: 501, body: { error: disabled } });
+    // Unregistering is refused too, as in Triton; only the status can be read.
+    expect(await postJson(`${s.url}/v2/systemsharedmemory/region/r/unregister`, '')).toMatchObject({ status: 501, body: { error: disabled } });
+    expect(await postJson(`${s.url}/v2/systemsharedmemory/unregister`, '')).toMatchObject({ status: 501, body: { error: disabled } });
+    const g = grpcClient(`127.0.0.1:${s.grpc!.port}`);
+    try {
+      await expect(g.call('SystemSharedMemoryRegister', { name: 'r', key: '/whatever', offset: 0, byte_size: 8 }))
+        .rejects.toMatchObject({ code: grpc.status.UNIMPLEMENTED, details: disabled });
+      await expect(g.call('SystemSharedMemoryUnregister', { name: 'r' })).rejects.toMatchObject({ code: grpc.status.UNIMPLEMENTED, details: disabled });
+      expect((await g.call('SystemSharedMemoryStatus', { name: '' })).regions).toEqual({});
+    } finally {
+      g.close();
+    }
     expect((await getJson(`${s.url}/v2/systemsharedmemory/status`)).body).toEqual([]);
     const infer = await postJson(`${s.url}/v2/models/simple/infer`, {
       inputs: [
@@ -167,10 +296,11 @@ describe('shared memory refusals', () => {
       ],
     });
     expect(infer).toMatchObject({ status: 400, body: { error: "Unable to find shared memory region: 'r' (input 'INPUT0')" } });
+    // CUDA shared memory: refused as client shared memory first, as in Triton.
     const cuda = await postJson(`${s.url}/v2/cudasharedmemory/region/g/register`, { raw_handle: { b64: 'AAAA' }, device_id: 0, byte_size: 8 });
-    expect(cuda).toMatchObject({ status: 501, body: { error: "failed to register CUDA shared memory region 'g': GPUs not supported" } });
+    expect(cuda).toMatchObject({ status: 501, body: { error: disabled } });
     expect((await getJson(`${s.url}/v2/cudasharedmemory/status`)).body).toEqual([]);
     expect((await getJson(`${s.url}/v2/cudasharedmemory/region/g/status`)).status).toBe(404);
-    expect((await postJson(`${s.url}/v2/cudasharedmemory/unregister`, '')).status).toBe(200);
+    expect(await postJson(`${s.url}/v2/cudasharedmemory/unregister`, '')).toMatchObject({ status: 501, body: { error: disabled } });
   });
 });

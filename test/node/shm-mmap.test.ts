@@ -80,7 +80,7 @@ withShm('system shared memory mapped into the server', () => {
     const { p, logs } = provider();
     expect(p.io).toBeUndefined();
     const base = 4096 + 100; // not page-aligned: the mapping starts at the page below
-    const h = await p.open(key, base, 1000);
+    const h = await p.open(key, base, 1000, 'r');
     expect(p.io).toBe('mmap');
     expect(mapped(path)).toBe(true);
     expect(logs.filter((l) => l.includes('system shared memory'))).toEqual([expect.stringContaining('mapped into the server (mmap through koffi)')]);
@@ -97,7 +97,7 @@ withShm('system shared memory mapped into the server', () => {
     expect(clientRead(path, base + 15, 5)).toEqual([(base + 15) % 251, 5, 6, 7, (base + 19) % 251]);
 
     // The choice is made and logged once.
-    const h2 = await p.open(key, 0, 4096);
+    const h2 = await p.open(key, 0, 4096, 'r');
     expect(logs.filter((l) => l.includes('system shared memory'))).toHaveLength(1);
     await h.close();
     await h2.close();
@@ -108,7 +108,7 @@ withShm('system shared memory mapped into the server', () => {
   it('keeps a mapping a request still views after unregistration, and unmaps it once nothing reaches it', async () => {
     const { key, path } = object('held', 8192);
     const { p } = provider('mmap');
-    const h = await p.open(key, 0, 8192);
+    const h = await p.open(key, 0, 8192, 'r');
     let view: Uint8Array | undefined = await h.read(4096, 4096);
     await h.close();
     rmSync(path); // the client unlinks the object too
@@ -127,14 +127,15 @@ withShm('system shared memory mapped into the server', () => {
   it('refuses ranges outside the object and an object shrunk under its mapping', async () => {
     const { key, path } = object('bounds', 4096);
     const { p } = provider('mmap');
-    await expect(p.open(key, 4000, 200)).rejects.toThrow(`shared memory region '${key}' is 4096 bytes, too small for offset 4000 + byte_size 200`);
-    await expect(p.open('/../etc/passwd', 0, 4)).rejects.toMatchObject({ code: 'INVALID_ARG' });
-    await expect(p.open(`/${tag}-missing`, 0, 4)).rejects.toThrow(`Unable to open shared memory region: '/${tag}-missing': ENOENT`);
-    const empty = await p.open(key, 4096, 0);
+    await expect(p.open(key, 4000, 200, 'r')).rejects.toThrow(
+      `failed to register shared memory region 'r': invalid args (the object '${key}' is 4096 bytes, too small for offset 4000 + byte_size 200)`);
+    await expect(p.open('/../etc/passwd', 0, 4, 'r')).rejects.toMatchObject({ code: 'INVALID_ARG' });
+    await expect(p.open(`/${tag}-missing`, 0, 4, 'r')).rejects.toThrow(`Unable to open shared memory region: '/${tag}-missing': ENOENT`);
+    const empty = await p.open(key, 4096, 0, 'r');
     expect((await empty.read(0, 0)).byteLength).toBe(0);
     await empty.close();
 
-    const h = await p.open(key, 100, 3000);
+    const h = await p.open(key, 100, 3000, 'r');
     truncateSync(path, 1000);
     const err = await h.read(2000, 8).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TsiError);
@@ -153,7 +154,7 @@ withShm('system shared memory mapped into the server', () => {
     for (const how of ['option', 'env'] as const) {
       if (how === 'env') process.env.TSI_SHM_IO = 'pread';
       const { p, logs } = provider(how === 'option' ? 'pread' : undefined);
-      const h = await p.open(key, 64, 1024);
+      const h = await p.open(key, 64, 1024, 'r');
       expect(p.io).toBe('pread');
       expect(logs).toEqual([expect.stringContaining('read and written with pread/pwrite (TSI_SHM_IO=pread)')]);
       expect(mapped(path)).toBe(false);
@@ -166,7 +167,7 @@ withShm('system shared memory mapped into the server', () => {
       clientWrite(path, 64, [64, 65, 66, 67]);
     }
     process.env.TSI_SHM_IO = 'mapped';
-    await expect(provider().p.open(key, 0, 4)).rejects.toThrow("TSI_SHM_IO must be 'mmap' or 'pread', not 'mapped'");
+    await expect(provider().p.open(key, 0, 4, 'r')).rejects.toThrow("TSI_SHM_IO must be 'mmap' or 'pread', not 'mapped'");
   });
 
   it('serves a request in flight from a region unregistered and unlinked under it', async () => {

@@ -77,8 +77,10 @@ class Executor:
                 ret = self.model.execute(reqs)
                 if asyncio.iscoroutine(ret):
                     fut = asyncio.run_coroutine_threadsafe(ret, self.event_loop())
-                    if rt.decoupled:
+                    if rt.decoupled and not rt.iterative:
                         # Decoupled async executes overlap: the next batch starts while this one awaits.
+                        # Not with iterative sequences: a request released with RESCHEDULE is known
+                        # only once the coroutine has returned, so its run ends then.
                         fut.add_done_callback(lambda f: self.background_done(f, reqs))
                         ret = None
                     else:

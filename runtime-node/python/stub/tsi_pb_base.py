@@ -199,6 +199,9 @@ class PreferredMemory:
 class InferenceTrace:
     def __init__(self, context=None):
         self._context = context
+        # The (execution, index) of the traced request this trace came from: a BLS request made with
+        # `trace=request.trace()` is traced as that request's child.
+        self._slot = None
 
     def get_context(self):
         return self._context

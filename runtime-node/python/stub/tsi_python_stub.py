@@ -33,7 +33,7 @@ import numpy as np
 
 import triton_python_backend_utils as pb
 
-from tsi_shm import RING_HEADER, InputRegion, Ring, _align
+from tsi_shm import RING_HEADER, InputRegion, Ring, SharedMemory, _align
 
 CTRL_FD, INPUT_FD, RING_FD = 3, 4, 5
 ALIAS_MIN_BYTES = 64 * 1024
@@ -81,9 +81,13 @@ class Runtime:
         # Triton's stub knows itself by its instance's name (`<model>_0_0`), which its messages use.
         self.instance = init["args"]["model_instance_name"]
         self.decoupled = bool(init["decoupled"])
+        # A model that may release requests with RESCHEDULE (tsi_executor waits for its async executes).
+        self.iterative = bool(json.loads(init["args"]["model_config"]).get("sequence_batching", {}).get("iterative_sequence"))
         self.model_dir = init["dir"]
         self.inputs = InputRegion(INPUT_FD)
         self.ring = Ring(RING_FD, int(init["growth"]))
+        import c_python_backend_utils
+        c_python_backend_utils.shared_memory = SharedMemory(self.ring, self.lock)
         self.frees = collections.deque()
         self.live = {}  # (exec id, index) -> (request, block start, block end)
         self.calls = {}
@@ -208,8 +212,8 @@ class Runtime:
 
     def _bls_message(self, req, call_id, stream):
         return {"k": "b", "id": call_id, "s": stream, "m": req._model_name, "v": req._model_version,
-                "i": req._id, "c": req._correlation_id, "f": req._flags, "to": req._timeout,
-                "p": req._parameters, "o": req._requested_list}
+                "i": req._id, "c": _wire_correlation_id(req._correlation_id), "f": req._flags, "to": req._timeout,
+                "p": req._parameters, "o": req._requested_list, "tr": getattr(req._trace, "_slot", None)}
 
     def _check_bls(self):
         if not self.initialized or self.finalizing:
@@ -361,8 +365,14 @@ class Runtime:
         x = m["x"]
         reqs = []
         tensor = self.inputs.tensor
-        for i, (rid, corr, flags, timeout, params, outs, block, descs) in enumerate(m["r"]):
+        for i, (rid, corr, flags, timeout, params, outs, block, descs, traced) in enumerate(m["r"]):
+            if isinstance(corr, dict):
+                corr = int(corr["u"])  # a uint64 past 2^53 (services.ts wireCorrelationId)
             req = pb.InferenceRequest._incoming((x, i), rid, corr, flags, timeout, params, outs, [tensor(*d) for d in descs])
+            if traced:
+                # OpenTelemetry mode sends the model span's context (Triton's get_context()); Triton mode none.
+                req._trace = pb.InferenceTrace(traced if isinstance(traced, str) else None)
+                req._trace._slot = (x, i)
             self.live[(x, i)] = (req, block[0], block[1])
             reqs.append(req)
         return reqs
@@ -402,6 +412,13 @@ def read_one(sock):
             os._exit(0)
         buf += chunk
     return json.loads(buf[4:4 + _LEN.unpack_from(buf, 0)[0]])
+
+
+def _wire_correlation_id(c):
+    """An int past 2^53 goes as {"u": decimal}: tsi reads JSON numbers as doubles."""
+    if isinstance(c, int) and not isinstance(c, bool) and c > (1 << 53) - 1:
+        return {"u": str(c)}
+    return c
 
 
 def send_plain(sock, msg):

@@ -28,8 +28,10 @@ def _reserve(fd, size):
         os.posix_fallocate(fd, 0, size)
     except OSError as e:
         if e.errno == errno.ENOSPC:
+            # Triton's text (shm_manager.cc), which clients and tests match.
             raise pb.TritonModelException(
-                "no room for %d bytes of shared memory (is /dev/shm too small? docker run --shm-size=...)" % size)
+                "Failed to increase the shared memory pool size to %d bytes. If you are running tsi inside docker, "
+                "use '--shm-size' flag to control the shared memory region size. Error: no space left in /dev/shm" % size)
         # Filesystems without fallocate: the pages are allocated as they are written.
 
 
@@ -127,6 +129,16 @@ class Ring:
         self.spans.append((self.seq, off))
         return off, self.seq
 
+    def used_bytes(self):
+        """Bytes held: the header and every message tsi has not consumed yet (call under the lock)."""
+        self._release()
+        if not self.spans:
+            return RING_HEADER
+        head = self.spans[0][1]
+        if self.tail >= head:
+            return RING_HEADER + self.tail - head
+        return RING_HEADER + (self.size - head) + (self.tail - RING_HEADER)
+
     def _grow(self, need):
         size = max(self.size + self.growth, _align(need))
         os.ftruncate(self.fd, size)
@@ -136,3 +148,21 @@ class Ring:
 
     def write(self, off, data):
         self.mm[off:off + len(data)] = data
+
+
+class SharedMemory:
+    """Triton's `c_python_backend_utils.shared_memory`: the pool this process writes tensors into (the
+    output ring), in bytes. Leak checks compare free_memory() before and after: a message tsi never
+    consumed keeps its span, so the number really falls."""
+
+    def __init__(self, ring, lock):
+        self._ring = ring
+        self._lock = lock
+
+    def free_memory(self):
+        with self._lock:
+            return self._ring.size - self._ring.used_bytes()
+
+    def used_memory(self):
+        with self._lock:
+            return self._ring.used_bytes()

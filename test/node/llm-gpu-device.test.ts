@@ -1,0 +1,163 @@
+/**
+ * KV caches kept on the GPU (runtime-node/llm/device-kv.ts): tiny_gpt served as shipped (KIND_CPU)
+ * and as KIND_GPU copies on onnxruntime-node's WebGPU provider (in CI Mesa's lavapipe). Greedy tokens
+ * must be the CPU's at 1, 4 and 16 streams while requests join and leave the running batch, with
+ * stop strings, a cancelled stream, n = 3 (forked caches), a prefix-cache hit and a json_schema
+ * grammar (logits read on the host); the server's bytes-moved counter must show no KV cache crossing
+ * between host and device; and requests cut off by their clients must leave no device tensor held.
+ * Without an adapter the suite is skipped with the reason, except under CI.
+ */
+
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { copyModel, gpuVariant, webgpuProbe } from '../helpers/gpu.js';
+import { describeWith } from '../helpers/capability.js';
+import { getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+
+const { missing } = await webgpuProbe();
+
+const WORDS = 'the quick brown fox jumps over a lazy dog while seven wizards quietly hex every jovial sphinx'.split(' ');
+const promptOf = (n: number, seed: number) => Array.from({ length: n }, (_, i) => WORDS[(i * 5 + seed * 3) % WORDS.length]).join(' ');
+/** Over two prefix-cache blocks of tokens shared by the prefix requests. */
+const SHARED = promptOf(40, 7);
+
+type Req = { text_input: string; max_tokens: number; stop?: string };
+
+describeWith(!!process.env.CI, 'WebGPU adapter (Dawn)', missing)('llm KIND_GPU with KV caches on the device', () => {
+  let server: TestServer;
+  let repo: string;
+
+  beforeAll(async () => {
+    repo = mkdtempSync(join(tmpdir(), 'tsi-llm-gpu-kv-'));
+    copyModel(repo, 'tiny_gpt', 'tiny_gpt', (c) => c);
+    copyModel(repo, 'tiny_gpt', 'gpu', gpuVariant(1));
+    copyModel(repo, 'tiny_gpt', 'gpu_nocache', (c) => ({
+      ...gpuVariant(1)(c), parameters: { ...c.parameters, enable_prefix_caching: { string_value: 'false' } },
+    }));
+    // The old way, caches on the host: the counter the next tests read must see them cross.
+    copyModel(repo, 'tiny_gpt', 'gpu_host_kv', (c) => ({
+      ...gpuVariant(1)(c), parameters: { ...c.parameters, kv_cache_location: { string_value: 'host' } },
+    }));
+    server = await startTestServer({ modelRepositories: [repo], metricsPort: 0 });
+  }, 180_000);
+
+  afterAll(async () => {
+    await server?.stop();
+    rmSync(repo, { recursive: true, force: true });
+  });
+
+  const generate = (model: string, r: Req) => postJson(`${server.url}/v2/models/${model}/generate`, { ...r, exclude_input_in_output: true });
+  const metrics = async () => (await (await fetch(`http://127.0.0.1:${server.metrics!.port}/metrics`)).text()).split('\n');
+  /** `tsi_llm_device_bytes_total` of a model: direction:data → bytes. */
+  const moved = async (model: string) => {
+    const out: Record<string, number> = {};
+    for (const l of await metrics()) {
+      const m = /^tsi_llm_device_bytes_total\{(.*)\} (\S+)$/.exec(l);
+      if (!m || !m[1]!.includes(`model="${model}"`)) continue;
+      const dir = /direction="(\w+)"/.exec(m[1]!)![1]!;
+      const data = /data="(\w+)"/.exec(m[1]!)![1]!;
+      out[`${dir}:${data}`] = Number(m[2]);
+    }
+    return out;
+  };
+  const llmStats = async (model: string) => (await getJson(`${server.url}/v2/models/${model}/stats`)).body.model_stats[0].llm_stats;
+
+  for (const streams of [1, 4, 16]) {
+    it(`gives the KIND_CPU greedy tokens at ${streams} stream(s), rows joining and leaving, with stop strings`, async () => {
+      // Half start at once; the rest join the running batch as the first of those ends.
+      const reqs: Req[] = Array.from({ length: streams }, (_, i) => ({ text_input: promptOf(2 + ((i * 7) % 13), i + streams), max_tokens: 3 + ((i * 5) % 9) }));
+      const plain = await Promise.all(reqs.map((r) => generate('tiny_gpt', r)));
+      // A stop string from the CPU's own text, so it is met part-way on both.
+      reqs.forEach((r, i) => {
+        const text: string = plain[i]!.body.text_output;
+        if (i % 3 === 1 && text.length > 4) r.stop = text.slice(2, 4);
+      });
+      const run = async (model: string) => {
+        const first = Math.max(1, streams >> 1);
+        const out: Promise<Awaited<ReturnType<typeof generate>>>[] = reqs.slice(0, first).map((r) => generate(model, r));
+        await Promise.race(out);
+        out.push(...reqs.slice(first).map((r) => generate(model, r)));
+        return Promise.all(out);
+      };
+      const [cpu, gpu] = [await run('tiny_gpt'), await run('gpu')];
+      for (let i = 0; i < streams; i++) {
+        expect(gpu[i]!.status, JSON.stringify(gpu[i]!.body)).toBe(200);
+        expect(cpu[i]!.status).toBe(200);
+        expect({ i, text: gpu[i]!.body.text_output }).toEqual({ i, text: cpu[i]!.body.text_output });
+      }
+    }, 300_000);
+  }
+
+  it('gives the KIND_CPU tokens with n = 3, a prefix-cache hit and a json_schema grammar', async () => {
+    const completions = (model: string, prompt: string, extra: Record<string, unknown> = {}) =>
+      postJson(`${server.url}/v1/completions`, { model, prompt, max_tokens: 6, temperature: 0, ...extra });
+    const ask = async (model: string) => {
+      const n3 = await completions(model, promptOf(9, 3), { n: 3 });
+      const warm = await completions(model, `${SHARED} and the fox`);
+      const hit = await completions(model, `${SHARED} but the dog`);
+      const json = await postJson(`${server.url}/v1/chat/completions`, {
+        model, messages: [{ role: 'user', content: 'a name' }], max_tokens: 24, temperature: 0,
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] } } },
+      });
+      return { n3, warm, hit, json };
+    };
+    const [cpu, gpu] = [await ask('tiny_gpt'), await ask('gpu')];
+    for (const k of ['n3', 'warm', 'hit', 'json'] as const) expect(gpu[k].status, JSON.stringify(gpu[k].body)).toBe(200);
+    expect(gpu.n3.body.choices.map((c: any) => c.text)).toEqual(cpu.n3.body.choices.map((c: any) => c.text));
+    expect(gpu.n3.body.choices).toHaveLength(3);
+    expect(gpu.warm.body.choices[0].text).toBe(cpu.warm.body.choices[0].text);
+    expect(gpu.hit.body.usage.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(32);
+    expect(gpu.hit.body.choices[0].text).toBe(cpu.hit.body.choices[0].text);
+    expect(gpu.json.body.choices[0].message.content).toBe(cpu.json.body.choices[0].message.content);
+  }, 300_000);
+
+  it('moves no KV cache between host and device: ids and inputs go up, ids (and logits for a grammar) come down', async () => {
+    // Greedy rows joining a running batch (their caches composed on the device), then the counters.
+    await Promise.all([3, 9, 14].map((n, i) => generate('gpu', { text_input: promptOf(n, i), max_tokens: 4 + i })));
+    const bytes = await moved('gpu');
+    expect(bytes['to_host:kv'] ?? 0, JSON.stringify(bytes)).toBe(0);
+    expect(bytes['to_device:kv'] ?? 0, JSON.stringify(bytes)).toBe(0);
+    expect(bytes['to_host:ids'], JSON.stringify(bytes)).toBeGreaterThan(0);
+    expect(bytes['to_device:inputs'], JSON.stringify(bytes)).toBeGreaterThan(0);
+    // The json_schema request's steps read logits; greedy steps only ids: far fewer bytes than logits.
+    // The counter sees caches that do cross: the same requests with the caches on the host.
+    await Promise.all([3, 9, 14].map((n, i) => generate('gpu_host_kv', { text_input: promptOf(n, i), max_tokens: 4 + i })));
+    const host = await moved('gpu_host_kv');
+    expect(host['to_host:kv'], JSON.stringify(host)).toBeGreaterThan(0);
+    expect(host['to_device:kv'], JSON.stringify(host)).toBeGreaterThan(0);
+    const stats = await llmStats('gpu');
+    expect(stats.device.bytes_to_host).toEqual({ ids: bytes['to_host:ids'], ...(bytes['to_host:logits'] ? { logits: bytes['to_host:logits'] } : {}) });
+  });
+
+  it('holds no device tensor once requests, half of them cut off by their clients, are done', async () => {
+    const N = 500;
+    await Promise.all(Array.from({ length: N }, async (_, i) => {
+      const ac = new AbortController();
+      const r = await fetch(`${server.url}/v2/models/gpu_nocache/generate_stream`, {
+        method: 'POST', signal: ac.signal,
+        body: JSON.stringify({ text_input: promptOf(3 + (i % 11), i), max_tokens: i % 2 ? 40 : 4, stream: true, ignore_eos: true }),
+      });
+      const reader = r.body!.getReader();
+      if (i % 2) {
+        await reader.read();
+        ac.abort();
+        return;
+      }
+      while (!(await reader.read()).done);
+    }));
+    // One more request after them: the frees of the cut-off ones ride with its steps at the latest,
+    // and the step that ends it frees its own cache (the gauge is the worker's count after a step).
+    expect((await generate('gpu_nocache', { text_input: 'the fox', max_tokens: 2 })).status).toBe(200);
+    let s = await llmStats('gpu_nocache');
+    for (let i = 0; i < 200 && (s.running_sequences > 0 || s.device.tensors > 0); i++) {
+      await new Promise((res) => setTimeout(res, 20));
+      s = await llmStats('gpu_nocache');
+    }
+    expect(s.running_sequences).toBe(0);
+    expect(s.device.tensors).toBe(0);
+    expect((await metrics()).some((l) => /^tsi_llm_device_tensors\{.*model="gpu_nocache".*\} 0$/.test(l))).toBe(true);
+    expect(s.device.bytes_to_host.kv ?? 0).toBe(0);
+  }, 300_000);
+});

@@ -1,0 +1,98 @@
+/**
+ * Triton's http_request_many_chunks check, against the real CLI (bin/tsi-node.js, built) in its own
+ * process: a raw-binary infer request sent as a million one-byte chunks is refused once it passes
+ * 65,536 chunks, and 100 more such requests leave the server's resident memory within 1 MiB of where
+ * it settled after the first ones (Triton's bound). tsi used to keep one view object per chunk; they
+ * outlived the young generation, and RSS grew by ~50 MiB over the 100 requests.
+ */
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { MODELS, ROOT } from '../helpers/server.js';
+
+const BIN = join(ROOT, 'bin', 'tsi-node.js');
+const TOO_MANY = 'Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer or larger HTTP chunks.';
+const MIB = 1 << 20;
+const built = existsSync(join(ROOT, 'dist', 'runtime-node', 'cli.js'));
+
+let child: ChildProcess;
+let port = 0;
+
+beforeAll(async () => {
+  if (!built) return;
+  child = spawn(process.execPath, [BIN, 'serve', '--model-repository', MODELS, '--http-address', '127.0.0.1', '--http-port', '0',
+    '--allow-grpc', 'false', '--allow-metrics', 'false', '--model-control-mode', 'explicit', '--load-model', 'simple'],
+  { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  port = await new Promise<number>((resolve, reject) => {
+    child.stderr!.on('data', (d) => {
+      err += d;
+      const m = /Started HTTPService at 127\.0\.0\.1:(\d+)/.exec(err);
+      if (m) resolve(Number(m[1]));
+    });
+    child.on('exit', (c) => reject(new Error(`tsi-node exited with ${c}: ${err}`)));
+  });
+}, 120_000);
+
+afterAll(() => {
+  child?.kill('SIGKILL');
+});
+
+const rss = (): number => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))![1]) * 1024;
+
+/** One request of `chunks` one-byte chunks, written as the client can; resolves with the whole answer. */
+function manyChunks(chunks: number): Promise<string> {
+  return new Promise((resolve) => {
+    const sock = connect(port, '127.0.0.1');
+    let answer = '';
+    // As Triton's client does: read until the server closes the connection.
+    sock.on('data', (d: Buffer) => (answer += d.toString('latin1')));
+    sock.on('error', () => {});
+    sock.once('close', () => resolve(answer));
+    sock.write('POST /v2/models/simple/infer HTTP/1.1\r\nHost: tsi\r\nInference-Header-Content-Length: 0\r\n'
+      + 'Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n');
+    const piece = Buffer.from('1\r\nA\r\n'.repeat(10_000));
+    let sent = 0;
+    const more = (): void => {
+      while (sent < chunks && !sock.destroyed) {
+        sent += 10_000;
+        if (!sock.write(piece)) {
+          sock.once('drain', more);
+          return;
+        }
+      }
+      if (!sock.destroyed) sock.end('0\r\n\r\n');
+    };
+    more();
+  });
+}
+
+async function settledRss(): Promise<number> {
+  let prev = rss();
+  for (let i = 0; i < 20; i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    const now = rss();
+    if (Math.abs(now - prev) < MIB / 4) return now;
+    prev = now;
+  }
+  return prev;
+}
+
+describe('many one-byte chunks (Triton L0_http http_request_many_chunks)', () => {
+  it.skipIf(!built && !process.env.CI)('refuses each request past 65,536 chunks, and 100 of them leave RSS within 1 MiB', async () => {
+    expect(built, 'dist/ is built (npm run build)').toBe(true);
+    for (let i = 0; i < 5; i++) {
+      const answer = await manyChunks(1_000_000);
+      expect(answer.slice(0, 12)).toBe('HTTP/1.1 400');
+      expect(answer).toContain(TOO_MANY);
+    }
+    const before = await settledRss();
+    for (let i = 0; i < 100; i++) expect(await manyChunks(1_000_000)).toContain(TOO_MANY);
+    const growth = rss() - before;
+    console.log(`RSS before ${(before / MIB).toFixed(1)} MiB, growth over 100 requests ${(growth / MIB).toFixed(2)} MiB`);
+    expect(growth).toBeLessThan(MIB);
+  }, 300_000);
+});
