@@ -322,7 +322,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     httpTls?.watch(watchMs);
     grpcTls?.watch(watchMs);
     keyring?.watch(watchMs);
-  }
+  } else if (httpTls || grpcTls || keyring) log.verbose(1, 'credentials: TLS and API key files are not watched; reloadCredentials() (SIGHUP) reads them again');
   const closeCredentials = () => {
     httpTls?.close();
     grpcTls?.close();

@@ -100,6 +100,8 @@ export interface StepStats {
   /** Sampling and text handling after the run. */
   outputNs: number;
   kvBytes: number;
+  /** Prefilled sequences that joined sequences already decoding (what in-flight batching is). */
+  joined?: number;
 }
 
 /** Sequences admitted, followers counted. */
@@ -437,6 +439,8 @@ export class Engine {
       for (const x of first ? withFollowers(s) : [s]) pairs.push([x, r]);
     });
     const out: (Accepted | undefined)[] = [];
+    const decoding = first ? this.running.length : 0;
+    let joined = 0;
     for (let k = 0; k < pairs.length; k++) {
       const [s, r] = pairs[k]!;
       if (s.cancelled) {
@@ -457,6 +461,7 @@ export class Engine {
       }
       const acc = g.accept(token);
       if (first && !acc.finish) {
+        if (decoding > 0) joined++;
         this.running.push(s);
         // It joins at the next decode step: an auto decode in flight ends after its current step.
         if (this.auto) this.session.steer?.({ stop: true });
@@ -473,7 +478,7 @@ export class Engine {
         if (acc) s.accepted(acc, first);
         else s.dropped();
       });
-      this.onStep({ kind: req.kind, rows: seqs.length, inputNs: result.inputNs, inferNs: result.inferNs, outputNs: chosenNs + (performance.now() - t1) * 1e6, kvBytes: result.kvBytes });
+      this.onStep({ kind: req.kind, rows: seqs.length, inputNs: result.inputNs, inferNs: result.inferNs, outputNs: chosenNs + (performance.now() - t1) * 1e6, kvBytes: result.kvBytes, joined });
     };
   }
 }

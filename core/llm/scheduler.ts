@@ -302,6 +302,7 @@ export class LlmScheduler implements Scheduler {
       this.ctx.stats.recordExecution(s.rows, { input: s.inputNs, infer: s.inferNs, output: s.outputNs });
       this.llm.steps++;
     }
+    this.llm.joined += s.joined ?? 0;
     this.gauges();
   }
 

@@ -78,6 +78,8 @@ export class LlmStats {
   kvBytesHeld = 0;
   kvBytesPerToken = 0;
   steps = 0;
+  /** Sequences that joined others already decoding, after their prefill (in-flight batching at work). */
+  joined = 0;
   private readonly rate = new Rate();
   private readonly m?: {
     families: MetricFamily[];
@@ -205,6 +207,7 @@ export class LlmStats {
       inter_token_latency: { ...this.interToken },
       request_latency: { ...this.e2e },
       steps: this.steps,
+      joined_sequences: this.joined,
       running_sequences: this.running,
       waiting_sequences: this.waiting,
       max_num_seqs: this.maxNumSeqs,

@@ -43,6 +43,8 @@ export interface DirectModelInfer {
   status(err: unknown): GrpcStatus;
   /** Largest message accepted (grpc-js's grpc.max_receive_message_length). */
   maxMessageBytes: number;
+  /** Calls this path took, whatever their outcome: which path served a call is otherwise invisible to a client. */
+  calls: number;
 }
 
 /** Whether a ModelInfer call can be answered here rather than by grpc-js. */
@@ -65,6 +67,7 @@ const UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1
 
 /** Serves one ModelInfer call on `stream`. */
 export function serveModelInfer(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, d: DirectModelInfer): void {
+  d.calls++;
   // An 'error' event comes with a 'close', which is what cancels; without a listener it would throw.
   stream.once('error', () => {});
   let ended = false;

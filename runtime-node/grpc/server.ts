@@ -163,6 +163,8 @@ export interface GrpcListener {
   stopAccepting(): void;
   /** Waits up to `timeoutMs` for running calls (open streams), then cancels what is left. */
   close(timeoutMs?: number): Promise<void>;
+  /** ModelInfer calls answered on node:http2 ahead of grpc-js (direct.ts) so far. */
+  directCalls(): number;
 }
 
 /** Turns bytes into a request message; throws INVALID_ARG naming the message and the flaw. */
@@ -213,9 +215,8 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
   });
   const inf = rawRequestService(inference);
   const handshakeMs = opts.handshakeTimeoutMs ?? GRPC_HANDSHAKE_TIMEOUT_MS;
-  hookHttp2Servers(g, {
-    gzipLevel: GZIP_LEVEL[opts.responseCompression ?? 'none'], direct: directModelInfer(server, opts, inf.decoders.ModelInfer!), handshakeMs,
-  });
+  const direct = directModelInfer(server, opts, inf.decoders.ModelInfer!);
+  hookHttp2Servers(g, { gzipLevel: GZIP_LEVEL[opts.responseCompression ?? 'none'], direct, handshakeMs });
   const hl = rawRequestService(health);
   g.addService(inf.service, inferenceService(server, opts, inf.decoders));
   g.addService(hl.service, healthService(server, hl.decoders));
@@ -232,6 +233,7 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
     port,
     address: opts.address,
     stopAccepting,
+    directCalls: () => direct.calls,
     async close(timeoutMs = 1000) {
       stopAccepting();
       let timer: NodeJS.Timeout | undefined;
@@ -259,6 +261,7 @@ function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: Re
       forwarder(opts.headerForwardPattern, () => Object.entries(headers))),
     status: (err) => toStatus(err) as GrpcStatus,
     maxMessageBytes: MAX_MESSAGE_BYTES,
+    calls: 0,
   };
 }
 

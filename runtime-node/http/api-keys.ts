@@ -83,7 +83,10 @@ export class ApiKeyring {
     if (file === undefined) return false;
     try {
       const { rules, text } = await readKeyFile(file);
-      if (text === this.fileText) return false;
+      if (text === this.fileText) {
+        this.opts.log?.verbose(1, `API keys: ${file} read again, the same keys`);
+        return false;
+      }
       if (rules.length === 0) throw new Error('it holds no key');
       this.fileEntries = toEntries(rules);
       this.fileText = text;

@@ -4,9 +4,11 @@
  * explicit model-control mode for load/unload. `repeat` is a JavaScript backend registered through
  * startServer's extraBackends: for input IN = [n] it sends n responses OUT = [0], [1], ..., [n-1] and
  * then a bare completion flag — the shape of a streaming (decoupled) model, which ONNX cannot express.
+ * `echo_request` answers with the priority, timeout and parameters its request arrived with.
  */
 
 import type { Backend, BackendRequest } from '../../core/index.js';
+import { ECHO_REQUEST_FILES, echoRequestBackend } from '../helpers/echo-request.js';
 import { MODELS, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
 const REPEAT_CONFIG = `
@@ -56,11 +58,11 @@ export interface ClientServers {
 }
 
 export async function startClientServers(): Promise<ClientServers> {
-  const extra = tempRepo({ 'repeat/config.pbtxt': REPEAT_CONFIG, 'repeat/1/.keep': '' });
+  const extra = tempRepo({ 'repeat/config.pbtxt': REPEAT_CONFIG, 'repeat/1/.keep': '', ...ECHO_REQUEST_FILES });
   const [main, explicit] = await Promise.all([
     startTestServer({
       modelRepositories: [MODELS, extra.path], grpcPort: 0, grpcAddress: '127.0.0.1', allowClientShm: true,
-      extraBackends: { repeat_js: repeatBackend },
+      extraBackends: { repeat_js: repeatBackend, echo_request_js: echoRequestBackend },
       // The clients' response decompression needs compressed answers of any size (Triton's way).
       httpCompression: { mode: 'always', minBytes: 0 },
     }),

@@ -154,8 +154,16 @@ export function clientSuite(protocol: 'http' | 'grpc', s: SuiteContext, label: s
     });
 
     it('passes priority, timeout and custom parameters', async () => {
-      const r = await s.client().infer('simple', simpleInputs, { priority: 1, timeout: 5_000_000, parameters: { my_key: 'v', flag: true, n: 3 } });
+      const options = { priority: 1, timeout: 5_000_000, parameters: { my_key: 'v', flag: true, n: 3 } };
+      const r = await s.client().infer('simple', simpleInputs, options);
       expect(Array.from(r.data<Int32Array>('OUTPUT0'))).toEqual(Array.from(a, (x) => x + 3));
+      // A model that answers with what its request arrived with.
+      const echo = await s.client().infer('echo_request', [{ name: 'IN', shape: [1], data: Int32Array.of(0) }], options);
+      expect(echo.data<BigUint64Array>('PRIORITY')[0]).toBe(1n);
+      expect(echo.data<BigUint64Array>('TIMEOUT_US')[0]).toBe(5_000_000n);
+      expect(JSON.parse(echo.strings('PARAMETERS')[0]!)).toEqual({ my_key: 'v', flag: true, n: 3 });
+      const plain = await s.client().infer('echo_request', [{ name: 'IN', shape: [1], data: Int32Array.of(0) }]);
+      expect([plain.data<BigUint64Array>('PRIORITY')[0], plain.data<BigUint64Array>('TIMEOUT_US')[0], plain.strings('PARAMETERS')[0]]).toEqual([0n, 0n, '{}']);
     });
   });
 

@@ -1,8 +1,8 @@
 /**
- * The tool-call reader (core/llm/tool-stream.ts) on outputs cut into pieces of every size from 1 to 8
- * characters: the events of a stream always join into what the whole text reads as (calls, their
- * arguments, content), calls start with their name before any argument, and a text that is no call
- * streams as all of itself.
+ * The tool-call reader (core/llm/tool-stream.ts) on outputs of each parser (hermes, llama3_json,
+ * mistral), whole and cut into pieces of every size from 1 to 8 characters: both read as the calls,
+ * arguments and content written out here by hand, calls start with their name before any argument,
+ * and a text that is no call streams as all of itself.
  */
 
 import { describe, expect, it } from 'vitest';
@@ -26,48 +26,47 @@ function streamOf(text: string, parser: ToolParser, size: number, parallel = tru
   return { calls, content, called: s.called };
 }
 
-const CASES: [ToolParser, string][] = [
-  ['hermes', 'Sure.\n<tool_call>\n{"name": "a", "arguments": {"x": "1 }{ 2", "y": [1, {"z": null}]}}\n</tool_call>\n<tool_call>{"arguments": {"q": "\\"hi\\""}, "name": "b"}</tool_call> done'],
-  ['hermes', '<tool_call>{"name": "a"}</tool_call>'],
-  ['hermes', '<tool_call>{"name": "a", "arguments": "{\\"k\\": 1}"}'],
-  ['hermes', 'a <tool_call>{"name": 3}</tool_call>'],
-  ['hermes', 'plain <tool_ text <tool_call'],
-  ['llama3_json', '{"name": "a", "parameters": {"x": 1.50}}'],
-  ['llama3_json', ' <|python_tag|>{"name": "a", "parameters": {}} ; {"name": "b", "parameters": {"c": true}}'],
-  ['llama3_json', '<|python'],
-  ['llama3_json', ' \n '],
-  ['llama3_json', 'The answer is {"name": "a"}'],
-  ['mistral', 'ok [TOOL_CALLS] [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"t": "x"}}]'],
-  ['mistral', '[TOOL_CALLS]{"name": "a", "arguments": {"t": 1}}'],
-  ['mistral', '[TOOL_CALLS][]'],
+/**
+ * Each text with what it reads as, written out by hand (Hermes', Llama 3's and Mistral's formats as
+ * vLLM's parsers read them): the content around the calls (null when there is none) and each call's
+ * name and arguments, minified as the model wrote them (a string of JSON as its text, none as {}).
+ * A text that is no call is content, all of it.
+ */
+type Expected = { content: string | null; calls: [name: string, args: string][] };
+const CASES: [ToolParser, string, Expected][] = [
+  ['hermes', 'Sure.\n<tool_call>\n{"name": "a", "arguments": {"x": "1 }{ 2", "y": [1, {"z": null}]}}\n</tool_call>\n<tool_call>{"arguments": {"q": "\\"hi\\""}, "name": "b"}</tool_call> done',
+    { content: 'Sure. done', calls: [['a', '{"x":"1 }{ 2","y":[1,{"z":null}]}'], ['b', '{"q":"\\"hi\\""}']] }],
+  ['hermes', '<tool_call>{"name": "a"}</tool_call>', { content: null, calls: [['a', '{}']] }],
+  ['hermes', '<tool_call>{"name": "a", "arguments": "{\\"k\\": 1}"}', { content: null, calls: [['a', '{"k": 1}']] }],
+  ['hermes', 'a <tool_call>{"name": 3}</tool_call>', { content: 'a <tool_call>{"name": 3}</tool_call>', calls: [] }],
+  ['hermes', 'plain <tool_ text <tool_call', { content: 'plain <tool_ text <tool_call', calls: [] }],
+  ['llama3_json', '{"name": "a", "parameters": {"x": 1.50}}', { content: null, calls: [['a', '{"x":1.50}']] }],
+  ['llama3_json', ' <|python_tag|>{"name": "a", "parameters": {}} ; {"name": "b", "parameters": {"c": true}}',
+    { content: null, calls: [['a', '{}'], ['b', '{"c":true}']] }],
+  ['llama3_json', '<|python', { content: '<|python', calls: [] }],
+  ['llama3_json', ' \n ', { content: ' \n ', calls: [] }],
+  ['llama3_json', 'The answer is {"name": "a"}', { content: 'The answer is {"name": "a"}', calls: [] }],
+  ['mistral', 'ok [TOOL_CALLS] [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"t": "x"}}]',
+    { content: 'ok', calls: [['a', '{}'], ['b', '{"t":"x"}']] }],
+  ['mistral', '[TOOL_CALLS]{"name": "a", "arguments": {"t": 1}}', { content: null, calls: [['a', '{"t":1}']] }],
+  ['mistral', '[TOOL_CALLS][]', { content: '[TOOL_CALLS][]', calls: [] }],
 ];
 
 describe('tool-call reader', () => {
-  it('streams in pieces of any size what the whole text reads as', () => {
-    for (const [parser, text] of CASES) {
+  it('reads each text, whole and in pieces of any size, as written out', () => {
+    for (const [parser, text, expected] of CASES) {
       const whole = parseToolCalls(text, parser);
+      const calls = expected.calls.map(([name, args]) => ({ name, arguments: args }));
+      expect({ content: whole.content, calls: whole.calls.map((c) => ({ name: c.function.name, arguments: c.function.arguments })) }, `${parser} ${text}`)
+        .toEqual({ content: expected.content, calls });
       for (let size = 1; size <= 8; size++) {
         const s = streamOf(text, parser, size);
-        if (whole.calls.length > 0) {
-          expect(s.called).toBe(true);
-          expect(s.calls).toEqual(whole.calls.map((c) => ({ name: c.function.name, arguments: c.function.arguments })));
-          expect(s.content.trim()).toBe(whole.content ?? '');
-        } else {
-          expect(s.called, `${parser} ${text}`).toBe(false);
-          expect(s.calls).toEqual([]);
-          expect(s.content).toBe(text);
-        }
+        expect(s.called, `${parser} ${text} in pieces of ${size}`).toBe(calls.length > 0);
+        expect(s.calls).toEqual(calls);
+        if (calls.length > 0) expect(s.content.trim()).toBe(expected.content ?? '');
+        else expect(s.content).toBe(text);
       }
     }
-  });
-
-  it('reads arguments as the model wrote them, minified; a string of JSON as its text; none as {}', () => {
-    const args = (text: string, parser: ToolParser = 'hermes') => parseToolCalls(text, parser).calls.map((c) => c.function.arguments);
-    expect(args(CASES[0]![1])).toEqual(['{"x":"1 }{ 2","y":[1,{"z":null}]}', '{"q":"\\"hi\\""}']);
-    expect(args(CASES[1]![1])).toEqual(['{}']);
-    expect(args(CASES[2]![1])).toEqual(['{"k": 1}']);
-    expect(args(CASES[5]![1], 'llama3_json')).toEqual(['{"x":1.50}']);
-    expect(parseToolCalls(CASES[3]![1], 'hermes')).toEqual({ content: CASES[3]![1], calls: [] });
   });
 
   it('keeps the first call only when parallel calls are off, and the text after it as content', () => {

@@ -30,20 +30,25 @@ describe('cancelled requests', () => {
     repo.cleanup();
   });
 
+  /** Resolves once the server's own counts for `slow` satisfy `check` (never a fixed sleep). */
+  const until = (check: (st: { inflight: number; pending: number }) => boolean) =>
+    expect.poll(() => check(server.server.model('slow').stats), { timeout: 20_000, interval: 2 }).toBe(true);
+
   it('drops a queued HTTP request whose client hung up, and still answers the one before it', async () => {
+    const before = await stats();
     const first = postJson(`${server.url}/v2/models/slow/infer`, body(400));
-    await new Promise((r) => setTimeout(r, 50));
+    await until((st) => st.inflight === 1 && st.pending === 0); // the first is executing
     const ac = new AbortController();
     const second = fetch(`${server.url}/v2/models/slow/infer`, { method: 'POST', body: JSON.stringify(body(400)), signal: ac.signal });
-    await new Promise((r) => setTimeout(r, 100));
+    await until((st) => st.pending === 1); // the second waits behind it
     ac.abort();
     await expect(second).rejects.toThrow();
     expect((await first).status).toBe(200);
-    // The queue drains: the cancelled request is answered without an execution.
-    await new Promise((r) => setTimeout(r, 100));
+    // The cancelled request is answered without an execution: had it stayed queued, it would run before this one.
+    expect((await postJson(`${server.url}/v2/models/slow/infer`, body(0))).status).toBe(200);
     const s = await stats();
-    expect(s.execution_count).toBe(1);
-    expect(s.inference_stats.fail.count).toBe(1);
+    expect(s.execution_count - before.execution_count).toBe(2);
+    expect(s.inference_stats.fail.count - before.inference_stats.fail.count).toBe(1);
     const m = parsePrometheus(await (await fetch(`http://127.0.0.1:${server.metrics!.port}/metrics`)).text());
     expect(m.get('nv_inference_request_failure', { model: 'slow', reason: 'CANCELED' })).toBe(1);
   });
@@ -57,17 +62,16 @@ describe('cancelled requests', () => {
         inputs: [{ name: 'X', datatype: 'FP32', shape: [2], contents: { fp32_contents: [1, 2] } }],
       });
       const first = client.call('ModelInfer', msg(400));
-      await new Promise((r) => setTimeout(r, 50));
+      await until((st) => st.inflight === 1 && st.pending === 0);
       const call = client.raw.ModelInfer(msg(400), () => {});
-      await new Promise((r) => setTimeout(r, 100));
+      await until((st) => st.pending === 1);
       call.cancel();
       await first;
-      await new Promise((r) => setTimeout(r, 100));
-      const s = await stats();
-      expect(s.execution_count).toBe(before + 1);
-      expect(s.inference_stats.fail.count).toBe(2);
-      // Still serving.
+      // Still serving; had the cancelled call stayed queued, it would have run before this one.
       expect((await client.call('ModelInfer', msg(1))).outputs[0].name).toBe('Y');
+      const s = await stats();
+      expect(s.execution_count).toBe(before + 2);
+      expect(s.inference_stats.fail.count).toBe(2);
     } finally {
       client.close();
     }

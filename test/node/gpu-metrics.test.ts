@@ -7,7 +7,7 @@
  * with --allow-gpu-metrics=false or without nvidia-smi.
  */
 
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -100,7 +100,7 @@ describe('GPU metrics (nv_gpu_*)', () => {
     expect(m.samples.some((s) => s.name.startsWith('nv_gpu_'))).toBe(false);
   });
 
-  it('cleans up', () => {
+  afterAll(() => {
     repo.cleanup();
     rmSync(dir, { recursive: true, force: true });
   });

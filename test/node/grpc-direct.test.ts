@@ -2,7 +2,8 @@
  * Unary ModelInfer answered on node:http2 ahead of grpc-js (runtime-node/grpc/direct.ts), seen on the
  * wire with a bare HTTP/2 client. A plain call takes the direct path and a call with
  * `grpc-encoding: gzip` (its message uncompressed, flag 0, which gRPC allows) takes grpc-js's: both
- * must answer the same headers, frame and trailers, and so must a failure and a 1 MiB tensor (joined
+ * must answer the same headers, frame and trailers (the listener's count of direct calls shows which
+ * path served each call), and so must a failure and a 1 MiB tensor (joined
  * from many DATA chunks with its bytes aligned, answered from the output tensor's own bytes). The direct path keeps
  * grpc-js's behaviour where a client can see it: `grpc-timeout` (DEADLINE_EXCEEDED, and the request
  * is cancelled, not computed), a malformed timeout, a call with no message or with two; and the
@@ -42,7 +43,17 @@ const request = (ms: number, model = 'slow') => message({
   inputs: [{ name: 'X', datatype: 'FP32', shape: [2], contents: { fp32_contents: [1, 2] } }],
 });
 const INFER = '/inference.GRPCInferenceService/ModelInfer';
-const raw = (body: Buffer, extra: Record<string, string> = {}) => rawGrpcCall(s.grpc!.port, INFER, body, extra);
+/**
+ * One call on the wire, and which path served it: the direct path counts the calls it takes, so a
+ * plain call must raise the count by one and a gzip-encoded one (grpc-js's) leave it as it was.
+ */
+const raw = async (body: Buffer, extra: Record<string, string> = {}): Promise<RawGrpcAnswer> => {
+  const before = s.grpc!.directCalls();
+  const answer = await rawGrpcCall(s.grpc!.port, INFER, body, extra);
+  const direct = extra['grpc-encoding'] === undefined;
+  expect(s.grpc!.directCalls() - before, direct ? 'the direct path served the call' : 'grpc-js served the call').toBe(direct ? 1 : 0);
+  return answer;
+};
 const frame = grpcFrame;
 type Raw = RawGrpcAnswer;
 
@@ -85,14 +96,20 @@ describe('ModelInfer on node:http2 ahead of grpc-js', () => {
   it('ends a call past its grpc-timeout with DEADLINE_EXCEEDED and never computes it', async () => {
     const stats = async () => (await (await fetch(`${s.url}/v2/models/slow/stats`)).json()).model_stats[0];
     const before = await stats();
-    const first = raw(frame(request(400)));
-    await new Promise((r) => setTimeout(r, 50));
-    const late = await raw(frame(request(0)), { 'grpc-timeout': '100m' });
+    const calls = s.grpc!.directCalls();
+    // `slow` has one instance: the late call waits behind the first, which runs until the late one's
+    // deadline has passed (the server reports the first as executing before the late one is sent).
+    const first = rawGrpcCall(s.grpc!.port, INFER, frame(request(1500)));
+    const st = s.server.model('slow').stats;
+    await expect.poll(() => st.inflight === 1 && st.pending === 0, { timeout: 10_000, interval: 5 }).toBe(true);
+    const late = await rawGrpcCall(s.grpc!.port, INFER, frame(request(0)), { 'grpc-timeout': '100m' });
     expect(status(late)).toEqual({ code: String(4), message: 'Deadline exceeded' });
     expect((await first).trailers['grpc-status']).toBe('0');
-    await new Promise((r) => setTimeout(r, 100));
+    // One more call behind them: had the late one stayed queued, it would have run before this one.
+    expect((await raw(frame(request(0)))).trailers['grpc-status']).toBe('0');
+    expect(s.grpc!.directCalls() - calls).toBe(3);
     const after = await stats();
-    expect(after.execution_count - before.execution_count).toBe(1);
+    expect(after.execution_count - before.execution_count).toBe(2);
     expect(after.inference_stats.fail.count - before.inference_stats.fail.count).toBe(1);
   });
 

@@ -12,10 +12,12 @@ import * as http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STREAM_LIMITS, loadProtos } from '../../runtime-node/grpc/server.js';
 import { fromRaw, grpcClient, int32Raw, type GrpcTestClient, type Obj } from '../helpers/grpc.js';
+import { ECHO_REQUEST_FILES, echoRequestBackend } from '../helpers/echo-request.js';
 import { MODELS, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
 const MIB_FLOATS = 262_144;
 const repo = tempRepo({
+  ...ECHO_REQUEST_FILES,
   'big/config.pbtxt': `name: "big"\nbackend: "javascript"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }]\noutput [{ name: "Y" data_type: TYPE_FP32 dims: [ ${MIB_FLOATS} ] }]\n`,
   'big/1/model.js': `export default class {
     execute(requests) {
@@ -41,7 +43,7 @@ let address: string;
 const protos = loadProtos().inference;
 
 beforeAll(async () => {
-  s = await startTestServer({ modelRepositories: [MODELS, repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
+  s = await startTestServer({ modelRepositories: [MODELS, repo.path], grpcPort: 0, grpcAddress: '127.0.0.1', extraBackends: { echo_request_js: echoRequestBackend } });
   address = `127.0.0.1:${s.grpc!.port}`;
   c = grpcClient(address);
   raw = new grpc.Client(address, grpc.credentials.createInsecure());
@@ -164,6 +166,16 @@ describe('parameters over gRPC, by Triton\'s rules', () => {
       parameters: { a: { int64_param: '5' }, b: { bool_param: true }, c: { string_param: 'x' }, d: { double_param: 2.5 }, priority: { uint64_param: '1' } },
     }));
     expect(r.outputs).toHaveLength(2);
+    // A model that answers with what its request arrived with: the reserved priority taken out of
+    // the parameters, each custom one with its type's value.
+    const echo = await c.call('ModelInfer', {
+      model_name: 'echo_request', inputs: [{ name: 'IN', datatype: 'INT32', shape: [1] }], raw_input_contents: [int32Raw([0])],
+      parameters: { a: { int64_param: '5' }, b: { bool_param: true }, c: { string_param: 'x' }, d: { double_param: 2.5 }, priority: { uint64_param: '1' }, timeout: { uint64_param: '7000' } },
+    });
+    const [priority, timeout, params] = echo.raw_output_contents as Buffer[];
+    expect([fromRaw(priority!, BigUint64Array), fromRaw(timeout!, BigUint64Array)]).toEqual([[1n], [7000n]]);
+    expect(params!.readUInt32LE(0)).toBe(params!.byteLength - 4);
+    expect(JSON.parse(params!.subarray(4).toString())).toEqual({ a: 5, b: true, c: 'x', d: 2.5 });
   });
 });
 

@@ -93,11 +93,28 @@ describe('generation controls', () => {
     const bodies = kinds.map((k, i) => ({ text_input: promptOf(2 + i * 3, i), max_tokens: 24 + i * 3, seed: 40 + i, exclude_input_in_output: true, ...k }));
     const alone = [];
     for (const b of bodies) alone.push((await generate(b)).body.text_output);
+    // A long request is decoding (its first token came) when they come: each joins a running loop,
+    // which the server counts.
+    const before = (await llmStats()).joined_sequences;
+    const anchor = await fetch(`${server.url}/v2/models/tiny_gpt/generate_stream`, {
+      method: 'POST', body: JSON.stringify({ text_input: 'a long one', max_tokens: 480, min_tokens: 480, stream: true }),
+    });
+    const reader = anchor.body!.getReader();
+    let head = '';
+    while (!head.includes('data: ')) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      head += new TextDecoder().decode(value);
+    }
     const together = await Promise.all(bodies.map(async (b, i) => {
       await new Promise((r) => setTimeout(r, i * 15));
       return (await generate(b)).body.text_output;
     }));
+    const running = (await llmStats()).running_sequences;
+    while (!(await reader.read()).done);
     expect(together).toEqual(alone);
+    expect(running, 'the long request still decoding when the others were done').toBe(1);
+    expect((await llmStats()).joined_sequences - before).toBeGreaterThanOrEqual(bodies.length);
   });
 
   it('ends at a stop string, leaving it out, and at max_tokens', async () => {
