@@ -64,16 +64,24 @@ function jsonParams(v: unknown, rules: ParamRules, site: ParamSite, tensorLevel:
 }
 
 /**
- * A byte count or offset (`binary_data_size`, `shared_memory_offset`, `shared_memory_byte_size`) as a
- * number the arithmetic after it can trust. The exact JSON reader hands integers past 2^53 over as
- * bigints (uint64 is their legal range on the wire), and no body or region is that large: refused here,
- * naming the parameter, rather than mixing a bigint into a sum further on.
+ * `binary_data_size` as a number the arithmetic after it can trust. The exact JSON reader hands
+ * integers past 2^53 over as bigints (uint64 is their legal range on the wire), and no body is that
+ * large: refused here, naming the parameter, rather than mixing a bigint into a sum further on.
  */
 function byteParam(params: Parameters, key: string, what: string, model: string): number | undefined {
   const v = params[key];
   if (v === undefined) return undefined;
   if (typeof v === 'number' && Number.isSafeInteger(v)) return v;
   throw invalidArg(`'${key}' ${String(v)} is out of range for ${what} for model '${model}': byte sizes and offsets are at most ${Number.MAX_SAFE_INTEGER}`);
+}
+
+/**
+ * A shared-memory offset or byte size, as the client sent it. A bigint (past 2^53) goes on unchanged:
+ * the region's checks (core/shared-memory.ts) compare it exactly and answer in Triton's words
+ * (`Invalid offset for shared memory region`, `Integer overflow detected`) before any arithmetic.
+ */
+function shmParam(params: Parameters, key: string): number | undefined {
+  return params[key] as number | undefined;
 }
 
 const unableToParse = (field: string, complaint: string, where: string, got: unknown) =>
@@ -167,8 +175,8 @@ export function decodeInferRequest(
       }
       inputs.push({ name, datatype: dt, shape, data, parameters: rest });
     } else {
-      const size = byteParam(params, 'shared_memory_byte_size', what, model);
-      const shmOffset = byteParam(params, 'shared_memory_offset', what, model);
+      const size = shmParam(params, 'shared_memory_byte_size');
+      const shmOffset = shmParam(params, 'shared_memory_offset');
       if (size === undefined) {
         throw invalidArg(`'shared_memory_byte_size' must be specified along with 'shared_memory_region' for ${what} for model '${model}'`);
       }
@@ -205,8 +213,8 @@ export function decodeInferRequest(
           throw invalidArg(`Output can't set both 'shared_memory_region' and 'binary_data' (${what} for model '${model}')`);
         }
         shmOutputs.set(name, {
-          region: p.shared_memory_region as string, offset: byteParam(p, 'shared_memory_offset', what, model) ?? 0,
-          byteSize: byteParam(p, 'shared_memory_byte_size', what, model) ?? 0,
+          region: p.shared_memory_region as string, offset: shmParam(p, 'shared_memory_offset') ?? 0,
+          byteSize: shmParam(p, 'shared_memory_byte_size') ?? 0,
         });
       }
       if (p.binary_data !== undefined) encoding.binary.set(name, p.binary_data === true);
