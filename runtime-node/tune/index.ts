@@ -100,12 +100,14 @@ export async function runTune(o: TuneOptions, progress: (line: string) => void =
   const client = new HttpClient({ url, headers: o.headers, fetch: nodeHttpFetch() });
   const startedAt = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
   let wasLoaded = false;
+  let found: Awaited<ReturnType<HttpClient['getModelConfig']>> | undefined;
   try {
     const index = await client.getModelRepositoryIndex();
     wasLoaded = index.some((e) => e.name === o.model && e.state === 'READY');
     if (!index.some((e) => e.name === o.model)) throw new Error(`model '${o.model}' is not in the repository of ${url}`);
     if (!wasLoaded) await client.loadModel(o.model);
     const loaded = await client.getModelConfig(o.model);
+    found = loaded;
     const why = unsupported(o.model, loaded);
     if (why) throw new Error(why);
     // The written config starts from the repository's own file when it is at hand (no normalised defaults).
@@ -137,10 +139,11 @@ export async function runTune(o: TuneOptions, progress: (line: string) => void =
     return { ...summary, bestConfig, files };
   } finally {
     try {
-      // The repository's config again (no override), or unloaded as it was found.
-      if (wasLoaded) await client.loadModel(o.model);
+      // The config the model had when tune found it, or unloaded as it was found. A load without an
+      // override would keep tune's last trial: as in Triton, an override stays until the folder changes.
+      if (wasLoaded) await client.loadModel(o.model, found ? { config: JSON.stringify(found) } : undefined);
       else await client.unloadModel(o.model);
-      progress(wasLoaded ? `restored '${o.model}' to its repository config` : `unloaded '${o.model}' (it was not loaded before)`);
+      progress(wasLoaded ? `restored '${o.model}' to the config it had before tuning` : `unloaded '${o.model}' (it was not loaded before)`);
     } catch (err) {
       progress(`could not restore '${o.model}': ${(err as Error).message}`);
     }
