@@ -84,14 +84,16 @@ async function settledRss(): Promise<number> {
 describe('many one-byte chunks (Triton L0_http http_request_many_chunks)', () => {
   it.skipIf(!built && !process.env.CI)('refuses each request past 65,536 chunks, and 100 of them leave RSS within 1 MiB', async () => {
     expect(built, 'dist/ is built (npm run build)').toBe(true);
-    for (let i = 0; i < 5; i++) {
+    // Enough requests first for V8's young generation to reach the size this traffic gives it: that
+    // growth comes once, whatever the count after it, and is not what Triton's bound is about.
+    for (let i = 0; i < 30; i++) {
       const answer = await manyChunks(1_000_000);
       expect(answer.slice(0, 12)).toBe('HTTP/1.1 400');
       expect(answer).toContain(TOO_MANY);
     }
     const before = await settledRss();
     for (let i = 0; i < 100; i++) expect(await manyChunks(1_000_000)).toContain(TOO_MANY);
-    const growth = rss() - before;
+    const growth = (await settledRss()) - before;
     console.log(`RSS before ${(before / MIB).toFixed(1)} MiB, growth over 100 requests ${(growth / MIB).toFixed(2)} MiB`);
     expect(growth).toBeLessThan(MIB);
   }, 300_000);
