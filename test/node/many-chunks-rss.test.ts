@@ -23,7 +23,9 @@ let port = 0;
 
 beforeAll(async () => {
   if (!built) return;
-  child = spawn(process.execPath, [BIN, 'serve', '--model-repository', MODELS, '--http-address', '127.0.0.1', '--http-port', '0',
+  // The young generation at a fixed size: V8 grows it by its own heuristics, under a loaded run up to
+  // ~13 MiB more in the middle of the measurement, which is no leak and not what Triton's bound is about.
+  child = spawn(process.execPath, ['--min-semi-space-size=16', '--max-semi-space-size=16', BIN, 'serve', '--model-repository', MODELS, '--http-address', '127.0.0.1', '--http-port', '0',
     '--allow-grpc', 'false', '--allow-metrics', 'false', '--model-control-mode', 'explicit', '--load-model', 'simple'],
   { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
@@ -84,8 +86,7 @@ async function settledRss(): Promise<number> {
 describe('many one-byte chunks (Triton L0_http http_request_many_chunks)', () => {
   it.skipIf(!built && !process.env.CI)('refuses each request past 65,536 chunks, and 100 of them leave RSS within 1 MiB', async () => {
     expect(built, 'dist/ is built (npm run build)').toBe(true);
-    // Enough requests first for V8's young generation to reach the size this traffic gives it: that
-    // growth comes once, whatever the count after it, and is not what Triton's bound is about.
+    // Enough requests first for every page of the young generation to have been used.
     for (let i = 0; i < 30; i++) {
       const answer = await manyChunks(1_000_000);
       expect(answer.slice(0, 12)).toBe('HTTP/1.1 400');
