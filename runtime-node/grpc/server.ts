@@ -28,6 +28,7 @@
  * service but `grpc.health.v1.Health`, before any handler runs.
  */
 
+import type { IncomingHttpHeaders } from 'node:http2';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -251,13 +252,13 @@ export async function listenGrpc(server: InferenceServer, opts: GrpcOptions): Pr
 function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: RequestDecoder): DirectModelInfer {
   return {
     admit(headers) {
-      const header = (key: string) => (Array.isArray(headers[key]) ? headers[key][0] : headers[key]);
-      const refusal = opts.authorize?.(MODEL_INFER_PATH, header('authorization') as string | undefined);
+      const header = headerValue(headers);
+      const refusal = opts.authorize?.(MODEL_INFER_PATH, header('authorization'));
       if (refusal) return refusalStatus(refusal);
       return restriction('ModelInfer', header, opts.restrictedProtocol);
     },
     infer: async (message, onCancel, headers) => modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame,
-      (key) => { const v = headers[key]; return Array.isArray(v) ? v[0] : v; },
+      headerValue(headers),
       forwarder(opts.headerForwardPattern, () => Object.entries(headers))),
     status: (err) => toStatus(err) as GrpcStatus,
     maxMessageBytes: MAX_MESSAGE_BYTES,
@@ -275,9 +276,12 @@ function restriction(method: string, header: (key: string) => unknown, r?: Restr
   return { code: grpc.status.UNAVAILABLE, details: `This protocol is restricted, expecting header '${rule.key}'` };
 }
 
-/** The first value of a metadata key, as restriction() reads it from grpc-js's calls. */
-const fromMetadata = (metadata: grpc.Metadata) => (key: string) => metadata.get(key)[0];
-/** The same, as a string (binary metadata values never carry what is read this way). */
+/** The first value of a header among direct.ts's HTTP/2 headers. */
+const headerValue = (headers: IncomingHttpHeaders) => (key: string): string | undefined => {
+  const v = headers[key];
+  return Array.isArray(v) ? v[0] : v;
+};
+/** The first value of a metadata key of a grpc-js call, as a string (binary values never carry what is read this way). */
 const metadataValue = (metadata: grpc.Metadata) => (key: string): string | undefined => {
   const v = metadata.get(key)[0];
   return v === undefined ? undefined : String(v);
@@ -291,7 +295,7 @@ function refusalStatus(refusal: AuthRefusal): { code: grpc.status; details: stri
 function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: Record<string, RequestDecoder>): grpc.UntypedServiceImplementation {
   const ext = opts.extensions;
   const unary = (method: string, fn: (req: Obj) => Obj | Promise<Obj>): grpc.handleUnaryCall<Buffer, Obj> => (call, callback) => {
-    const denied = restriction(method, fromMetadata(call.metadata), opts.restrictedProtocol);
+    const denied = restriction(method, metadataValue(call.metadata), opts.restrictedProtocol);
     if (denied) return callback(denied);
     const decode = decoders[method]!;
     Promise.resolve().then(() => fn(decode(call.request))).then((res) => callback(null, res), (err) => callback(toStatus(err)));
@@ -320,7 +324,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
     ModelConfig: unary('ModelConfig', (req) => ({ config: server.modelConfig(req.name, grpcVersion(req.version)) })),
     ModelStatistics: unary('ModelStatistics', (req) => server.statistics(req.name || undefined, grpcVersion(req.version))),
     ModelInfer: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
-      const denied = restriction('ModelInfer', fromMetadata(call.metadata), opts.restrictedProtocol);
+      const denied = restriction('ModelInfer', metadataValue(call.metadata), opts.restrictedProtocol);
       if (denied) return callback(denied);
       const onCancel = (cancel: () => void) => {
         if (call.cancelled) cancel();
@@ -336,7 +340,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
       modelInfer(server, ext, msg, onCancel, encodeInferResponse, metadataValue(call.metadata), forward).then((res) => callback(null, res), (err) => callback(toStatus(err)));
     },
     ModelStreamInfer: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
-      const denied = restriction('ModelStreamInfer', fromMetadata(call.metadata), opts.restrictedProtocol);
+      const denied = restriction('ModelStreamInfer', metadataValue(call.metadata), opts.restrictedProtocol);
       if (denied) {
         call.emit('error', denied);
         return;
