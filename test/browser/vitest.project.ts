@@ -3,7 +3,8 @@
  * (Debian's /usr/bin/chromium, driven by @vitest/browser-playwright). `--enable-unsafe-webgpu` gives
  * a SwiftShader WebGPU adapter, so the WebGPU path runs for real (slowly). A global setup starts the
  * real Node server (CORS open, browser demo routes on) whose answers the page's must match. Without
- * Chromium the project is left out with a printed reason; `.ci/run` installs it.
+ * Chromium the project is left out with a printed reason, and test/node/browser-project.test.ts
+ * stands in for it (skipped here, failed under CI, whose `.ci/run` installs Chromium).
  */
 
 import { existsSync } from 'node:fs';

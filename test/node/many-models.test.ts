@@ -5,7 +5,9 @@
  * thread per instance, as before the pool, 30 models added 60 or more.
  */
 
-import { readdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { offsetModel } from '../../scripts/gen-models.js';
 import { requireCapability } from '../helpers/capability.js';
@@ -111,6 +113,52 @@ describe('parallel loading (--model-load-thread-count)', () => {
       expect(configs[1]).toEqual(configs[0]);
     } finally {
       repo.cleanup();
+    }
+  }, 120_000);
+
+  // The same readiness would come from a flag that is ignored: this shows the loads overlap. Each model's
+  // initialize holds its worker 400 ms and writes when it started and ended; with one load at a time no
+  // two intervals overlap, with 8 several do (Triton loads that many models at once).
+  it('loads that many models at once, and one at a time with 1', async () => {
+    const scratch = mkdtempSync(join(tmpdir(), 'tsi-load-overlap-'));
+    const slow = (name: string) => `import { writeFileSync } from 'node:fs';
+      export default class {
+        initialize() {
+          const start = Date.now();
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 400);
+          writeFileSync(${JSON.stringify(join(scratch, name))}, start + ' ' + Date.now());
+        }
+        execute(requests) { return requests.map((r) => ({ outputs: { Y: r.input('X').data } })); }
+      }`;
+    const files: Record<string, string> = {};
+    for (let i = 0; i < 8; i++) {
+      files[`s${i}/config.pbtxt`] = `name: "s${i}"\nbackend: "javascript"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }]\noutput [{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }]\n`;
+      files[`s${i}/1/model.js`] = slow(`s${i}`);
+    }
+    const repo = tempRepo(files);
+    /** The most initialize calls running at one moment. */
+    const mostAtOnce = () => {
+      const spans = readdirSync(scratch).map((f) => readFileSync(join(scratch, f), 'utf8').split(' ').map(Number));
+      expect(spans).toHaveLength(8);
+      return Math.max(...spans.map(([start]) => spans.filter(([s0, e0]) => s0 <= start && start < e0).length));
+    };
+    try {
+      const most: number[] = [];
+      for (const count of [1, 8]) {
+        for (const f of readdirSync(scratch)) rmSync(join(scratch, f));
+        const s = await startTestServer({ modelRepositories: [repo.path], modelLoadThreadCount: count });
+        try {
+          expect((await getJson(`${s.url}/v2/health/ready`)).status).toBe(200);
+          most.push(mostAtOnce());
+        } finally {
+          await s.stop();
+        }
+      }
+      expect(most[0]).toBe(1);
+      expect(most[1]).toBeGreaterThanOrEqual(3);
+    } finally {
+      repo.cleanup();
+      rmSync(scratch, { recursive: true, force: true });
     }
   }, 120_000);
 });
