@@ -43,6 +43,9 @@ describe('the worker hand-off through the real server', () => {
     const big = SLOT_DATA_BYTES / 4 + 1000; // one slot's data area cannot hold it: postMessage
     const sizes = Array.from({ length: 60 }, (_, i) => (i % 4 === 0 ? big + i : 16 + i * 7));
     const inputs = sizes.map((n, i) => Float32Array.from({ length: n }, (_, k) => i + (k % 1000) * 64));
+    // The witness that the server hands batches through the channel at all (every answer would be as
+    // right with everything posted): each slot-sized request went into a slot, each larger one did not.
+    const submit = vi.spyOn(ChannelMain.prototype, 'submit');
     const answers = await Promise.all(inputs.map((data) => postBinary(`${s.url}/v2/models/ident/infer`, {
       inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [data.length], parameters: { binary_data_size: data.byteLength } }],
       outputs: [{ name: 'OUTPUT0', parameters: { binary_data: true } }],
@@ -53,6 +56,9 @@ describe('the worker hand-off through the real server', () => {
       const got = binaryOutputs(a.json, a.binary).get('OUTPUT0')!;
       expect(Buffer.from(got).equals(Buffer.from(bytesOf(inputs[i]!))), `request ${i} (${sizes[i]} elements)`).toBe(true);
     });
+    const taken = submit.mock.results.filter((r) => r.type === 'return' && r.value === true).length;
+    submit.mockRestore();
+    expect(taken).toBe(sizes.filter((n) => n < big).length);
   }, 60_000);
 
   it('splits batched INT64 answers back to the right requests on three instances', async () => {
