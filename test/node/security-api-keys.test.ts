@@ -188,16 +188,19 @@ describe('the key file', () => {
     const reads = () => s.logs.filter((l) => /API keys: read \d+ key/.test(l)).length;
     const readsAgain = s.logs.filter((l) => /API keys: .* read again, the same keys/.test(l)).length;
     const again = () => s.logs.filter((l) => /API keys: .* read again, the same keys/.test(l)).length - readsAgain;
-    // Other files in the key file's folder are none of its business: had a change there made the
-    // server read the key file, it would say so (the pause only gives such a read its chance to come
-    // apart from the next one; it cannot fail a correct server).
+    // Other files in the key file's folder are none of its business: writing and removing one makes
+    // no read (the server would say "read again"), where a watcher without the file-name filter reads
+    // once per change. Each wait is ten debounce periods, for the read that must not come.
     const neighbour = `${keyFile}-neighbour`;
     writeFileSync(neighbour, 'x');
-    await sleep(250);
+    await sleep(500);
+    expect(again()).toBe(0);
     // Rewriting the same keys is read and changes nothing, which the server reports.
     writeFileSync(keyFile, `# statistics readers\nstatistics:${STATS}\n`);
     for (let i = 0; i < 200 && again() === 0; i++) await sleep(25);
+    expect(again()).toBe(1);
     rmSync(neighbour);
+    await sleep(500);
     expect(again()).toBe(1);
     expect(reads()).toBe(0);
     writeFileSync(keyFile, `statistics:${NEW}\n`);
