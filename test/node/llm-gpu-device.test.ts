@@ -1,7 +1,9 @@
 /**
  * KV caches kept on the GPU (runtime-node/llm/device-kv.ts): tiny_gpt served as shipped (KIND_CPU)
- * and as KIND_GPU copies on onnxruntime-node's WebGPU provider (in CI Mesa's lavapipe). Greedy tokens
- * must be the CPU's at 1, 4 and 16 streams while requests join and leave the running batch, with
+ * and as KIND_GPU copies on onnxruntime-node's WebGPU provider (in CI Mesa's lavapipe; the copies'
+ * placement is checked, and each run's token ids are seen coming down from the device). Greedy tokens
+ * must be the CPU's at 1 stream, and at 4 and 16 while requests join (the statistics' joined_sequences
+ * grows) and leave the running batch, with
  * stop strings, a cancelled stream, n = 3 (forked caches), a prefix-cache hit and a json_schema
  * grammar (logits read on the host); the server's bytes-moved counter must show no KV cache crossing
  * between host and device; and requests cut off by their clients must leave no device tensor held.
@@ -64,8 +66,17 @@ describeWith(!!process.env.CI, 'WebGPU adapter (Dawn)', missing)('llm KIND_GPU w
   };
   const llmStats = async (model: string) => (await getJson(`${server.url}/v2/models/${model}/stats`)).body.model_stats[0].llm_stats;
 
+  it('runs the KIND_GPU copies on the WebGPU provider', () => {
+    for (const model of ['gpu', 'gpu_nocache', 'gpu_host_kv']) {
+      const placement = server.server.model(model).instances[0]!.placement;
+      expect(placement?.provider, `${model}: ${placement?.notes?.join('; ')}`).toBe('webgpu');
+    }
+    expect(server.server.model('tiny_gpt').instances[0]!.placement?.provider).toBe('cpu');
+  });
+
   for (const streams of [1, 4, 16]) {
-    it(`gives the KIND_CPU greedy tokens at ${streams} stream(s), rows joining and leaving, with stop strings`, async () => {
+    const how = streams === 1 ? 'alone' : 'rows joining and leaving';
+    it(`gives the KIND_CPU greedy tokens at ${streams} stream(s), ${how}, with stop strings`, async () => {
       // Half start at once; the rest join the running batch as the first of those ends.
       const reqs: Req[] = Array.from({ length: streams }, (_, i) => ({ text_input: promptOf(2 + ((i * 7) % 13), i + streams), max_tokens: 3 + ((i * 5) % 9) }));
       const plain = await Promise.all(reqs.map((r) => generate('tiny_gpt', r)));
@@ -81,7 +92,14 @@ describeWith(!!process.env.CI, 'WebGPU adapter (Dawn)', missing)('llm KIND_GPU w
         out.push(...reqs.slice(first).map((r) => generate(model, r)));
         return Promise.all(out);
       };
-      const [cpu, gpu] = [await run('tiny_gpt'), await run('gpu')];
+      const cpu = await run('tiny_gpt');
+      const [joinedBefore, idsBefore] = [(await llmStats('gpu')).joined_sequences as number, (await moved('gpu'))['to_host:ids'] ?? 0];
+      const gpu = await run('gpu');
+      // The device ran these steps (its chosen token ids came down from it), and with several streams rows joined
+      // sequences already decoding there, as the title says.
+      expect((await moved('gpu'))['to_host:ids'] ?? 0).toBeGreaterThan(idsBefore);
+      const joined = (await llmStats('gpu')).joined_sequences - joinedBefore;
+      if (streams > 1) expect(joined).toBeGreaterThanOrEqual(1);
       for (let i = 0; i < streams; i++) {
         expect(gpu[i]!.status, JSON.stringify(gpu[i]!.body)).toBe(200);
         expect(cpu[i]!.status).toBe(200);
