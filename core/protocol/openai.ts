@@ -30,6 +30,8 @@ type Json = Record<string, any>;
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
+const GRAMMAR_AND_BIAS = ['logit_bias', 'structured_outputs', 'grammar', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar'];
+
 /** OpenAI's completions default when max_tokens is absent. */
 const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
@@ -124,8 +126,8 @@ function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number 
   };
   for (const k of ['temperature', 'top_p', 'top_k', 'seed', 'stop', 'stop_token_ids', 'presence_penalty', 'frequency_penalty',
     'repetition_penalty', 'min_tokens', 'ignore_eos', 'skip_special_tokens', 'min_p', 'truncate_prompt_tokens']) copy(k);
-  // Objects params.ts reads as they are: logit_bias, vLLM's structured_outputs, llama.cpp's grammar.
-  for (const k of ['logit_bias', 'structured_outputs', 'grammar']) if (body[k] !== undefined && body[k] !== null) p[k] = body[k];
+  // Read by params.ts as they are: logit_bias, vLLM's structured_outputs (and its older guided_*), llama.cpp's grammar.
+  for (const k of GRAMMAR_AND_BIAS) if (body[k] !== undefined && body[k] !== null) p[k] = body[k];
   copy(body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens', 'max_tokens');
   if (p.max_tokens === undefined && maxTokensDefault !== undefined) p.max_tokens = maxTokensDefault;
   if (bestOf > 1) p.n = bestOf;
@@ -198,7 +200,7 @@ export async function completions(server: InferenceServer, req: Request, chat: b
     const parameters = sp.p;
     wants = sp.wants;
     if (tools.guided) {
-      for (const k of ['response_format', 'structured_outputs', 'grammar']) {
+      for (const k of ['response_format', ...GRAMMAR_AND_BIAS.slice(1)]) {
         if (parameters[k] !== undefined) throw bad(`'${k}' cannot be combined with a forced tool call ('tool_choice')`, k);
       }
       parameters.guided_tool_call = tools.guided;
