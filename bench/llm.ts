@@ -223,15 +223,18 @@ async function benchModel(model: string): Promise<Row[]> {
 /**
  * What the grammar costs a token: tiny_gpt sampled at temperature 1, free and constrained by a JSON
  * schema (an object holding a list of strings, which a random model fills until the budget closes
- * it, so both sides write about --tokens tokens), at the largest stream count, both over HTTP, in
- * this run. The cost per token is the server's main thread's CPU (where masks are computed) per
+ * it, so both sides write about --tokens tokens), by a regular expression and by a GBNF grammar
+ * (words and nested lists), at the largest stream count, all over HTTP, in this run. The cost per token is the server's main thread's CPU (where masks are computed) per
  * token, constrained minus free.
  */
 async function benchGrammar(): Promise<void> {
   const streams = Math.max(...STREAMS);
   const schema = JSON.stringify({ type: 'object', properties: { items: { type: 'array', items: { type: 'string' } } }, required: ['items'] });
   let seed = 0;
-  const sides = { free: {}, constrained: { guided_json: schema } } as const;
+  // A regular expression and a GBNF grammar (grammar-cfg.ts) that a random model can also fill for --tokens tokens.
+  const regex = '([a-z]+[ ,.])*[a-z]*';
+  const gbnf = 'root ::= item ("," item)*\nitem ::= [a-z ]+ | "(" root ")"';
+  const sides = { free: {}, constrained: { guided_json: schema }, regex: { guided_regex: regex }, gbnf: { guided_grammar: gbnf } } as const;
   const out: Record<string, { res: Result; mainMs: number }> = {};
   for (const [name, extra] of Object.entries(sides)) {
     const one = (p: string, f: () => void) => tsiRequest(server.port, 'tiny_gpt', p, TOKENS, f, { ...extra, temperature: 1, seed: seed++ });
@@ -244,9 +247,11 @@ async function benchGrammar(): Promise<void> {
   console.log(`\n| tiny_gpt, ${streams} streams, temperature 1 | tokens/s | tokens | server main thread CPU ms per 1k tokens |`);
   console.log('|---|---:|---:|---:|');
   for (const [name, { res, mainMs }] of Object.entries(out)) console.log(`| ${name} | ${f(res.tokensPerS, 0)} | ${res.tokens} | ${f((mainMs * 1000) / res.tokens, 0)} |`);
-  const c = out.constrained!;
   const fr = out.free!;
-  console.log(`grammar: constrained / free tokens/s ${f(c.res.tokensPerS / fr.res.tokensPerS, 2)}×; mask cost ≈ ${f(c.mainMs / c.res.tokens - fr.mainMs / fr.res.tokens, 2)} ms of main-thread CPU per token (loaded shared machine: compare the two rows, not absolute numbers)`);
+  for (const name of ['constrained', 'regex', 'gbnf']) {
+    const c = out[name]!;
+    console.log(`grammar (${name === 'constrained' ? 'JSON schema' : name}): constrained / free tokens/s ${f(c.res.tokensPerS / fr.res.tokensPerS, 2)}×; mask cost ≈ ${f(c.mainMs / c.res.tokens - fr.mainMs / fr.res.tokens, 2)} ms of main-thread CPU per token (loaded shared machine: compare the rows, not absolute numbers)`);
+  }
 }
 
 /**

@@ -43,7 +43,7 @@ const autoSample = (s: EngineSequence): AutoSample | null => {
   if (g.argmaxOnly) return null;
   const p = g.params;
   return {
-    params: { temperature: p.temperature, topK: p.topK, topP: p.topP, repetitionPenalty: p.repetitionPenalty, presencePenalty: p.presencePenalty, frequencyPenalty: p.frequencyPenalty },
+    params: { temperature: p.temperature, topK: p.topK, topP: p.topP, repetitionPenalty: p.repetitionPenalty, presencePenalty: p.presencePenalty, frequencyPenalty: p.frequencyPenalty, minP: p.minP, logitBias: p.logitBias },
     random: g.random.state, seen: [...g.history.seen], counts: [...g.history.counts], suppressEnd: Math.max(0, p.minTokens - g.tokens.length),
   };
 };

@@ -74,9 +74,13 @@ export class Generation {
 
   /** Chooses the next token from this sequence's row of logits (modified). */
   choose(row: Float32Array): number {
-    // A grammar's answer ends when it is complete, never by an end token.
-    if (this.suppressEnd || this.grammar) maskIds(row, this.endIds);
-    this.grammar?.mask(row, this.maxTokens - this.tokens.length - 1);
+    if (this.grammar) {
+      // A grammar's answer may end by an end token only where the text is a whole answer (a regex's
+      // `[0-9]+` after a digit); it ends by itself when nothing more can be written.
+      const ends = !this.suppressEnd && this.grammar.complete ? [...this.endIds].filter((t) => t < row.length).map((t) => [t, row[t]!] as const) : [];
+      this.grammar.mask(row, this.maxTokens - this.tokens.length - 1);
+      for (const [t, v] of ends) row[t] = v;
+    } else if (this.suppressEnd) maskIds(row, this.endIds);
     if (this.params.logprobs === undefined) return sampleToken(row, this.params, this.history, this.random);
     const lp = sampleWithLogprob(row, this.params, this.history, this.random, this.params.logprobs);
     this.cumulativeLogprob += lp.logprob;
@@ -95,7 +99,8 @@ export class Generation {
     this.tokens.push(token);
     recordToken(this.history, token);
     if (this.grammar) {
-      this.grammar.accept(token);
+      // An end token is no text of the grammar's: the mask let it through where the answer was whole.
+      if (!this.grammar.accept(token) && this.endIds.has(token)) return this.finish('stop');
       if (this.grammar.done) {
         this.text += this.stream.push(token);
         return this.finish('stop');

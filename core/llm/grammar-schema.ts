@@ -5,6 +5,7 @@
  */
 
 import { TsiError } from '../errors.js';
+import type { Cfg } from './grammar-cfg.js';
 
 type Json = Record<string, any>;
 
@@ -19,7 +20,9 @@ export type GNode =
   | { k: 'literal'; options: string[] }
   | { k: 'union'; options: GNode[] }
   /** One of several fixed openings, each followed by its own value and closing (a tool call per function). */
-  | { k: 'choice'; options: { lit: string; node: GNode; tail: string }[] };
+  | { k: 'choice'; options: { lit: string; node: GNode; tail: string }[] }
+  /** A regular expression, a GBNF grammar or a list of choices (grammar-cfg.ts). */
+  | { k: 'cfg'; cfg: Cfg };
 
 /** Longest key written for a schema-less object, and digits of an integer part (keeps it exact in a double). */
 export const FREE_KEY_MAX = 32;
@@ -104,6 +107,8 @@ export function firstChars(n: GNode): string[] {
     case 'literal': return [...new Set(n.options.map((o) => o[0]!))];
     case 'union': return n.options.flatMap(firstChars);
     case 'choice': return [...new Set(n.options.map((o) => o.lit[0]!))];
+    // Never an alternative of a JSON schema's union.
+    case 'cfg': return [];
   }
 }
 
@@ -124,6 +129,7 @@ export function minLen(n: GNode): number {
     case 'literal': v = Math.min(...n.options.map((o) => o.length)); break;
     case 'union': v = Math.min(...n.options.map(minLen)); break;
     case 'choice': v = Math.min(...n.options.map((o) => o.lit.length + minLen(o.node) + o.tail.length)); break;
+    case 'cfg': v = n.cfg.start.min; break;
   }
   minMemo.set(n, v);
   return v;

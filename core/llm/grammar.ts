@@ -1,6 +1,6 @@
 /**
- * Structured output: a JSON grammar (any JSON object, or one JSON schema) matched character by
- * character, and the per-step token mask it gives the sampler, so that whatever the weights the
+ * Structured output: a JSON grammar (any JSON object, or one JSON schema), or a regular expression,
+ * GBNF grammar or list of choices (grammar-cfg.ts, one frame here), matched character by character, and the per-step token mask it gives the sampler, so that whatever the weights the
  * answer parses and matches. The matcher is a pushdown automaton over immutable frames (stepping a
  * character shares the rest of the stack), and the mask walks a trie of the vocabulary's texts from
  * the current state, so a prefix that cannot follow prunes every token that starts with it.
@@ -16,6 +16,7 @@
 import {
   FREE_KEY_MAX, INT_DIGITS_MAX, firstChars, hasRequired, keyCandidates, minLen, requiredLen, type GNode, type Prop,
 } from './grammar-schema.js';
+import type { CfgState } from './grammar-cfg.js';
 import type { Tokenizer } from './tokenizer.js';
 
 /** One frame of the automaton's stack; frames are never changed, only replaced. */
@@ -26,7 +27,8 @@ type Frame =
   | { t: 'NUM'; phase: 'sign' | 'zero' | 'int' | 'dot' | 'frac' | 'e' | 'esign' | 'exp'; digits: number; integer: boolean; next: Stack }
   | { t: 'OBJ'; props: Prop[]; i: number; state: 'open' | 'comma' | 'key' | 'done'; next: Stack }
   | { t: 'AOBJ'; state: 'open' | 'comma' | 'colon' | 'done'; next: Stack }
-  | { t: 'ARR'; items: GNode; min: number; max: number; count: number; state: 'open' | 'comma' | 'done'; next: Stack };
+  | { t: 'ARR'; items: GNode; min: number; max: number; count: number; state: 'open' | 'comma' | 'done'; next: Stack }
+  | { t: 'CFG'; node: Extract<GNode, { k: 'cfg' }>; st: CfgState; next: Stack };
 
 /** null: nothing left to write. */
 export type Stack = Frame | null;
@@ -53,8 +55,21 @@ function lit(opts: string[], pos: number, next: Stack, keys?: number[], alts?: E
   return { t: 'LIT', opts, pos, keys, alts, next };
 }
 
+/** A grammar's frame after a character moved it to `st`: gone once nothing more can be written. */
+function cfgFrame(node: Extract<GNode, { k: 'cfg' }>, st: CfgState, next: Stack): Step {
+  return st.finished ? next : { t: 'CFG', node, st, next };
+}
+
+/** A grammar's state stepped by `c`; where no parse takes it but the text may end, `c` belongs to what follows. */
+function cfgStep(node: Extract<GNode, { k: 'cfg' }>, st: CfgState, next: Stack, c: string): Step {
+  const moved = node.cfg.step(st, c.codePointAt(0)!);
+  if (moved) return cfgFrame(node, moved, next);
+  return st.accepts ? step(next, c) : REJECT;
+}
+
 function startValue(n: GNode, next: Stack, c: string): Step {
   switch (n.k) {
+    case 'cfg': return cfgStep(n, n.cfg.start, next, c);
     case 'any':
       if (c === '{') return { t: 'AOBJ', state: 'open', next };
       if (c === '[') return { t: 'ARR', items: n, min: 0, max: Infinity, count: 0, state: 'open', next };
@@ -91,6 +106,7 @@ export function step(s: Stack, c: string): Step {
   if (s === null) return REJECT;
   switch (s.t) {
     case 'V': return startValue(s.node, s.next, c);
+    case 'CFG': return cfgStep(s.node, s.st, s.next, c);
     case 'LIT': {
       const opts = s.opts.filter((o) => o.length > s.pos && o[s.pos] === c);
       if (opts.length === 0) return s.opts.some((o) => o.length === s.pos) ? step(s.next, c) : REJECT;
@@ -162,6 +178,8 @@ export function complete(s: Stack): boolean {
   if (s === null) return true;
   if (s.t === 'NUM') return (s.phase === 'zero' || s.phase === 'int' || s.phase === 'frac' || s.phase === 'exp') && complete(s.next);
   if (s.t === 'LIT') return s.opts.some((o) => o.length === s.pos) && complete(s.next);
+  if (s.t === 'CFG') return s.st.accepts && complete(s.next);
+  if (s.t === 'V' && s.node.k === 'cfg') return s.node.cfg.start.accepts && complete(s.next);
   return false;
 }
 
@@ -174,6 +192,7 @@ export function minRemaining(s: Stack): number {
 
 function frameMin(f: Frame): number {
   switch (f.t) {
+    case 'CFG': return f.st.min;
     case 'V': return minLen(f.node);
     case 'LIT': {
       if (f.alts) return Math.min(...f.opts.map((o, k) => o.length - f.pos + minLen(f.alts!.options[f.keys![k]!]!.node) + f.alts!.options[f.keys![k]!]!.tail.length));
@@ -351,6 +370,7 @@ function stackKey(s: Stack): string {
       case 'OBJ': key += `O${idOf(f.props)}:${f.i}:${f.state}`; break;
       case 'AOBJ': key += `A${f.state}`; break;
       case 'ARR': key += `R${idOf(f.items)}:${Math.max(0, f.min - f.count)}:${f.max === Infinity ? 'i' : f.max - f.count}:${f.state}`; break;
+      case 'CFG': key += `G${idOf(f.st)}`; break;
     }
     key += '|';
   }

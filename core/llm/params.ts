@@ -11,6 +11,9 @@
  */
 
 import { TsiError } from '../errors.js';
+import { choiceGrammar, grammarError } from './grammar-cfg.js';
+import { gbnfGrammar } from './grammar-gbnf.js';
+import { regexGrammar } from './grammar-regex.js';
 import { compileSchema, responseFormatGrammar, toolCallGrammar, type GNode } from './grammar-schema.js';
 import type { SamplingParams } from './sampling.js';
 
@@ -38,6 +41,8 @@ export interface GenerationParams extends SamplingParams {
   /** Return each chosen token's log-probability and the k likeliest (0: the chosen one only). */
   logprobs?: number;
   grammar?: GrammarSpec;
+  /** Keep only the prompt's last N tokens (vLLM's truncate_prompt_tokens; -1: as many as the context leaves room for). */
+  truncatePromptTokens?: number;
 }
 
 /** Most choices one request may ask for, and most top log-probabilities per token (OpenAI's 20). */
@@ -122,7 +127,8 @@ function list(get: ParamSource, names: string[], kind: 'string' | 'int'): unknow
     }
   }
   if (!Array.isArray(v)) v = [v];
-  const arr = v as unknown[];
+  // An empty stop string stops nothing: TensorRT-LLM's ensembles send `stop_words: ""` for none.
+  const arr = kind === 'string' ? (v as unknown[]).filter((x) => x !== '') : v as unknown[];
   const ok = kind === 'string'
     ? arr.every((x) => typeof x === 'string' && x.length > 0)
     : arr.every((x) => (typeof x === 'number' && Number.isInteger(x) && x >= 0) || (typeof x === 'string' && /^\d+$/.test(x)));
@@ -156,6 +162,9 @@ export interface GenerationRequest {
   n?: number;
   logprobs?: number;
   grammar?: GrammarSpec;
+  minP?: number;
+  logitBias?: [number, number][];
+  truncatePromptTokens?: number;
   /** False: the prompt is encoded without the tokenizer's special tokens (a chat template wrote its own). */
   addSpecialTokens?: boolean;
 }
@@ -198,8 +207,25 @@ export function readGenerationRequest(get: ParamSource): GenerationRequest {
     n: number(look, ['n'], (v) => isInt(v) && v >= 1 && v <= MAX_N, `an integer in [1, ${MAX_N}]`),
     logprobs: number(look, ['logprobs'], (v) => isInt(v) && v >= 0 && v <= MAX_TOP_LOGPROBS, `an integer in [0, ${MAX_TOP_LOGPROBS}]`),
     grammar: grammarOf(look),
+    minP: number(look, ['min_p'], (v) => v >= 0 && v <= 1, 'a number in [0, 1]'),
+    logitBias: logitBias(look),
+    truncatePromptTokens: number(look, ['truncate_prompt_tokens'], (v) => isInt(v) && (v >= 1 || v === -1), 'an integer >= 1 (or -1: what the context holds)'),
     addSpecialTokens: addSpecial === undefined || addSpecial === null ? undefined : addSpecial !== false && addSpecial !== 'false',
   };
+}
+
+/** OpenAI's logit_bias: {"token id": bias in [-100, 100]}, as an object or its JSON text. */
+function logitBias(look: ParamSource): [number, number][] | undefined {
+  const v = object(look, 'logit_bias');
+  if (v === undefined || v === null) return undefined;
+  const what = 'an object mapping token ids to biases in [-100, 100], such as {"50256": -100}';
+  if (typeof v !== 'object' || Array.isArray(v)) throw bad('logit_bias', what, v);
+  const out: [number, number][] = [];
+  for (const [k, b] of Object.entries(v as Record<string, unknown>)) {
+    if (!/^\d+$/.test(k) || typeof b !== 'number' || !Number.isFinite(b) || b < -100 || b > 100) throw bad('logit_bias', what, v);
+    out.push([Number(k), b]);
+  }
+  return out.length > 0 ? out : undefined;
 }
 
 /** `stop_token_ids` and TensorRT-LLM's `end_id` together; undefined when neither is given. */
@@ -233,6 +259,9 @@ export function withDefaults(r: GenerationRequest, d: GenerationDefaults): Gener
     n: r.n ?? 1,
     logprobs: r.logprobs,
     grammar: r.grammar,
+    minP: r.minP,
+    logitBias: r.logitBias,
+    truncatePromptTokens: r.truncatePromptTokens,
   };
 }
 
@@ -253,7 +282,9 @@ function object(get: ParamSource, name: string): unknown {
 }
 
 /**
- * `response_format` (OpenAI's shape) or vLLM's `guided_json` (a JSON schema); `guided_prefix` and
+ * The answer's grammar, from whichever field the client used (one only): OpenAI's `response_format`,
+ * vLLM's `structured_outputs` {json, regex, choice, grammar, json_object} and its older `guided_json`,
+ * `guided_regex`, `guided_choice`, `guided_grammar`, llama.cpp's `grammar` (GBNF); `guided_prefix` and
  * `guided_suffix` put fixed text around it (the OpenAI layer's forced tool calls use them).
  */
 function grammarOf(get: ParamSource): GrammarSpec | undefined {
@@ -262,8 +293,11 @@ function grammarOf(get: ParamSource): GrammarSpec | undefined {
     if (typeof tool !== 'object') throw bad('guided_tool_call', 'a JSON object', tool);
     return { root: toolCallGrammar(tool), prefix: String(tool.prefix ?? ''), suffix: String(tool.suffix ?? '') };
   }
-  const schema = object(get, 'guided_json');
-  const root = schema !== undefined && schema !== null ? compileSchema(schema) : responseFormatGrammar(object(get, 'response_format'));
+  const given = GRAMMAR_FIELDS.filter((f) => get(f) !== undefined && get(f) !== null && !(f === 'response_format' && isTextFormat(get(f))));
+  if (given.length > 1) throw grammarError(given[1]!, `only one structured output may be asked for; the request also has '${given[0]}'`);
+  const field = given[0];
+  if (field === undefined) return undefined;
+  const root = grammarField(field, field === 'structured_outputs' || field === 'response_format' || field === 'guided_json' ? object(get, field) : get(field));
   if (!root) return undefined;
   const text = (name: string) => {
     const v = get(name);
@@ -272,4 +306,57 @@ function grammarOf(get: ParamSource): GrammarSpec | undefined {
     return v;
   };
   return { root, prefix: text('guided_prefix'), suffix: text('guided_suffix') };
+}
+
+const GRAMMAR_FIELDS = ['response_format', 'structured_outputs', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar', 'grammar'] as const;
+
+const isTextFormat = (v: unknown) => typeof v === 'object' && v !== null && (v as Json).type === 'text';
+
+/** The kinds of vLLM's `structured_outputs` tsi enforces (its other keys are options that change nothing here). */
+const STRUCTURED_KINDS = ['json', 'regex', 'choice', 'grammar', 'json_object', 'structural_tag'] as const;
+
+function grammarField(field: (typeof GRAMMAR_FIELDS)[number], v: unknown): GNode | undefined {
+  switch (field) {
+    case 'response_format': return responseFormatGrammar(v);
+    case 'guided_json': return compileSchema(v);
+    case 'guided_regex': return { k: 'cfg', cfg: regexGrammar(field, v) };
+    case 'guided_choice': return { k: 'cfg', cfg: choiceGrammar(field, typeof v === 'string' ? parseList(field, v) : v) };
+    case 'guided_grammar': case 'grammar': return { k: 'cfg', cfg: gbnfGrammar(field, v) };
+    case 'structured_outputs': {
+      if (typeof v !== 'object' || v === null || Array.isArray(v)) throw grammarError(field, `must be an object such as {"regex": "[0-9]+"}, got ${JSON.stringify(v)}`);
+      const so = v as Json;
+      const kinds = STRUCTURED_KINDS.filter((k) => so[k] !== undefined && so[k] !== null && so[k] !== false);
+      if (kinds.length !== 1) throw grammarError(field, `must have exactly one of ${STRUCTURED_KINDS.join(', ')}${kinds.length > 1 ? `, got ${kinds.join(' and ')}` : ''}`);
+      const kind = kinds[0]!;
+      const sub = `${field}.${kind}`;
+      switch (kind) {
+        case 'json': {
+          let schema = so.json;
+          if (typeof schema === 'string') {
+            try {
+              schema = JSON.parse(schema);
+            } catch {
+              throw grammarError(sub, 'must be a JSON schema (an object, or its JSON text)');
+            }
+          }
+          return compileSchema(schema);
+        }
+        case 'json_object': return { k: 'anyobject' };
+        case 'regex': return { k: 'cfg', cfg: regexGrammar(sub, so.regex) };
+        case 'choice': return { k: 'cfg', cfg: choiceGrammar(sub, so.choice) };
+        case 'grammar': return { k: 'cfg', cfg: gbnfGrammar(sub, so.grammar) };
+        case 'structural_tag': throw grammarError(sub, 'is not supported (json, regex, choice, grammar and json_object are)');
+      }
+    }
+  }
+  return undefined;
+}
+
+/** A list given as JSON text (generate's parameters are flat). */
+function parseList(field: string, v: string): unknown {
+  try {
+    return JSON.parse(v);
+  } catch {
+    throw grammarError(field, `must be a list of strings (or its JSON text), got ${JSON.stringify(v)}`);
+  }
 }

@@ -1,6 +1,6 @@
 /**
  * Choosing the next token from a row of logits: greedy (temperature 0), or sampling with temperature,
- * top-k and top-p, after the repetition penalty (Hugging Face's: positive logits of tokens already in
+ * min-p, top-k and top-p, after OpenAI's logit bias (added to the raw logits) and the repetition penalty (Hugging Face's: positive logits of tokens already in
  * the prompt or output divided by it, negative ones multiplied) and OpenAI's presence and frequency
  * penalties (on output tokens). Randomness comes from a per-request seeded PRNG, so a seeded request
  * draws the same numbers whatever else is batched with it.
@@ -16,6 +16,13 @@ export interface SamplingParams {
   repetitionPenalty: number;
   presencePenalty: number;
   frequencyPenalty: number;
+  /**
+   * vLLM's min_p: after the temperature, tokens less likely than min_p times the likeliest are
+   * dropped (before top-k and top-p). 0 or absent: off.
+   */
+  minP?: number;
+  /** OpenAI's logit_bias: [token id, bias] pairs added to the logits before the penalties. */
+  logitBias?: [number, number][];
 }
 
 /** What a sequence has seen: prompt ∪ output (repetition penalty) and output counts (the others). */
@@ -67,8 +74,9 @@ export function argmax(logits: Float32Array): number {
   return best;
 }
 
-/** Applies the penalties in place. */
+/** Applies the logit bias and the penalties in place. */
 export function applyPenalties(logits: Float32Array, p: SamplingParams, h: TokenHistory): void {
+  if (p.logitBias) for (const [t, b] of p.logitBias) if (t < logits.length) logits[t]! += b;
   if (p.repetitionPenalty !== 1) {
     for (const t of h.seen) {
       const v = logits[t];
@@ -84,7 +92,7 @@ export function applyPenalties(logits: Float32Array, p: SamplingParams, h: Token
 
 /** Whether the token is always the row's argmax (so a session may choose it where the logits are). */
 export function isGreedy(p: SamplingParams): boolean {
-  return (p.temperature === 0 || p.topK === 1) && p.repetitionPenalty === 1 && p.presencePenalty === 0 && p.frequencyPenalty === 0;
+  return (p.temperature === 0 || p.topK === 1) && p.repetitionPenalty === 1 && p.presencePenalty === 0 && p.frequencyPenalty === 0 && !p.logitBias?.length;
 }
 
 /** The next token. `logits` is one row and is modified. */
@@ -134,6 +142,16 @@ function chooseToken(logits: Float32Array, p: SamplingParams, random: () => numb
     const e = Math.exp((logits[i]! - max) * invT);
     logits[i] = e;
     sum += e;
+  }
+  // min_p: the likeliest token's unnormalised probability is exp(0) = 1, so the cut is min_p itself.
+  const minP = p.minP ?? 0;
+  if (minP > 0) {
+    // Summed again rather than less the dropped: a rounding surplus must not let pick() fall to the end.
+    sum = 0;
+    for (let i = 0; i < V; i++) {
+      if (logits[i]! < minP) logits[i] = 0;
+      sum += logits[i]!;
+    }
   }
   let cand: number[];
   if (p.topK > 0 && p.topK < V) cand = topIndices(logits, p.topK);

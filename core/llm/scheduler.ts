@@ -84,7 +84,11 @@ class Sequence implements EngineSequence {
     const now = this.owner.ctx.clock.nowNs();
     const llm = this.owner.llm;
     // A request's other choices share the first one's prompt run: its tokens count once.
-    if (first) llm.firstToken(now - this.request.receivedNs, this.gen.index === 0 ? this.gen.prompt.length : 0);
+    if (first) {
+      llm.firstToken(now - this.request.receivedNs, this.gen.index === 0 ? this.gen.prompt.length : 0);
+      // The KV gauges with this sequence's reservation before its first answer goes out (an ORCA header reads them then).
+      this.owner.gauges();
+    }
     if (first && this.gen.index === 0 && this.owner.opts.limits.prefixCaching) llm.prefixLookup(this.gen.prompt.length, this.gen.cachedTokens);
     else llm.interTokenGap(now - this.lastTokenNs);
     this.lastTokenNs = now;
@@ -220,8 +224,16 @@ export class LlmScheduler implements Scheduler {
     // Parsed already when a front end read them from its own fields (the OpenAI API); else from the request's parameters.
     const asked = request.generation ?? readGenerationRequest(get);
     const params = withDefaults(asked, this.opts.defaults);
-    const ids = this.opts.tokenizer.encode(prompt, { addSpecialTokens: asked.addSpecialTokens !== false });
+    let ids = this.opts.tokenizer.encode(prompt, { addSpecialTokens: asked.addSpecialTokens !== false });
     const ctxLen = this.opts.maxContext;
+    const vocab = this.opts.tokenizer.vocabSize;
+    const outside = params.logitBias?.find(([t]) => t >= vocab);
+    if (outside) throw new TsiError('INVALID_ARG', `parameter 'logit_bias' names token ${outside[0]}, outside the vocabulary of model '${this.ctx.modelName}' (${vocab} tokens)`);
+    // vLLM's truncate_prompt_tokens: the prompt's last N tokens (-1: as many as leave room for max_tokens).
+    if (params.truncatePromptTokens !== undefined) {
+      const keep = params.truncatePromptTokens === -1 ? Math.max(1, ctxLen - (params.maxTokens ?? 1)) : params.truncatePromptTokens;
+      if (ids.length > keep) ids = ids.slice(ids.length - keep);
+    }
     if (ids.length === 0) throw new TsiError('INVALID_ARG', 'the prompt is empty');
     if (ids.length >= ctxLen) {
       throw new TsiError('INVALID_ARG', `This model's maximum context length is ${ctxLen} tokens. However, the prompt is ${ids.length} tokens long, which leaves no room for the completion. Please shorten the prompt.`);
@@ -306,7 +318,7 @@ export class LlmScheduler implements Scheduler {
     this.gauges();
   }
 
-  private gauges(): void {
+  gauges(): void {
     let reserved = 0;
     let held = 0;
     let prefix = 0;

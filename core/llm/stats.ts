@@ -4,7 +4,8 @@
  * One LlmStats per model version feeds three readers, so they always agree:
  * - the statistics extension (`llm_stats` in the model's entry, beside Triton's fields);
  * - `/metrics` under the names of Triton's vLLM backend (`vllm:time_to_first_token_seconds`,
- *   `vllm:time_per_output_token_seconds`, `vllm:e2e_request_latency_seconds`,
+ *   `vllm:time_per_output_token_seconds` and current vLLM's name for the same gaps,
+ *   `vllm:inter_token_latency_seconds`, `vllm:e2e_request_latency_seconds`,
  *   `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, labels model/version) and of vLLM's
  *   engine gauges (`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` and v0's `vllm:gpu_cache_usage_perc`,
  *   `vllm:avg_generation_throughput_toks_per_s`), stored families in the server's MetricsRegistry;
@@ -17,6 +18,8 @@ import type { MetricFamily, MetricSeries, MetricsRegistry } from '../metrics.js'
 // Triton's vLLM backend's buckets.
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
 const TPOT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
+// vLLM's inter_token_latency_seconds buckets.
+const ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
 const E2E_BUCKETS = [1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0];
 
 /**
@@ -84,7 +87,7 @@ export class LlmStats {
   private readonly m?: {
     families: MetricFamily[];
     metrics: MetricSeries[];
-    ttft: MetricSeries; tpot: MetricSeries; e2e: MetricSeries; prompt: MetricSeries; gen: MetricSeries;
+    ttft: MetricSeries; tpot: MetricSeries; itl: MetricSeries; e2e: MetricSeries; prompt: MetricSeries; gen: MetricSeries;
     running: MetricSeries; waiting: MetricSeries; kv: MetricSeries; kvV0: MetricSeries; tput: MetricSeries;
     prefixQueries: MetricSeries; prefixHits: MetricSeries;
   };
@@ -112,6 +115,9 @@ export class LlmStats {
       families, metrics: all,
       ttft: metric('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', 'histogram', TTFT_BUCKETS),
       tpot: metric('vllm:time_per_output_token_seconds', 'Histogram of time per output token in seconds.', 'histogram', TPOT_BUCKETS),
+      // Current vLLM observes each gap between a request's tokens under this name (time_per_output_token
+      // became a per-request mean there); Triton's vLLM backend still writes the gaps as time_per_output_token.
+      itl: metric('vllm:inter_token_latency_seconds', 'Histogram of inter-token latency in seconds.', 'histogram', ITL_BUCKETS),
       e2e: metric('vllm:e2e_request_latency_seconds', 'Histogram of end to end request latency in seconds.', 'histogram', E2E_BUCKETS),
       prompt: metric('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', 'counter'),
       gen: metric('vllm:generation_tokens_total', 'Number of generation tokens processed.', 'counter'),
@@ -151,6 +157,7 @@ export class LlmStats {
   interTokenGap(ns: number): void {
     add(this.interToken, ns);
     this.m?.tpot.observe(ns / 1e9);
+    this.m?.itl.observe(ns / 1e9);
   }
 
   finished(ns: number): void {

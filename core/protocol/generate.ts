@@ -9,7 +9,8 @@
  * `generate` wants exactly one response; `generate_stream` sends each as a server-sent event
  * (`data: {...}\n\n`) as soon as the model sends it, which is what decoupled models are for. As in
  * Triton, the status code goes out with the first response, so an error after it arrives as a
- * `{"error": ...}` event under a 200, and errors found before inference are plain JSON errors.
+ * `{"error": ...}` event under a 200, and errors found before inference are plain JSON errors. An answer
+ * carries Triton's ORCA load report when the request asks for one (orca.ts).
  */
 
 import { isCompletionOnly } from '../backend.js';
@@ -23,6 +24,7 @@ import { putEntry, type InferInput, type InferRequest, type InferResponse, type 
 import { SSE_HEADERS, SseStream, cancelOn } from './sse.js';
 import { readWebBody } from './http-body.js';
 import { traceContextOf, type TraceManager } from '../trace.js';
+import { LOAD_METRICS, LOAD_METRICS_FORMAT, loadMetricsHeader } from './orca.js';
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
@@ -206,7 +208,11 @@ export async function generate(
       trace.finish();
     };
   }
-  return streaming ? stream(server, request, req.signal, (e) => done(e)) : single(server, request, req.signal, (e) => done(e));
+  const res = await (streaming ? stream(server, request, req.signal, (e) => done(e)) : single(server, request, req.signal, (e) => done(e)));
+  // As Triton: read when the answer starts, on the answers of requests that ran (not on refusals before).
+  const load = loadMetricsHeader(server, req.headers.get(LOAD_METRICS_FORMAT));
+  if (load !== undefined) res.headers.set(LOAD_METRICS, load);
+  return res;
 }
 
 /** The answer is complete (or failed): a traced request's trace ends, once. */

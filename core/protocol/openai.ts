@@ -30,6 +30,8 @@ type Json = Record<string, any>;
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
+const GRAMMAR_AND_BIAS = ['logit_bias', 'structured_outputs', 'grammar', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar'];
+
 /** OpenAI's completions default when max_tokens is absent. */
 const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
@@ -100,8 +102,7 @@ function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number 
   // Features a client relies on for the answer's content: refused rather than ignored. Their empty
   // forms (what some clients send by default) change nothing and pass.
   if (body.suffix !== undefined && body.suffix !== null && body.suffix !== '') throw bad(`'suffix' is not supported`, 'suffix');
-  const bias = body.logit_bias;
-  if (typeof bias === 'object' && bias !== null && Object.keys(bias).length > 0) throw bad(`'logit_bias' is not supported`, 'logit_bias');
+  if (body.prompt_logprobs !== undefined && body.prompt_logprobs !== null) throw bad(`'prompt_logprobs' is not supported`, 'prompt_logprobs');
   if (body.audio !== undefined && body.audio !== null) throw bad(`'audio' output is not supported`, 'audio');
   if (Array.isArray(body.modalities) && body.modalities.some((m: unknown) => m !== 'text')) throw bad(`'modalities' other than "text" are not supported`, 'modalities');
   if (body.prediction !== undefined && body.prediction !== null) throw bad(`'prediction' (predicted outputs) is not supported`, 'prediction');
@@ -124,7 +125,9 @@ function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number 
     else throw bad(`'${from}' must be a number, string, boolean or list, got ${JSON.stringify(v)}`, from);
   };
   for (const k of ['temperature', 'top_p', 'top_k', 'seed', 'stop', 'stop_token_ids', 'presence_penalty', 'frequency_penalty',
-    'repetition_penalty', 'min_tokens', 'ignore_eos', 'skip_special_tokens']) copy(k);
+    'repetition_penalty', 'min_tokens', 'ignore_eos', 'skip_special_tokens', 'min_p', 'truncate_prompt_tokens']) copy(k);
+  // Read by params.ts as they are: logit_bias, vLLM's structured_outputs (and its older guided_*), llama.cpp's grammar.
+  for (const k of GRAMMAR_AND_BIAS) if (body[k] !== undefined && body[k] !== null) p[k] = body[k];
   copy(body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens', 'max_tokens');
   if (p.max_tokens === undefined && maxTokensDefault !== undefined) p.max_tokens = maxTokensDefault;
   if (bestOf > 1) p.n = bestOf;
@@ -197,7 +200,9 @@ export async function completions(server: InferenceServer, req: Request, chat: b
     const parameters = sp.p;
     wants = sp.wants;
     if (tools.guided) {
-      if (parameters.response_format !== undefined) throw bad(`'response_format' cannot be combined with a forced tool call ('tool_choice')`, 'response_format');
+      for (const k of ['response_format', ...GRAMMAR_AND_BIAS.slice(1)]) {
+        if (parameters[k] !== undefined) throw bad(`'${k}' cannot be combined with a forced tool call ('tool_choice')`, k);
+      }
       parameters.guided_tool_call = tools.guided;
     }
     // Mistral's [TOOL_CALLS] is a special token: the parser must see it.

@@ -171,6 +171,28 @@ describe('tiny_gpt in the page', () => {
     expect(models.data.map((m: Obj) => m.id)).toEqual(['tiny_gpt']);
   });
 
+  it('constrains sampled answers by structured_outputs (regex, choice, GBNF) as the Node server does', async () => {
+    const regex = '[0-9]{1,3}(-[a-z]{2,4})?';
+    const grammar = 'root ::= "[" (v ("," v)*)? "]"\nv ::= [0-9] | root';
+    const bodies: [Obj, (t: string) => boolean][] = [
+      [{ structured_outputs: { regex } }, (t) => new RegExp(`^(?:${regex})$`).test(t)],
+      [{ structured_outputs: { choice: ['red', 'green', 'blue'] } }, (t) => ['red', 'green', 'blue'].includes(t)],
+      [{ grammar }, (t) => /^[[\]0-9,]+$/.test(t) && JSON.stringify(JSON.parse(t)) === t],
+    ];
+    for (const [extra, valid] of bodies) {
+      const body = { model: 'tiny_gpt', messages: [{ role: 'user', content: 'Pick' }], max_tokens: 10, n: 8, temperature: 1, seed: 9, ...extra };
+      const page = await pageJson(wasm, '/v1/chat/completions', body);
+      const node = await nodeJson('/v1/chat/completions', body);
+      expect(page.status, JSON.stringify(page.body)).toBe(200);
+      const texts = page.body.choices.map((c: Obj) => c.message.content as string);
+      expect(texts.filter((t: string) => !valid(t)), JSON.stringify(extra)).toEqual([]);
+      // Seeded: the page draws what the Node server draws.
+      expect(texts).toEqual(node.body.choices.map((c: Obj) => c.message.content));
+    }
+    const bad = await pageJson(wasm, '/v1/completions', { model: 'tiny_gpt', prompt: 'x', structured_outputs: { regex: '(?=a)' } });
+    expect([bad.status, bad.body.error.param]).toEqual([400, 'structured_outputs.regex']);
+  });
+
   it('cancels a stream left early or aborted, and frees its sequence', async () => {
     const tokensBefore = llmStats(wasm).generation_tokens;
     const call = {

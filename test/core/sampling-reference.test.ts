@@ -2,12 +2,12 @@
  * Sampling (core/llm/sampling.ts) against probabilities this file computes itself, in float64, from
  * the definitions: Hugging Face's repetition penalty (a seen token's positive logit divided by it, a
  * negative one multiplied), OpenAI's presence and frequency penalties (subtracted per output token),
- * softmax at the temperature, top-k, then top-p on what top-k kept (the smallest set of likeliest
- * tokens whose renormalised mass reaches top_p). For each setting, 20 000 draws from fixed logits
+ * OpenAI's logit bias (added to the raw logits first), softmax at the temperature, vLLM's min_p (tokens
+ * below min_p times the likeliest one's probability dropped), top-k, then top-p on what top-k kept
+ * (the smallest set of likeliest tokens whose renormalised mass reaches top_p). For each setting, 20 000 draws from fixed logits
  * with a seeded PRNG: a token the reference filters out never comes, and the counts of the others
  * pass a chi-square test at a false-failure rate of 1e-7 per setting (the draws are seeded, so a run
  * is repeatable; a wrong filter or penalty moves several percent of the mass and fails by far).
- * min_p is not among tsi's sampling parameters, so it has no case here.
  */
 
 import { describe, expect, it } from 'vitest';
@@ -23,8 +23,9 @@ const NO_HISTORY = (): TokenHistory => ({ seen: new Set(), counts: new Map() });
 
 /** The distribution a token is drawn from, by the definitions, in float64. */
 function reference(p: SamplingParams, h: TokenHistory): number[] {
+  const bias = new Map(p.logitBias ?? []);
   const z = LOGITS.map((l, t) => {
-    let v = l;
+    let v = l + (bias.get(t) ?? 0);
     if (h.seen.has(t)) v = v > 0 ? v / p.repetitionPenalty : v * p.repetitionPenalty;
     const n = h.counts.get(t) ?? 0;
     if (n > 0) v -= p.presencePenalty + p.frequencyPenalty * n;
@@ -32,6 +33,8 @@ function reference(p: SamplingParams, h: TokenHistory): number[] {
   });
   const max = Math.max(...z);
   let probs = z.map((v) => Math.exp(v - max));
+  // min_p against the likeliest token's probability (1 here, before normalising).
+  if (p.minP) probs = probs.map((q) => (q < p.minP! ? 0 : q));
   const order = probs.map((_, t) => t).sort((a, b) => probs[b]! - probs[a]!);
   if (p.topK > 0) {
     const kept = new Set(order.slice(0, p.topK));
@@ -119,6 +122,11 @@ const CASES: [string, Partial<SamplingParams>, () => TokenHistory][] = [
   ['presence_penalty 0.9', { presencePenalty: 0.9 }, history],
   ['presence_penalty -0.5', { presencePenalty: -0.5 }, history],
   ['frequency_penalty 0.4', { frequencyPenalty: 0.4 }, history],
+  ['min_p 0.3', { minP: 0.3 }, NO_HISTORY],
+  ['min_p 0.1, temperature 1.5', { minP: 0.1, temperature: 1.5 }, NO_HISTORY],
+  ['min_p 0.2 then top_k 3', { minP: 0.2, topK: 3 }, NO_HISTORY],
+  ['logit_bias +3 on token 6, -100 on token 0', { logitBias: [[6, 3], [0, -100]] }, NO_HISTORY],
+  ['logit_bias with repetition_penalty 1.5', { logitBias: [[8, 4], [2, -1.5]], repetitionPenalty: 1.5 }, history],
   ['all of them', { temperature: 0.8, topK: 7, topP: 0.85, repetitionPenalty: 1.3, presencePenalty: 0.3, frequencyPenalty: 0.2 }, history],
 ];
 
@@ -147,6 +155,15 @@ describe('sampling against an independent reference', () => {
       const top = untruncated.map((q, t) => ({ t, q })).sort((a, b) => b.q - a.q).slice(0, 3);
       expect(r.top.map((x) => x.token)).toEqual(top.map((x) => x.t));
       for (const [k, x] of r.top.entries()) expect(x.logprob).toBeCloseTo(Math.log(top[k]!.q), 5);
+    }
+  });
+
+  it('is greedy after the logit bias: +100 makes a token the only choice, -100 never chosen', () => {
+    const random = xorshift(11);
+    for (let i = 0; i < 200; i++) {
+      expect(sampleToken(Float32Array.from(LOGITS), { ...OFF, temperature: 0, logitBias: [[9, 100]] }, NO_HISTORY(), random)).toBe(9);
+      expect(sampleToken(Float32Array.from(LOGITS), { ...OFF, temperature: 0, logitBias: [[0, -100]] }, NO_HISTORY(), random)).toBe(1);
+      expect(sampleToken(Float32Array.from(LOGITS), { ...OFF, temperature: 1.5, logitBias: [[4, 100]] }, NO_HISTORY(), random)).toBe(4);
     }
   });
 
