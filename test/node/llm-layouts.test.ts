@@ -15,7 +15,7 @@ import { layoutOf } from '../../core/llm/decoder.js';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
 import { readOnnxIo } from '../../runtime-node/onnx/info.js';
 import { familyConfig, tinySpec, writeFamilyFolder, type Family, type Layout } from '../../scripts/llm-families.js';
-import { MODELS, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { MODELS, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 
 const FAMILIES: Family[] = ['llama', 'qwen2'];
 const LAYOUTS: Layout[] = ['plain', 'gqa'];
@@ -81,8 +81,16 @@ describe('the fused (GroupQueryAttention) layout', () => {
     }
   }, 120_000);
 
-  it('int4 with int8 activations serves every request to its length', async () => {
+  it('int4 with int8 activations serves every request to its length, its decode steps split in llm_stats', async () => {
     const answers = await Promise.all(PROMPTS.slice(0, 8).map((p) => generate('llama_gqa_q4', p)));
     for (const a of answers) expect({ status: a.status, tokens: a.body.num_output_tokens }).toEqual({ status: 200, tokens: MAX_TOKENS });
+    // Where the decode steps' time went: the model's run, the inputs, sampling, streaming, the gaps.
+    const split = (await getJson(`${server.url}/v2/models/llama_gqa_q4/stats`)).body.model_stats[0].llm_stats.decode_step_split;
+    expect(split.steps).toBeGreaterThanOrEqual(MAX_TOKENS - 1);
+    expect(split.graph_ns).toBeGreaterThan(0);
+    expect(split.inputs_ns).toBeGreaterThan(0);
+    expect(split.streaming_ns).toBeGreaterThan(0);
+    expect(split.idle_ns).toBeGreaterThanOrEqual(0);
+    expect(split.sampling_ns).toBeGreaterThanOrEqual(0);
   }, 120_000);
 });
