@@ -25,7 +25,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { attentionAllowed } from './llm-model.js';
-import { GraphBuilder, attrFloat, encodeModelParts, fillUniform } from './onnx-builder.js';
+import { GraphBuilder, attrFloat, encodeModelParts, fillUniform } from '../graph/onnx-builder.js';
 
 export type Family = 'llama' | 'qwen2' | 'phi3' | 'gemma';
 export type Variant = 'model' | 'model_fp16' | 'model_q4' | 'model_q4f16';
