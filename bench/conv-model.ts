@@ -3,7 +3,7 @@
  * so the bench needs no network and no Python: a ResNet-18-shaped network (stem conv 7×7/2 + BN + Relu
  * + max-pool, four stages of basic residual blocks — two 3×3 conv+BN(+Relu) with a skip Add, a strided
  * 1×1 conv+BN projection where the shape changes —, global average pool, Gemm to 1000 classes) built
- * with scripts/onnx-builder.ts. Input `image` FP32 [batch,3,size,size], output `logits` [batch,1000].
+ * with graph/onnx-builder.ts. Input `image` FP32 [batch,3,size,size], output `logits` [batch,1000].
  * At the default width (64) it has 11.7 M parameters, like torchvision's resnet18, whatever the
  * resolution: `size` changes only the compute (1.8 GMAC an image at 224, 0.15 at 64), which is what
  * makes it practical on a software WebGPU device. With `dense: K` the classifier gives way to a dense
@@ -23,7 +23,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { attrFloat, fillUniform, GraphBuilder } from '../scripts/onnx-builder.js';
+import { attrFloat, fillUniform, GraphBuilder } from '../graph/onnx-builder.js';
 
 export interface ConvModelOptions {
   /** Input height and width (≥ 32: five halvings leave at least 1×1 for the average pool). */

@@ -14,6 +14,8 @@ import type { Parameters, Tensor, TraceStamps } from './types.js';
 export interface ModelIoInfo {
   inputs: { name: string; datatype: string; shape: (number | string)[] }[];
   outputs: { name: string; datatype: string; shape: (number | string)[] }[];
+  /** The operator types the graph's nodes use (`domain:op` outside the ONNX domain), when the reader gives them. */
+  ops?: string[];
 }
 
 export interface InstanceSpec {

@@ -119,19 +119,33 @@ function* graphFields(bytes: Uint8Array): Generator<ReturnType<Reader['field']>>
   }
 }
 
-/** GraphProto.initializer (5), input (11), output (12). */
+/** A NodeProto's op_type (4), prefixed by its domain (7) outside the ONNX domain. */
+function nodeOp(r: Reader): string {
+  let op = '';
+  let domain = '';
+  while (!r.done()) {
+    const f = r.field();
+    if (f.no === 4 && f.sub) op = f.sub.string();
+    else if (f.no === 7 && f.sub) domain = f.sub.string();
+  }
+  return domain && domain !== 'ai.onnx' ? `${domain}:${op}` : op;
+}
+
+/** GraphProto.node (1: the operator types used), initializer (5), input (11), output (12). */
 export function readOnnxIo(bytes: Uint8Array): ModelIoInfo {
   const inputs: Io[] = [];
   const outputs: Io[] = [];
   const inits = new Set<string>();
+  const ops = new Set<string>();
   for (const gf of graphFields(bytes)) {
     if (!gf.sub) continue;
-    if (gf.no === 5) inits.add(initializerName(gf.sub));
+    if (gf.no === 1) ops.add(nodeOp(gf.sub));
+    else if (gf.no === 5) inits.add(initializerName(gf.sub));
     else if (gf.no === 11) inputs.push(valueInfo(gf.sub));
     else if (gf.no === 12) outputs.push(valueInfo(gf.sub));
   }
   // Older exporters list initializers among the inputs; they are not real inputs.
-  return { inputs: inputs.filter((i) => !inits.has(i.name)), outputs };
+  return { inputs: inputs.filter((i) => !inits.has(i.name)), outputs, ops: [...ops] };
 }
 
 /**

@@ -14,7 +14,7 @@ import { realpathSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { GraphBuilder, attrFloat, fillUniform } from './onnx-builder.js';
+import { GraphBuilder, attrFloat, fillUniform } from '../graph/onnx-builder.js';
 
 export interface EncoderSpec {
   vocab: number;

@@ -13,7 +13,7 @@ import { existsSync, realpathSync } from 'node:fs';
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ElemType, GraphBuilder, attrFloat, fillUniform, type Dim, type ElemTypeName } from './onnx-builder.js';
+import { ElemType, GraphBuilder, attrFloat, fillUniform, type Dim, type ElemTypeName } from '../graph/onnx-builder.js';
 import { decoderModel } from './llm-model.js';
 import { encoderModel } from './embedding-model.js';
 import { CROSS_ENCODER_MODELS } from './cross-encoder-model.js';

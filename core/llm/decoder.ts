@@ -132,6 +132,13 @@ export interface DecoderLayout {
   logitsType: 'float32' | 'float16';
   /** Positions the model can attend to (prompt plus generated tokens). */
   maxContext: number;
+  /**
+   * Where a row's padding goes in its cache and inputs. `left` (Optimum's exports): tokens right-aligned,
+   * the mask saying which positions are real. `right` (graphs whose GroupQueryAttention reads each row's
+   * length from the mask's sum, as onnxruntime-genai's do): tokens from position 0, padding after them,
+   * a step's new key and value written after each row's own tokens.
+   */
+  padding: 'left' | 'right';
 }
 
 type Json = Record<string, any>;
@@ -184,6 +191,7 @@ export function layoutOf(io: ModelIoInfo, hf: Json = {}, overrides: { maxContext
     useCacheBranch: has('use_cache_branch'),
     logitsToKeep: has('num_logits_to_keep') ?? has('logits_to_keep'),
     past, present, logits, kvHeads, headDim, kvType, logitsType: lt, maxContext,
+    padding: io.ops?.includes('com.microsoft:GroupQueryAttention') ? 'right' : 'left',
   };
 }
 

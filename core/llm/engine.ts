@@ -99,6 +99,13 @@ export interface StepStats {
   inferNs: number;
   /** Sampling and text handling after the run. */
   outputNs: number;
+  /** Of `outputNs`, the tokens chosen on this thread (sampling); the rest is streaming (text, sending). */
+  samplingNs?: number;
+  /**
+   * A decode step that followed another: the wall time between their reports not spent in this
+   * step's inputs, run and output (waiting for the thread, messages, the worker's own sampling).
+   */
+  idleNs?: number;
   kvBytes: number;
   /** Prefilled sequences that joined sequences already decoding (what in-flight batching is). */
   joined?: number;
@@ -125,10 +132,22 @@ export class Engine {
   /** Bytes the session's prefix cache holds (as its last prefill said). */
   prefixBytes = 0;
 
+  /** When the last decode step was reported (ms), while decode steps follow each other. */
+  private lastDecodeMs?: number;
+  private readonly onStep: (s: StepStats) => void;
+
   constructor(
     readonly session: DecoderSession, readonly limits: EngineLimits, private readonly source: SequenceSource,
-    private readonly onStep: (s: StepStats) => void,
-  ) {}
+    onStep: (s: StepStats) => void,
+  ) {
+    this.onStep = (s) => {
+      const now = performance.now();
+      if (s.kind === 'decode' && this.lastDecodeMs !== undefined) s.idleNs = Math.max(0, (now - this.lastDecodeMs) * 1e6 - s.inputNs - s.inferNs - s.outputNs);
+      // A prefill (or free) between decode steps starts a new chain: its time is not the decoder's idling.
+      this.lastDecodeMs = s.kind === 'decode' && this.running.length > 0 ? now : undefined;
+      onStep(s);
+    };
+  }
 
   get runningCount(): number {
     return this.running.length;
@@ -478,7 +497,7 @@ export class Engine {
         if (acc) s.accepted(acc, first);
         else s.dropped();
       });
-      this.onStep({ kind: req.kind, rows: seqs.length, inputNs: result.inputNs, inferNs: result.inferNs, outputNs: chosenNs + (performance.now() - t1) * 1e6, kvBytes: result.kvBytes, joined });
+      this.onStep({ kind: req.kind, rows: seqs.length, inputNs: result.inputNs, inferNs: result.inferNs, outputNs: chosenNs + (performance.now() - t1) * 1e6, samplingNs: chosenNs, kvBytes: result.kvBytes, joined });
     };
   }
 }

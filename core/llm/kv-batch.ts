@@ -192,6 +192,7 @@ export class KvBatch {
     const layers = L.past.length;
     const H = L.kvHeads;
     const D = L.headDim;
+    const right = L.padding === 'right';
     const feeds: Record<string, T> = {};
     let group: KvGroup;
     let B: number;
@@ -228,7 +229,7 @@ export class KvBatch {
       const mask = new BigInt64Array(B * S);
       const pos = new BigInt64Array(B * S).fill(1n);
       req.rows.forEach((r, b) => {
-        const pad = S - r.tokens.length;
+        const pad = right ? 0 : S - r.tokens.length;
         for (let k = 0; k < r.tokens.length; k++) {
           ids[b * S + pad + k] = BigInt(r.tokens[k]!);
           mask[b * S + pad + k] = 1n;
@@ -259,7 +260,9 @@ export class KvBatch {
       for (let b = 0; b < B; b++) {
         // A hole attends to its own position only: its output is thrown away, and no row is all masked.
         const real = cur.seqs[b] === HOLE ? 0 : cur.real[b]!;
-        mask.fill(1n, b * T + (past - real), (b + 1) * T);
+        // Right padding: the new token goes right after the row's own (GroupQueryAttention writes it there).
+        if (right) mask.fill(1n, b * T, b * T + real + 1);
+        else mask.fill(1n, b * T + (past - real), (b + 1) * T);
         pos[b] = BigInt(real);
       }
       feeds[L.inputIds] = kit.int64(ids, [B, 1]);
@@ -313,7 +316,9 @@ export class KvBatch {
     }
     const ld = kit.dims(logitsT);
     const positions = ld.length === 3 ? ld[1]! : 1;
-    let logits = lastRows(kit.data(logitsT), B, positions, vocab, L.logitsType === 'float16');
+    // Right padding puts a prefill row's last token at its own length, not at the run's end.
+    const ends = right && req.kind === 'prefill' && positions > 1 ? group.real.map((n) => n - 1 - past) : undefined;
+    let logits = lastRows(kit.data(logitsT), B, positions, vocab, L.logitsType === 'float16', ends);
     if (reorder) logits = pickRows(logits, reorder, vocab);
     return { logits, vocab, kvBytes: this.bytes(), ...prefix, ...times() };
   }
@@ -394,7 +399,7 @@ export class KvBatch {
     if (grown) return grown;
     const real = src.map(({ g, row }) => g.real[row]!);
     const len = Math.max(...real);
-    const kv = await this.moves.compose(groups.map(KvBatch.rows), src.map((w, r) => rowCopy(w, r, len)), seqs.length, len);
+    const kv = await this.moves.compose(groups.map(KvBatch.rows), src.map((w, r) => rowCopy(w, r, len, this.layout.padding)), seqs.length, len);
     // Everything now lives in the new group: the old ones (and their freed rows) go.
     this.drop(groups);
     this.relayouts++;
@@ -432,7 +437,7 @@ export class KvBatch {
     const order = src.map((w, k) => {
       if (w.g === live) return w.row;
       const b = holes[h++]!;
-      copies.push(rowCopy(w, b, live.len));
+      copies.push(rowCopy(w, b, live.len, this.layout.padding));
       group.seqs[b] = seqs[k]!;
       group.real[b] = w.g.real[w.row]!;
       return b;
@@ -449,8 +454,11 @@ export class KvBatch {
   }
 }
 
-/** Row `w.row` of source `w.src`, its real tokens right-aligned into row `to` of an array of `len` positions. */
-function rowCopy(w: { g: KvGroup; row: number; src: number }, to: number, len: number): RowCopy {
+/**
+ * Row `w.row` of source `w.src`, its real tokens into row `to` of an array of `len` positions:
+ * right-aligned (left padding) or from position 0 (right padding).
+ */
+function rowCopy(w: { g: KvGroup; row: number; src: number }, to: number, len: number, padding: DecoderLayout['padding']): RowCopy {
   const n = w.g.real[w.row]!;
-  return { src: w.src, row: w.row, from: w.g.len - n, n, to, at: len - n };
+  return padding === 'right' ? { src: w.src, row: w.row, from: 0, n, to, at: 0 } : { src: w.src, row: w.row, from: w.g.len - n, n, to, at: len - n };
 }

@@ -119,8 +119,8 @@ export class PrefixCache {
     this.touch(keys);
     const mine = new Set(keys);
     let parent = blocks.length > 0 ? blocks[blocks.length - 1]!.serial : 0;
-    // Row `row` holds its tokens right-aligned: prompt position p is at g.len - real + p.
-    const start = g.len - real;
+    // Row `row` holds its tokens right-aligned (prompt position p at g.len - real + p), or from 0 with right padding.
+    const start = this.layout.padding === 'right' ? 0 : g.len - real;
     for (let i = blocks.length; (i + 1) * BLOCK <= whole; i++) {
       if (!this.evictTo(room - this.blockBytes, mine)) return;
       const key = `${parent}:${tokens.slice(i * BLOCK, (i + 1) * BLOCK).join(',')}`;

@@ -313,6 +313,16 @@ export class LlmScheduler implements Scheduler {
     if (s.rows > 0) {
       this.ctx.stats.recordExecution(s.rows, { input: s.inputNs, infer: s.inferNs, output: s.outputNs });
       this.llm.steps++;
+      if (s.kind === 'decode') {
+        const d = this.llm.decodeSplit;
+        const sampling = s.samplingNs ?? 0;
+        d.steps++;
+        d.graphNs += Math.round(s.inferNs);
+        d.inputNs += Math.round(s.inputNs);
+        d.samplingNs += Math.round(sampling);
+        d.streamingNs += Math.round(s.outputNs - sampling);
+        d.idleNs += Math.round(s.idleNs ?? 0);
+      }
     }
     this.llm.joined += s.joined ?? 0;
     this.gauges();

@@ -81,6 +81,12 @@ export class LlmStats {
   kvBytesHeld = 0;
   kvBytesPerToken = 0;
   steps = 0;
+  /**
+   * Decode steps' time by where it went, summed: the model's run (graph), laying out its inputs,
+   * choosing tokens on the server's thread (sampling), text and sending (streaming), and the gaps
+   * between consecutive steps (idle: the worker's own sampling and messages, a busy thread).
+   */
+  readonly decodeSplit = { steps: 0, graphNs: 0, inputNs: 0, samplingNs: 0, streamingNs: 0, idleNs: 0 };
   /** Sequences that joined others already decoding, after their prefill (in-flight batching at work). */
   joined = 0;
   private readonly rate = new Rate();
@@ -214,6 +220,10 @@ export class LlmStats {
       inter_token_latency: { ...this.interToken },
       request_latency: { ...this.e2e },
       steps: this.steps,
+      decode_step_split: {
+        steps: this.decodeSplit.steps, graph_ns: this.decodeSplit.graphNs, inputs_ns: this.decodeSplit.inputNs,
+        sampling_ns: this.decodeSplit.samplingNs, streaming_ns: this.decodeSplit.streamingNs, idle_ns: this.decodeSplit.idleNs,
+      },
       joined_sequences: this.joined,
       running_sequences: this.running,
       waiting_sequences: this.waiting,

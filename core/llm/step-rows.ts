@@ -44,15 +44,16 @@ export function pickRows(logits: Float32Array, slots: readonly number[], vocab: 
 }
 
 /**
- * Row b's last-position logits, as float32: [rows, vocab]. With one position per row (the model
- * keeps only the last one's logits, or a decode step) that is the output itself, not a copy: it is
- * this step's, and the caller may change it.
+ * Row b's last-position logits, as float32: [rows, vocab]; `ends[b]`: row b's last position when it
+ * is not the run's last (right padding). With one position per row (the model keeps only the last
+ * one's logits, or a decode step) that is the output itself, not a copy: it is this step's, and the
+ * caller may change it.
  */
-export function lastRows(data: Float32Array | Uint16Array, rows: number, positions: number, vocab: number, half: boolean): Float32Array {
+export function lastRows(data: Float32Array | Uint16Array, rows: number, positions: number, vocab: number, half: boolean, ends?: readonly number[]): Float32Array {
   if (positions === 1 && !half && data.length === rows * vocab) return data as Float32Array;
   const out = new Float32Array(rows * vocab);
   for (let b = 0; b < rows; b++) {
-    const o = (b * positions + positions - 1) * vocab;
+    const o = (b * positions + (ends?.[b] ?? positions - 1)) * vocab;
     if (!half) out.set((data as Float32Array).subarray(o, o + vocab), b * vocab);
     else for (let v = 0; v < vocab; v++) out[b * vocab + v] = halfToFloat((data as Uint16Array)[o + v]!);
   }

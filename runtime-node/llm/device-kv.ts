@@ -22,7 +22,7 @@
 import type * as Ort from 'onnxruntime-node';
 import type { DecoderLayout } from '../../core/llm/decoder.js';
 import { isHostKv, type KvData, type KvMoves, type KvRows, type RowCopy } from '../../core/llm/kv-moves.js';
-import { GraphBuilder } from '../../scripts/onnx-builder.js';
+import { GraphBuilder } from '../../graph/onnx-builder.js';
 import { gpuLocked } from '../gpu/lock.js';
 
 /** Bytes moved host → device and device → host, by what they were (`kv`, `inputs`, `logits`, `ids`). */

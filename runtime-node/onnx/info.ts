@@ -17,7 +17,8 @@ message TensorType { int32 elem_type = 1; Shape shape = 2; }
 message Type { TensorType tensor_type = 1; }
 message ValueInfo { string name = 1; Type type = 2; }
 message Initializer { string name = 8; }
-message Graph { repeated Initializer initializer = 5; repeated ValueInfo input = 11; repeated ValueInfo output = 12; }
+message Node { string op_type = 4; string domain = 7; }
+message Graph { repeated Node node = 1; repeated Initializer initializer = 5; repeated ValueInfo input = 11; repeated ValueInfo output = 12; }
 message Model { int64 ir_version = 1; Graph graph = 7; }
 `;
 
@@ -42,7 +43,7 @@ interface DecodedDim {
 
 export function readOnnxIo(bytes: Uint8Array): ModelIoInfo {
   modelType ??= protobuf.parse(SCHEMA).root.lookupType('onnxinfo.Model');
-  const model = modelType.decode(bytes) as unknown as { graph?: { initializer?: { name: string }[]; input?: DecodedValueInfo[]; output?: DecodedValueInfo[] } };
+  const model = modelType.decode(bytes) as unknown as { graph?: { node?: { opType?: string; domain?: string }[]; initializer?: { name: string }[]; input?: DecodedValueInfo[]; output?: DecodedValueInfo[] } };
   const g = model.graph ?? {};
   // Older exporters list initializers among the inputs; they are not real inputs.
   const inits = new Set((g.initializer ?? []).map((i) => i.name));
@@ -60,5 +61,6 @@ export function readOnnxIo(bytes: Uint8Array): ModelIoInfo {
   return {
     inputs: (g.input ?? []).filter((i) => !inits.has(i.name)).map(conv),
     outputs: (g.output ?? []).map(conv),
+    ops: [...new Set((g.node ?? []).map((n) => (n.domain && n.domain !== 'ai.onnx' ? `${n.domain}:${n.opType}` : n.opType ?? '')))],
   };
 }

@@ -1,7 +1,8 @@
 /**
  * core/ must stay platform-neutral (STYLE.md principle 1): no `node:*` or Node built-in modules, no
  * onnxruntime, no runtime-* imports, no DOM-only globals. This test reads every core file's imports,
- * so a violation fails here instead of in a browser bundle.
+ * so a violation fails here instead of in a browser bundle. runtime-browser/ and graph/ (the ONNX
+ * builder both runtimes may use) take nothing of Node either.
  */
 
 import { describe, expect, it } from 'vitest';
@@ -45,6 +46,26 @@ describe('runtime-browser purity', () => {
         expect(spec.startsWith('node:'), `${f} imports ${spec}`).toBe(false);
         expect(builtins.has(spec.split('/')[0]!), `${f} imports Node built-in ${spec}`).toBe(false);
         expect(/onnxruntime-node|runtime-node|@grpc|prom-client|@hono\/node-server|^webgpu$/.test(spec), `${f} imports ${spec}`).toBe(false);
+      }
+      expect(/\bprocess\.|\bBuffer\.|\brequire\(/.test(src.replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, '')), `${f} uses a Node global`).toBe(false);
+    });
+  }
+});
+
+/** graph/ (the ONNX builder) is runtime code of both runtimes (device-kv.ts builds its graphs with it): nothing of Node, no runtime. */
+describe('graph purity', () => {
+  const DIR = join(ROOT, 'graph');
+  const graphFiles = readdirSync(DIR, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts'));
+  it('has files to check', () => {
+    expect(graphFiles.length).toBeGreaterThan(0);
+  });
+  for (const f of graphFiles) {
+    it(`${f} imports nothing of Node or of a runtime`, () => {
+      const src = readFileSync(join(DIR, f), 'utf8');
+      for (const spec of imports(src)) {
+        expect(spec.startsWith('node:'), `${f} imports ${spec}`).toBe(false);
+        expect(builtins.has(spec.split('/')[0]!), `${f} imports Node built-in ${spec}`).toBe(false);
+        expect(/onnxruntime|runtime-node|runtime-browser|scripts\//.test(spec), `${f} imports ${spec}`).toBe(false);
       }
       expect(/\bprocess\.|\bBuffer\.|\brequire\(/.test(src.replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, '')), `${f} uses a Node global`).toBe(false);
     });

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { modelConfigToJson, parseModelConfig, type ModelConfig } from '../../core/index.js';
 import { probeWebGpu, type WebGpuProbe } from '../../runtime-node/gpu/index.js';
 import type { InferInputSpec } from '../../client/index.js';
-import { mulberry32 } from '../../scripts/onnx-builder.js';
+import { mulberry32 } from '../../graph/onnx-builder.js';
 import { MODELS } from './server.js';
 
 // Mesa prints an error line on every start without one.

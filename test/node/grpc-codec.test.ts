@@ -14,7 +14,7 @@ import { loadProtos } from '../../runtime-node/grpc/server.js';
 import { decodeInferRequest as decodeGrpcRequest } from '../../runtime-node/grpc/codec.js';
 import { firstRawContentsAt, readModelInferRequest } from '../../runtime-node/grpc/wire-reader.js';
 import { grpcFrameOf, writeModelInferResponse, writeModelInferResponseFrame, writeModelStreamInferResponse } from '../../runtime-node/grpc/wire-writer.js';
-import { GraphBuilder } from '../../scripts/onnx-builder.js';
+import { GraphBuilder } from '../../graph/onnx-builder.js';
 import { ONNX_ELEM_TYPE, identityModel, type Datatype } from '../../scripts/gen-models.js';
 import { grpcClient, streamAll, type GrpcTestClient, type Obj } from '../helpers/grpc.js';
 import { startTestServer, tempRepo, type TestServer } from '../helpers/server.js';

@@ -16,7 +16,7 @@ import {
   DEFAULT_MODELS, IMAGE_CLASSIFIER_LABELS, addSubModel, classifierPattern, generateModels, identityModel,
   referenceImageClassifier, referenceMlpBatch, referenceSequenceStep, referenceSimpleSequence, slowModel, type Datatype,
 } from '../../scripts/gen-models.js';
-import { decodeModel, fillUniform } from '../../scripts/onnx-builder.js';
+import { decodeModel, fillUniform } from '../../graph/onnx-builder.js';
 import { crossEncoderFiles } from '../../scripts/cross-encoder-model.js';
 
 const COMMITTED = fileURLToPath(new URL('../../models/', import.meta.url));

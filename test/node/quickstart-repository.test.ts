@@ -9,7 +9,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_MODELS } from '../../scripts/gen-models.js';
-import { GraphBuilder, unsetBatchDims, type Dim } from '../../scripts/onnx-builder.js';
+import { GraphBuilder, unsetBatchDims, type Dim } from '../../graph/onnx-builder.js';
 import { readOnnxIo } from '../../runtime-node/onnx/info.js';
 import { readOnnxIo as readOnnxIoInPage } from '../../runtime-browser/onnx-io.js';
 import { getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';

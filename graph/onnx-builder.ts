@@ -5,6 +5,10 @@
  * graph-building API (typed inputs/outputs with symbolic dims, typed-array initializers stored as
  * `raw_data`, nodes with attributes) and a seeded mulberry32 PRNG so generated weights are
  * byte-for-byte deterministic. Models default to IR version 8 and opset 13.
+ *
+ * It is runtime code too (runtime-node/llm/device-kv.ts builds the small graphs that move KV rows on
+ * the device with it), so it lives in graph/, beside neither runtime: pure TypeScript, nothing of
+ * Node (test/core/purity.test.ts), imported by the runtimes, scripts/, bench/ and tests.
  */
 import protobuf from 'protobufjs';
 

@@ -1,0 +1,96 @@
+/**
+ * The two export layouts tsi's builder writes (scripts/llm-families.ts `layout`): Optimum's plain graph
+ * and onnxruntime-genai's fused one (GroupQueryAttention reading each row's length from the mask,
+ * SimplifiedLayerNormalization, one MatMulNBits for q/k/v and one for gate/up). The same weights in
+ * both layouts, served by the real Node server over HTTP at 1 and 16 concurrent requests (prompts of
+ * unlike lengths, so rows are padded, join and leave): the fused layout, whose rows the engine keeps
+ * right-padded, gives the plain layout's greedy tokens in fp32.
+ */
+
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { layoutOf } from '../../core/llm/decoder.js';
+import { Tokenizer } from '../../core/llm/tokenizer.js';
+import { readOnnxIo } from '../../runtime-node/onnx/info.js';
+import { familyConfig, tinySpec, writeFamilyFolder, type Family, type Layout } from '../../scripts/llm-families.js';
+import { MODELS, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+
+const FAMILIES: Family[] = ['llama', 'qwen2'];
+const LAYOUTS: Layout[] = ['plain', 'gqa'];
+const root = join(tmpdir(), `tsi-llm-layouts-${process.pid}`);
+let server: TestServer;
+
+const WORDS = 'the quick brown fox jumps over a lazy dog while seven wizards quietly hex every jovial sphinx'.split(' ');
+const PROMPTS = Array.from({ length: 16 }, (_, i) => Array.from({ length: 1 + ((i * 5) % 13) }, (_, j) => WORDS[(j * 7 + i * 3) % WORDS.length]).join(' '));
+const MAX_TOKENS = 12;
+const SMALL = 'parameters { key: "kv_cache_bytes" value { string_value: "16777216" } }\n';
+
+beforeAll(async () => {
+  const tokDir = join(MODELS, 'tiny_gpt', '1');
+  const tok = { json: readFileSync(join(tokDir, 'tokenizer.json'), 'utf8'), config: readFileSync(join(tokDir, 'tokenizer_config.json'), 'utf8') };
+  const tokenizer = Tokenizer.fromJson(tok.json, tok.config);
+  for (const family of FAMILIES) {
+    for (const layout of LAYOUTS) {
+      const spec = { ...tinySpec(family, tokenizer.vocabSize, tokenizer.bosId ?? tokenizer.eosId!, tokenizer.eosId!), layout };
+      const dir = join(root, `${family}_${layout}`);
+      await writeFamilyFolder(join(dir, '1'), spec, tok, ['model', 'model_q4']);
+      writeFileSync(join(dir, 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "model" } }\n${SMALL}`);
+    }
+  }
+  mkdirSync(join(root, 'llama_gqa_q4'), { recursive: true });
+  writeFileSync(join(root, 'llama_gqa_q4', 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "model_q4" } }\n${SMALL}`);
+  await writeFamilyFolder(join(root, 'llama_gqa_q4', '1'), { ...tinySpec('llama', tokenizer.vocabSize, tokenizer.bosId ?? tokenizer.eosId!, tokenizer.eosId!), layout: 'gqa' }, tok, ['model_q4']);
+  server = await startTestServer({ modelRepositories: [root] });
+}, 300_000);
+
+afterAll(async () => {
+  await server?.stop();
+  rmSync(root, { recursive: true, force: true });
+});
+
+const generate = (model: string, prompt: string) =>
+  postJson(`${server.url}/v2/models/${model}/generate`, { text_input: prompt, max_tokens: MAX_TOKENS, exclude_input_in_output: true, ignore_eos: true });
+
+describe('the fused (GroupQueryAttention) layout', () => {
+  it('is read as right-padded from its graph, the plain one as left-padded', () => {
+    const io = (name: string) => readOnnxIo(readFileSync(join(root, name, '1', 'onnx', 'model.onnx')));
+    const gqa = io('llama_gqa');
+    expect(gqa.ops).toContain('com.microsoft:GroupQueryAttention');
+    expect(gqa.ops).toContain('com.microsoft:SkipSimplifiedLayerNormalization');
+    // The cache is no longer concatenated by the graph, nor are its rows attended through a mask.
+    expect(gqa.ops).not.toContain('Concat');
+    expect(gqa.ops).not.toContain('Softmax');
+    const spec = familyConfig(tinySpec('llama', 2048, 1, 2));
+    expect(layoutOf(gqa, spec).padding).toBe('right');
+    expect(layoutOf(gqa, spec).positionIds).toBeUndefined();
+    expect(layoutOf(io('llama_plain'), spec).padding).toBe('left');
+    expect(readOnnxIo(readFileSync(join(root, 'llama_gqa_q4', '1', 'onnx', 'model_q4.onnx'))).ops).toContain('com.microsoft:MatMulNBits');
+  });
+
+  it.each(FAMILIES)('%s fp32 gives the plain layout\'s greedy tokens over HTTP at 1 and 16 concurrent requests', async (family) => {
+    for (const concurrency of [1, 16]) {
+      const prompts = PROMPTS.slice(0, concurrency);
+      const [plain, gqa] = await Promise.all(LAYOUTS.map((l) => Promise.all(prompts.map((p) => generate(`${family}_${l}`, p)))));
+      prompts.forEach((_, i) => {
+        expect({ status: gqa[i]!.status, error: gqa[i]!.body.error }).toEqual({ status: 200, error: undefined });
+        expect(gqa[i]!.body.num_output_tokens).toBe(MAX_TOKENS);
+        expect({ concurrency, i, text: gqa[i]!.body.text_output }).toEqual({ concurrency, i, text: plain[i]!.body.text_output });
+      });
+    }
+  }, 120_000);
+
+  it('int4 with int8 activations serves every request to its length, its decode steps split in llm_stats', async () => {
+    const answers = await Promise.all(PROMPTS.slice(0, 8).map((p) => generate('llama_gqa_q4', p)));
+    for (const a of answers) expect({ status: a.status, tokens: a.body.num_output_tokens }).toEqual({ status: 200, tokens: MAX_TOKENS });
+    // Where the decode steps' time went: the model's run, the inputs, sampling, streaming, the gaps.
+    const split = (await getJson(`${server.url}/v2/models/llama_gqa_q4/stats`)).body.model_stats[0].llm_stats.decode_step_split;
+    expect(split.steps).toBeGreaterThanOrEqual(MAX_TOKENS - 1);
+    expect(split.graph_ns).toBeGreaterThan(0);
+    expect(split.inputs_ns).toBeGreaterThan(0);
+    expect(split.streaming_ns).toBeGreaterThan(0);
+    expect(split.idle_ns).toBeGreaterThanOrEqual(0);
+    expect(split.sampling_ns).toBeGreaterThanOrEqual(0);
+  }, 120_000);
+});
