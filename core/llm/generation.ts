@@ -36,6 +36,8 @@ export class Generation {
   /** Chosen tokens' log-probabilities not yet sent. */
   private logprobs: TokenLogprob[] = [];
 
+  /** The stop string that ended the sequence, when one did (vLLM's `stop_reason`). */
+  stopString?: string;
   /** Prompt tokens whose caches came from the prefix cache (set when the prompt was prefilled). */
   cachedTokens = 0;
 
@@ -108,7 +110,10 @@ export class Generation {
       let at = -1;
       for (const s of this.params.stop) {
         const i = this.text.indexOf(s, from);
-        if (i >= 0 && (at < 0 || i < at)) at = i;
+        if (i >= 0 && (at < 0 || i < at)) {
+          at = i;
+          this.stopString = s;
+        }
       }
       if (at >= 0) {
         this.text = this.text.slice(0, at);

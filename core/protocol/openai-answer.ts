@@ -16,6 +16,8 @@ import type { InferRequest, InferResponse } from '../types.js';
 import type { Trace } from '../trace.js';
 import type { ToolParser } from '../llm/tools.js';
 import { ToolCallStream, parseToolCalls, type ToolCall, type ToolEvent } from '../llm/tool-stream.js';
+import { ReasoningStream, splitReasoning, type ReasoningParser } from '../llm/reasoning.js';
+import type { Tokenizer } from '../llm/tokenizer.js';
 
 type Json = Record<string, any>;
 
@@ -64,6 +66,8 @@ interface Finish {
   cachedTokens?: number;
   completionTokens: number;
   cumulativeLogprob: number;
+  /** Tokens of the choice's thinking, when a reasoning parser read it. */
+  reasoningTokens?: number;
 }
 
 /** One token's log-probabilities as the scheduler sends them (scheduler.ts, logprobJson). */
@@ -102,7 +106,10 @@ function usageOf(finishes: Finish[]): Json {
   const completion = finishes.reduce((n, f) => n + f.completionTokens, 0);
   const cached = finishes[0]?.cachedTokens;
   // OpenAI's shape for the prompt tokens the prefix cache had (a backend that says: the llm one).
-  const details = cached !== undefined ? { prompt_tokens_details: { cached_tokens: cached } } : {};
+  const details: Json = cached !== undefined ? { prompt_tokens_details: { cached_tokens: cached } } : {};
+  if (finishes.some((f) => f.reasoningTokens !== undefined)) {
+    details.completion_tokens_details = { reasoning_tokens: finishes.reduce((n, f) => n + (f.reasoningTokens ?? 0), 0) };
+  }
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, ...details };
 }
 
@@ -165,6 +172,8 @@ export interface Answer {
   echo: string;
   /** Chat with tools: the output is parsed for calls. */
   tools?: { parser: ToolParser; parallel: boolean };
+  /** A reasoning model's answer: its thinking goes out as `reasoning_content` (core/llm/reasoning.ts). */
+  reasoning?: { parser: ReasoningParser; promptOpen: boolean; tokenizer: Tokenizer };
   /** The request's trace, when traced: its first token and usage are recorded, and it ends with the answer. */
   trace?: Trace;
 }
@@ -203,6 +212,15 @@ function toolDelta(i: number, e: ToolEvent): Json {
   return { index: i, delta, logprobs: null, finish_reason: null };
 }
 
+/**
+ * Tokens of a choice's thinking: its text encoded by the model's tokenizer (the scheduler's pieces do
+ * not say where a token ends), which is the count generated when the model's tokens are the
+ * tokenizer's own way of writing that text, as a trained model's are.
+ */
+export function reasoningTokens(a: { reasoning?: { tokenizer: Tokenizer } }, thought: string): number {
+  return thought === '' || !a.reasoning ? 0 : a.reasoning.tokenizer.encode(thought, { addSpecialTokens: false }).length;
+}
+
 /** One choice as it accumulates in a non-streamed answer. */
 interface Gathered {
   text: string;
@@ -236,15 +254,25 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
     return openAiError(error);
   }
   const finishes = choices.map((c) => c.finish!);
+  if (a.reasoning) for (const c of choices) c.finish!.reasoningTokens = reasoningTokens(a, splitReasoning(c.text, a.reasoning.parser, a.reasoning.promptOpen).reasoning);
   traceDone(a, finishes);
   // best_of: the n candidates most likely under the model, likeliest first.
   const kept = a.wants.bestOf > a.wants.n
     ? [...choices].sort((x, y) => y.finish!.cumulativeLogprob - x.finish!.cumulativeLogprob).slice(0, a.wants.n)
     : choices;
   const out = kept.map((c, i) => {
-    const choice = a.shape.choice(i, c.text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null);
+    let text = c.text;
+    let thought: Json = {};
+    if (a.reasoning) {
+      // The thinking apart; tool calls are read from the answer only.
+      const split = splitReasoning(text, a.reasoning.parser, a.reasoning.promptOpen);
+      text = split.content;
+      thought = { reasoning_content: split.reasoning || null };
+    }
+    const choice = a.shape.choice(i, text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null);
+    if (a.reasoning) choice.message = { ...choice.message, content: text || null, ...thought };
     if (a.tools) {
-      const { content, calls } = parseToolCalls(c.text, a.tools.parser, a.tools.parallel);
+      const { content, calls } = parseToolCalls(text, a.tools.parser, a.tools.parallel);
       if (calls.length > 0) {
         choice.message = { ...choice.message, content, tool_calls: calls };
         choice.finish_reason = 'tool_calls';
@@ -282,6 +310,7 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
   const offsets = new Array<number>(n).fill(a.echo.length);
   const finishes: Finish[] = [];
   const toolReaders: ToolCallStream[] = [];
+  const thinkers: ReasoningStream[] = [];
   return new Promise<Response>((resolve) => {
     let begun = false;
     const begin = () => {
@@ -307,6 +336,21 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
         if (first && a.echo) text = a.echo + text;
         const lp = a.wants.logprobs !== undefined && piece.logprobs?.length ? a.shape.logprobs(piece.logprobs, offsets[i]!) : null;
         offsets[i]! += piece.text.length;
+        let thinking: Json | undefined;
+        if (a.reasoning) {
+          // The thinking as `reasoning_content` deltas, before the answer's; a marker cut between pieces is held until whole.
+          const thinker = (thinkers[i] ??= new ReasoningStream(a.reasoning.parser, a.reasoning.promptOpen));
+          const split = thinker.push(text, piece.finish !== undefined);
+          if (split.reasoning) thinking = { index: i, delta: { reasoning_content: split.reasoning }, logprobs: null, finish_reason: null };
+          text = split.content;
+          if (piece.finish) piece.finish.reasoningTokens = reasoningTokens(a, thinker.reasoning);
+        }
+        if (thinking) {
+          if (first) events += chunkOpen + JSON.stringify(a.shape.chunkChoices(i, '', null, true, null)[0]!) + chunkClose;
+          started[i] = true;
+          events += chunkOpen + JSON.stringify(thinking) + chunkClose;
+        }
+        const opening = !started[i];
         if (a.tools) {
           // Content and calls as they are generated: a call's first delta once its name is whole, then its arguments piece by piece.
           const reader = (toolReaders[i] ??= new ToolCallStream(a.tools.parser, a.tools.parallel));
@@ -315,13 +359,13 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
             if (chunks.length > 0) chunks[0]!.logprobs = lp;
             else chunks.push({ index: i, delta: { content: '' }, logprobs: lp, finish_reason: null });
           }
-          if (first) chunks.unshift(a.shape.chunkChoices(i, '', null, true, null)[0]!);
+          if (opening) chunks.unshift(a.shape.chunkChoices(i, '', null, true, null)[0]!);
           if (piece.finish) chunks.push({ index: i, delta: {}, logprobs: null, finish_reason: reader.called ? 'tool_calls' : piece.finish.reason });
           started[i] = true;
           for (const c of chunks) events += chunkOpen + JSON.stringify(c) + chunkClose;
-        } else if (text.length > 0 || piece.finish || first || lp) {
+        } else if (text.length > 0 || piece.finish || opening || lp) {
           started[i] = true;
-          for (const c of a.shape.chunkChoices(i, text, piece.finish?.reason ?? null, first, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
+          for (const c of a.shape.chunkChoices(i, text, piece.finish?.reason ?? null, opening, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
         }
         if (piece.finish) finishes.push(piece.finish);
         if (piece.finish && includeUsage && finishes.length === n) event({ ...head, choices: [], usage: usageOf(finishes) });
