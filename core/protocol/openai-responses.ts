@@ -37,7 +37,7 @@ interface Stored {
 }
 
 /** Stored responses, least recently used first (a Map keeps insertion order; a read moves one to the end). */
-class ResponseStore {
+export class ResponseStore {
   private readonly map = new Map<string, Stored>();
   private bytes = 0;
 
