@@ -36,6 +36,8 @@ export class Generation {
   /** Chosen tokens' log-probabilities not yet sent. */
   private logprobs: TokenLogprob[] = [];
 
+  /** Tokens up to and including the first end-of-thinking token (params.thinkEndId), once it came. */
+  thinkEndAt?: number;
   /** The stop string that ended the sequence, when one did (vLLM's `stop_reason`). */
   stopString?: string;
   /** Prompt tokens whose caches came from the prefix cache (set when the prompt was prefilled). */
@@ -95,6 +97,7 @@ export class Generation {
 
   accept(token: number): Accepted {
     this.tokens.push(token);
+    if (token === this.params.thinkEndId && this.thinkEndAt === undefined) this.thinkEndAt = this.tokens.length;
     recordToken(this.history, token);
     if (this.grammar) {
       this.grammar.accept(token);

@@ -33,6 +33,8 @@ export interface GenerationParams extends SamplingParams {
   /** Leave the prompt out of `text_output` (vLLM's default when streaming). */
   excludeInput: boolean;
   skipSpecialTokens: boolean;
+  /** A reasoning model's end-of-thinking token: where it is first generated is reported (`think_end_at`). */
+  thinkEndId?: number;
   /** Sequences generated from the one prompt (its cache computed once). */
   n: number;
   /** Return each chosen token's log-probability and the k likeliest (0: the chosen one only). */
@@ -158,6 +160,8 @@ export interface GenerationRequest {
   grammar?: GrammarSpec;
   /** False: the prompt is encoded without the tokenizer's special tokens (a chat template wrote its own). */
   addSpecialTokens?: boolean;
+  /** Set by the OpenAI routes for a reasoning model (core/llm/reasoning.ts), never read from a request's parameters. */
+  thinkEndId?: number;
 }
 
 /** A request's generation parameters, by any of their names (see the file comment); none filled in. */
@@ -230,6 +234,7 @@ export function withDefaults(r: GenerationRequest, d: GenerationDefaults): Gener
     // As Triton's vLLM backend: the prompt is part of text_output unless streaming or asked otherwise.
     excludeInput: r.excludeInput ?? stream,
     skipSpecialTokens: r.skipSpecialTokens ?? true,
+    thinkEndId: r.thinkEndId,
     n: r.n ?? 1,
     logprobs: r.logprobs,
     grammar: r.grammar,

@@ -17,6 +17,7 @@
  */
 
 import { TsiError } from '../errors.js';
+import type { Tokenizer } from './tokenizer.js';
 
 export type ReasoningParser = 'deepseek_r1' | 'qwen3';
 export const REASONING_PARSERS: readonly ReasoningParser[] = ['deepseek_r1', 'qwen3'];
@@ -106,6 +107,21 @@ export class ReasoningStream {
     this.reasoning += out.reasoning;
     return out;
   }
+}
+
+/** The end-of-thinking marker's token id, when the tokenizer has it as one token (Qwen3, DeepSeek-R1 do). */
+export function thinkEndId(tokenizer: Tokenizer): number | undefined {
+  return tokenizer.tokenId(CLOSE);
+}
+
+/**
+ * Tokens of a choice's thinking, markers included: up to the end-of-thinking token where the scheduler
+ * saw it (`think_end_at`), every token when the thinking never closed, none when there was none; a
+ * marker that is no single token leaves only the thinking's text, encoded.
+ */
+export function thinkingTokens(s: ReasoningStream, thinkEndAt: number | undefined, completionTokens: number, tokenizer: Tokenizer): number {
+  if (!s.closed) return s.reasoning === '' ? 0 : completionTokens;
+  return thinkEndAt ?? tokenizer.encode(s.reasoning + CLOSE, { addSpecialTokens: false }).length;
 }
 
 /** A whole answer split as a stream of it would be. */

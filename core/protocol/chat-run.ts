@@ -15,7 +15,7 @@ import { decodeString, encodeString } from '../tensor.js';
 import type { InferRequest, InferResponse } from '../types.js';
 import type { LlmModelInfo } from '../llm/backend.js';
 import { readGenerationRequest } from '../llm/params.js';
-import { ReasoningStream, promptOpensThinking, type ReasoningParser } from '../llm/reasoning.js';
+import { ReasoningStream, promptOpensThinking, thinkEndId, thinkingTokens, type ReasoningParser } from '../llm/reasoning.js';
 import { ToolCallStream, parseToolCalls, type ToolCall } from '../llm/tool-stream.js';
 import { planTools, type ToolParser } from '../llm/tools.js';
 import { bad } from './openai-answer.js';
@@ -51,12 +51,14 @@ export function planChat(server: InferenceServer, body: Json): ChatPlan {
   p.add_special_tokens = false;
   // A grammar writes the answer from its first token: a constrained answer has no thinking to read.
   const thinking = !tools.guided && p.response_format === undefined ? reasoningOf(server, name, info) : undefined;
+  const generation = readGenerationRequest((k) => p[k]);
+  if (thinking) generation.thinkEndId = thinkEndId(info.tokenizer);
   return {
     model: name, info, prompt,
     request: {
       model_name: name,
       inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1], data: [encodeString(prompt)] }],
-      generation: readGenerationRequest((k) => p[k]),
+      generation,
     },
     tools: tools.parse ? { parser, parallel: tools.parallel } : undefined,
     reasoning: thinking ? { parser: thinking, promptOpen: promptOpensThinking(prompt) } : undefined,
@@ -142,7 +144,7 @@ export function runTurn(
       promptTokens: Number(q.num_input_tokens ?? 0),
       ...(q.num_cached_tokens !== undefined ? { cachedTokens: Number(q.num_cached_tokens) } : {}),
       completionTokens: Number(q.num_output_tokens ?? 0),
-      reasoningTokens: thought === '' ? 0 : plan.info.tokenizer.encode(thought, { addSpecialTokens: false }).length,
+      reasoningTokens: thinker ? thinkingTokens(thinker, q.think_end_at === undefined ? undefined : Number(q.think_end_at), Number(q.num_output_tokens ?? 0), plan.info.tokenizer) : 0,
     };
   }, options).then(() => {
     if (error) throw error;

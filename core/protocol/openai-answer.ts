@@ -16,7 +16,7 @@ import type { InferRequest, InferResponse } from '../types.js';
 import type { Trace } from '../trace.js';
 import type { ToolParser } from '../llm/tools.js';
 import { ToolCallStream, parseToolCalls, type ToolCall, type ToolEvent } from '../llm/tool-stream.js';
-import { ReasoningStream, splitReasoning, type ReasoningParser } from '../llm/reasoning.js';
+import { ReasoningStream, thinkingTokens, type ReasoningParser } from '../llm/reasoning.js';
 import type { Tokenizer } from '../llm/tokenizer.js';
 
 type Json = Record<string, any>;
@@ -68,6 +68,8 @@ interface Finish {
   cumulativeLogprob: number;
   /** Tokens of the choice's thinking, when a reasoning parser read it. */
   reasoningTokens?: number;
+  /** Where the end-of-thinking token came (the scheduler's `think_end_at`). */
+  thinkEndAt?: number;
 }
 
 /** One token's log-probabilities as the scheduler sends them (scheduler.ts, logprobJson). */
@@ -96,7 +98,8 @@ function pieceOf(r: InferResponse): Piece {
   if (q.finish_reason !== undefined) {
     piece.finish = {
       reason: String(q.finish_reason), promptTokens: Number(q.num_input_tokens ?? 0),
-      ...(q.num_cached_tokens !== undefined ? { cachedTokens: Number(q.num_cached_tokens) } : {}), completionTokens: Number(q.num_output_tokens ?? 0), cumulativeLogprob: Number(q.cumulative_logprob ?? 0) };
+      ...(q.num_cached_tokens !== undefined ? { cachedTokens: Number(q.num_cached_tokens) } : {}), completionTokens: Number(q.num_output_tokens ?? 0), cumulativeLogprob: Number(q.cumulative_logprob ?? 0),
+      ...(q.think_end_at !== undefined ? { thinkEndAt: Number(q.think_end_at) } : {}) };
   }
   return piece;
 }
@@ -212,15 +215,6 @@ function toolDelta(i: number, e: ToolEvent): Json {
   return { index: i, delta, logprobs: null, finish_reason: null };
 }
 
-/**
- * Tokens of a choice's thinking: its text encoded by the model's tokenizer (the scheduler's pieces do
- * not say where a token ends), which is the count generated when the model's tokens are the
- * tokenizer's own way of writing that text, as a trained model's are.
- */
-export function reasoningTokens(a: { reasoning?: { tokenizer: Tokenizer } }, thought: string): number {
-  return thought === '' || !a.reasoning ? 0 : a.reasoning.tokenizer.encode(thought, { addSpecialTokens: false }).length;
-}
-
 /** One choice as it accumulates in a non-streamed answer. */
 interface Gathered {
   text: string;
@@ -254,7 +248,6 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
     return openAiError(error);
   }
   const finishes = choices.map((c) => c.finish!);
-  if (a.reasoning) for (const c of choices) c.finish!.reasoningTokens = reasoningTokens(a, splitReasoning(c.text, a.reasoning.parser, a.reasoning.promptOpen).reasoning);
   traceDone(a, finishes);
   // best_of: the n candidates most likely under the model, likeliest first.
   const kept = a.wants.bestOf > a.wants.n
@@ -265,9 +258,11 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
     let thought: Json = {};
     if (a.reasoning) {
       // The thinking apart; tool calls are read from the answer only.
-      const split = splitReasoning(text, a.reasoning.parser, a.reasoning.promptOpen);
+      const thinker = new ReasoningStream(a.reasoning.parser, a.reasoning.promptOpen);
+      const split = thinker.push(text, true);
       text = split.content;
       thought = { reasoning_content: split.reasoning || null };
+      c.finish!.reasoningTokens = thinkingTokens(thinker, c.finish!.thinkEndAt, c.finish!.completionTokens, a.reasoning.tokenizer);
     }
     const choice = a.shape.choice(i, text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null);
     if (a.reasoning) choice.message = { ...choice.message, content: text || null, ...thought };
@@ -343,7 +338,7 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
           const split = thinker.push(text, piece.finish !== undefined);
           if (split.reasoning) thinking = { index: i, delta: { reasoning_content: split.reasoning }, logprobs: null, finish_reason: null };
           text = split.content;
-          if (piece.finish) piece.finish.reasoningTokens = reasoningTokens(a, thinker.reasoning);
+          if (piece.finish) piece.finish.reasoningTokens = thinkingTokens(thinker, piece.finish.thinkEndAt, piece.finish.completionTokens, a.reasoning.tokenizer);
         }
         if (thinking) {
           if (first) events += chunkOpen + JSON.stringify(a.shape.chunkChoices(i, '', null, true, null)[0]!) + chunkClose;

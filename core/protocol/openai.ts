@@ -23,7 +23,7 @@ import { MAX_N, MAX_TOP_LOGPROBS, readGenerationRequest } from '../llm/params.js
 import { isEmbeddingModel } from './openai-embeddings.js';
 import { isClassifierModel } from './openai-scoring.js';
 import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
-import { promptOpensThinking, reasoningParserOf, templateVariables, type ReasoningParser } from '../llm/reasoning.js';
+import { promptOpensThinking, reasoningParserOf, templateVariables, thinkEndId, type ReasoningParser } from '../llm/reasoning.js';
 
 export { openAiError };
 
@@ -228,6 +228,7 @@ export async function completions(server: InferenceServer, req: Request, chat: b
       inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1], data: [encodeString(prompt)] }],
       generation: readGenerationRequest((k) => parameters[k]),
     };
+    if (reasoning) request.generation!.thinkEndId = thinkEndId(info.tokenizer);
   } catch (err) {
     return openAiError(err);
   }

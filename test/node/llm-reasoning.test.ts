@@ -107,9 +107,8 @@ describe('reasoning model', () => {
     const m = r.choices[0]!.message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
     expect({ reasoning: m.reasoning_content, content: m.content }).toEqual({ reasoning: ref.reasoning, content: ref.content });
     expect(r.usage!.completion_tokens).toBe(ref.usage.completion_tokens);
-    const details = r.usage!.completion_tokens_details!;
-    expect(details.reasoning_tokens).toBe(tokenizer.encode(ref.reasoning, { addSpecialTokens: false }).length);
-    expect(details.reasoning_tokens).toBeGreaterThan(0);
+    // The thinking's tokens, `</think>` included: the model was built to write it as token CLOSE_AFTER.
+    expect(r.usage!.completion_tokens_details!.reasoning_tokens).toBe(CLOSE_AFTER + 1);
     // deepseek_r1 reads the same answer the same way (its thinking is open from the start).
     const r1 = await openai.chat.completions.create({ model: 'think_r1', messages: USER, max_tokens: MAX, temperature: 0 });
     expect((r1.choices[0]!.message as any).reasoning_content).toBe(ref.reasoning);
@@ -140,7 +139,7 @@ describe('reasoning model', () => {
     expect({ reasoning, content }).toEqual({ reasoning: ref.reasoning, content: ref.content });
     expect(reasoningDeltas).toBeGreaterThan(1);
     expect(contentDeltas).toBeGreaterThan(1);
-    expect(usage.completion_tokens_details.reasoning_tokens).toBeGreaterThan(0);
+    expect(usage.completion_tokens_details.reasoning_tokens).toBe(CLOSE_AFTER + 1);
   });
 
   it('passes chat_template_kwargs to the template: enable_thinking false closes the thinking, and the answer is all content', async () => {
@@ -157,6 +156,7 @@ describe('reasoning model', () => {
     const c = r.choices[0]!;
     expect((c.message as any).reasoning_content).toBe(TOOL_THOUGHT);
     expect(c.finish_reason).toBe('tool_calls');
+    expect(r.usage!.completion_tokens_details!.reasoning_tokens).toBe(tokenizer.encode(TOOL_THOUGHT, { addSpecialTokens: false }).length + 1);
     expect(c.message.tool_calls!.map((t: any) => [t.function.name, JSON.parse(t.function.arguments)])).toEqual([['get_weather', { city: 'Paris' }]]);
     // Streamed: the same thinking as deltas, and the one call.
     const stream = await openai.chat.completions.create({ model: 'think', messages: TOOL_USER, tools: [WEATHER], max_tokens: 64, temperature: 0, stream: true });
@@ -183,7 +183,7 @@ describe('reasoning model', () => {
     const item = resp.output.find((o) => o.type === 'reasoning') as any;
     expect(item.content[0].text).toBe(ref.reasoning);
     expect(resp.output_text).toBe(ref.content);
-    expect(resp.usage!.output_tokens_details.reasoning_tokens).toBeGreaterThan(0);
+    expect(resp.usage!.output_tokens_details.reasoning_tokens).toBe(CLOSE_AFTER + 1);
     const events: string[] = [];
     let thought = '';
     const stream = openai.responses.stream({ model: 'think', input: USER[0]!.content, max_output_tokens: MAX, temperature: 0 });
@@ -200,6 +200,7 @@ describe('reasoning model', () => {
     expect(msg.content.map((b) => b.type)).toEqual(['thinking', 'text']);
     expect((msg.content[0] as Anthropic.ThinkingBlock).thinking).toBe(ref.reasoning);
     expect((msg.content[1] as Anthropic.TextBlock).text).toBe(ref.content);
+    expect(msg.usage.output_tokens_details?.thinking_tokens).toBe(CLOSE_AFTER + 1);
     const s = anthropic.messages.stream({ model: 'think', max_tokens: MAX, messages: USER });
     let thinking = '';
     s.on('thinking', (d) => (thinking += d));
