@@ -261,7 +261,8 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
       const thinker = new ReasoningStream(a.reasoning.parser, a.reasoning.promptOpen);
       const split = thinker.push(text, true);
       text = split.content;
-      thought = { reasoning_content: split.reasoning || null };
+      // Both names: DeepSeek's API, llama.cpp and older vLLM write `reasoning_content`, vLLM since 0.11 `reasoning`.
+      thought = { reasoning: split.reasoning || null, reasoning_content: split.reasoning || null };
       c.finish!.reasoningTokens = thinkingTokens(thinker, c.finish!.thinkEndAt, c.finish!.completionTokens, a.reasoning.tokenizer);
     }
     const choice = a.shape.choice(i, text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null);
@@ -336,7 +337,7 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
           // The thinking as `reasoning_content` deltas, before the answer's; a marker cut between pieces is held until whole.
           const thinker = (thinkers[i] ??= new ReasoningStream(a.reasoning.parser, a.reasoning.promptOpen));
           const split = thinker.push(text, piece.finish !== undefined);
-          if (split.reasoning) thinking = { index: i, delta: { reasoning_content: split.reasoning }, logprobs: null, finish_reason: null };
+          if (split.reasoning) thinking = { index: i, delta: { reasoning: split.reasoning, reasoning_content: split.reasoning }, logprobs: null, finish_reason: null };
           text = split.content;
           if (piece.finish) piece.finish.reasoningTokens = thinkingTokens(thinker, piece.finish.thinkEndAt, piece.finish.completionTokens, a.reasoning.tokenizer);
         }

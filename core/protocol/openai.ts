@@ -158,8 +158,10 @@ export function chatPrompt(body: Json, info: LlmModelInfo, tools: ToolPlan, gene
   const messages: ChatMessage[] = msgs.map((m: Json, i: number) => {
     if (typeof m !== 'object' || m === null || typeof m.role !== 'string') throw bad(`messages[${i}] must be an object with a string 'role'`, 'messages');
     // An assistant's tool calls and a tool's result reach the template as transformers passes them.
-    // A reasoning model's past thinking goes back as vLLM passes it (templates such as Qwen3's drop or keep it).
-    const thought = typeof m.reasoning_content === 'string' ? { reasoning_content: m.reasoning_content } : {};
+    // A reasoning model's past thinking goes back to the template under both names clients send it by
+    // (templates such as Qwen3's read `reasoning_content`, and drop or keep it).
+    const past = typeof m.reasoning_content === 'string' ? m.reasoning_content : typeof m.reasoning === 'string' ? m.reasoning : undefined;
+    const thought = past !== undefined ? { reasoning_content: past, reasoning: past } : {};
     return { role: m.role, content: messageText(m, i), ...templateMessage(m), ...thought };
   });
   const vars = templateVariables(body.chat_template_kwargs, body.reasoning_effort);

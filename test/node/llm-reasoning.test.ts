@@ -104,8 +104,10 @@ describe('reasoning model', () => {
     expect(ref.reasoning.length).toBeGreaterThan(0);
     expect(ref.content.length).toBeGreaterThan(0);
     const r = await openai.chat.completions.create({ model: 'think', messages: USER, max_tokens: MAX, temperature: 0 });
-    const m = r.choices[0]!.message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
+    const m = r.choices[0]!.message as OpenAI.ChatCompletionMessage & { reasoning_content?: string; reasoning?: string };
     expect({ reasoning: m.reasoning_content, content: m.content }).toEqual({ reasoning: ref.reasoning, content: ref.content });
+    // vLLM's newer name carries the same.
+    expect(m.reasoning).toBe(ref.reasoning);
     expect(r.usage!.completion_tokens).toBe(ref.usage.completion_tokens);
     // The thinking's tokens, `</think>` included: the model was built to write it as token CLOSE_AFTER.
     expect(r.usage!.completion_tokens_details!.reasoning_tokens).toBe(CLOSE_AFTER + 1);
@@ -127,6 +129,7 @@ describe('reasoning model', () => {
       const d = chunk.choices[0]?.delta as any;
       if (!d) continue;
       if (d.reasoning_content) {
+        expect(d.reasoning).toBe(d.reasoning_content);
         expect(content).toBe('');
         reasoning += d.reasoning_content;
         reasoningDeltas++;
@@ -225,6 +228,12 @@ describe('/tokenize and /detokenize', () => {
     expect(b.body.token_strs).toBeNull();
     const c = await postJson(`${server.url}/tokenize`, { model: 'think', messages: USER, add_generation_prompt: false, chat_template_kwargs: { enable_thinking: false } });
     expect(c.body.tokens).toEqual(hf.encode(chat.render(USER, { add_generation_prompt: false }), { add_special_tokens: false }).ids);
+    // An assistant turn's thinking reaches the template by either name (Qwen3's renders it for the last turn).
+    const turn = [...USER, { role: 'assistant', content: 'Rayleigh.', reasoning: 'short waves scatter' }];
+    const d = await postJson(`${server.url}/tokenize`, { model: 'think', messages: turn, add_generation_prompt: false });
+    const withThought = chat.render([...USER, { role: 'assistant', content: 'Rayleigh.', reasoning_content: 'short waves scatter' }], { add_generation_prompt: false });
+    expect(withThought).toContain('<think>\nshort waves scatter\n</think>');
+    expect(d.body.tokens).toEqual(hf.encode(withThought, { add_special_tokens: false }).ids);
     // The count is the one a chat request's usage reports.
     const r = await openai.chat.completions.create({ model: 'think', messages: USER, max_tokens: 1 });
     expect(r.usage!.prompt_tokens).toBe(b.body.count);
