@@ -36,6 +36,12 @@ export class Generation {
   /** Chosen tokens' log-probabilities not yet sent. */
   private logprobs: TokenLogprob[] = [];
 
+  /**
+   * A reasoning model still thinking (params.thinkOpen) while a grammar waits: the thinking is free, and
+   * the grammar masks and reads tokens only after the end-of-thinking token, as vLLM applies structured
+   * output after the reasoning.
+   */
+  private thinking: boolean;
   /** Tokens up to and including the first end-of-thinking token (params.thinkEndId), once it came. */
   thinkEndAt?: number;
   /** The stop string that ended the sequence, when one did (vLLM's `stop_reason`). */
@@ -56,6 +62,7 @@ export class Generation {
     this.stream = new TextStream(tokenizer, params.skipSpecialTokens);
     this.longestStop = Math.max(0, ...params.stop.map((s) => s.length));
     if (params.grammar) this.grammar = new GrammarMatcher(params.grammar.root, tokenizer, params.grammar.prefix, params.grammar.suffix);
+    this.thinking = !!this.grammar && params.thinkOpen === true && params.thinkEndId !== undefined;
   }
 
   /** Whether end tokens must not be chosen yet (min_tokens). */
@@ -79,8 +86,9 @@ export class Generation {
   /** Chooses the next token from this sequence's row of logits (modified). */
   choose(row: Float32Array): number {
     // A grammar's answer ends when it is complete, never by an end token.
-    if (this.suppressEnd || this.grammar) maskIds(row, this.endIds);
-    this.grammar?.mask(row, this.maxTokens - this.tokens.length - 1);
+    const grammar = this.thinking ? undefined : this.grammar;
+    if (this.suppressEnd || grammar) maskIds(row, this.endIds);
+    grammar?.mask(row, this.maxTokens - this.tokens.length - 1);
     if (this.params.logprobs === undefined) return sampleToken(row, this.params, this.history, this.random);
     const lp = sampleWithLogprob(row, this.params, this.history, this.random, this.params.logprobs);
     this.cumulativeLogprob += lp.logprob;
@@ -99,7 +107,10 @@ export class Generation {
     this.tokens.push(token);
     if (token === this.params.thinkEndId && this.thinkEndAt === undefined) this.thinkEndAt = this.tokens.length;
     recordToken(this.history, token);
-    if (this.grammar) {
+    if (this.thinking) {
+      if (token === this.params.thinkEndId) this.thinking = false;
+      else if (this.endIds.has(token)) return this.finish('stop');
+    } else if (this.grammar) {
       this.grammar.accept(token);
       if (this.grammar.done) {
         this.text += this.stream.push(token);

@@ -35,6 +35,8 @@ export interface GenerationParams extends SamplingParams {
   skipSpecialTokens: boolean;
   /** A reasoning model's end-of-thinking token: where it is first generated is reported (`think_end_at`). */
   thinkEndId?: number;
+  /** The answer starts inside the thinking: a grammar applies only after the end-of-thinking token. */
+  thinkOpen?: boolean;
   /** Sequences generated from the one prompt (its cache computed once). */
   n: number;
   /** Return each chosen token's log-probability and the k likeliest (0: the chosen one only). */
@@ -162,6 +164,7 @@ export interface GenerationRequest {
   addSpecialTokens?: boolean;
   /** Set by the OpenAI routes for a reasoning model (core/llm/reasoning.ts), never read from a request's parameters. */
   thinkEndId?: number;
+  thinkOpen?: boolean;
 }
 
 /** A request's generation parameters, by any of their names (see the file comment); none filled in. */
@@ -235,6 +238,7 @@ export function withDefaults(r: GenerationRequest, d: GenerationDefaults): Gener
     excludeInput: r.excludeInput ?? stream,
     skipSpecialTokens: r.skipSpecialTokens ?? true,
     thinkEndId: r.thinkEndId,
+    thinkOpen: r.thinkOpen,
     n: r.n ?? 1,
     logprobs: r.logprobs,
     grammar: r.grammar,

@@ -109,6 +109,34 @@ export class ReasoningStream {
   }
 }
 
+/** How one request's answer is read for thinking. */
+export interface ReasoningPlan {
+  parser: ReasoningParser;
+  promptOpen: boolean;
+}
+
+/**
+ * Plans a chat request's reasoning and sets what the scheduler needs on its generation request: the
+ * end-of-thinking token (counted), and for an answer a grammar constrains (response_format, a forced
+ * tool call), that the grammar waits until the thinking ends. Such an answer is read for thinking only
+ * when the thinking is open from its start (R1's style, or a template that opened it) and `</think>` is
+ * one token; otherwise the grammar writes from the first token and there is no thinking to read.
+ */
+export function planReasoning(
+  parser: ReasoningParser | undefined, prompt: string, constrained: boolean, tokenizer: Tokenizer,
+  generation: { thinkEndId?: number; thinkOpen?: boolean },
+): ReasoningPlan | undefined {
+  if (!parser) return undefined;
+  const promptOpen = promptOpensThinking(prompt);
+  const endId = thinkEndId(tokenizer);
+  if (constrained) {
+    if (!(parser === 'deepseek_r1' || promptOpen) || endId === undefined) return undefined;
+    generation.thinkOpen = true;
+  }
+  generation.thinkEndId = endId;
+  return { parser, promptOpen };
+}
+
 /** The end-of-thinking marker's token id, when the tokenizer has it as one token (Qwen3, DeepSeek-R1 do). */
 export function thinkEndId(tokenizer: Tokenizer): number | undefined {
   return tokenizer.tokenId(CLOSE);

@@ -15,7 +15,7 @@ import { decodeString, encodeString } from '../tensor.js';
 import type { InferRequest, InferResponse } from '../types.js';
 import type { LlmModelInfo } from '../llm/backend.js';
 import { readGenerationRequest } from '../llm/params.js';
-import { ReasoningStream, promptOpensThinking, thinkEndId, thinkingTokens, type ReasoningParser } from '../llm/reasoning.js';
+import { ReasoningStream, planReasoning, thinkingTokens, type ReasoningPlan } from '../llm/reasoning.js';
 import { ToolCallStream, parseToolCalls, type ToolCall } from '../llm/tool-stream.js';
 import { planTools, type ToolParser } from '../llm/tools.js';
 import { bad } from './openai-answer.js';
@@ -31,7 +31,7 @@ export interface ChatPlan {
   prompt: string;
   request: InferRequest;
   tools?: { parser: ToolParser; parallel: boolean };
-  reasoning?: { parser: ReasoningParser; promptOpen: boolean };
+  reasoning?: ReasoningPlan;
 }
 
 /** Plans a chat-completions-shaped body (one choice) as /v1/chat/completions would. */
@@ -49,10 +49,8 @@ export function planChat(server: InferenceServer, body: Json): ChatPlan {
   p.stream = true;
   p.exclude_input_in_output = true;
   p.add_special_tokens = false;
-  // A grammar writes the answer from its first token: a constrained answer has no thinking to read.
-  const thinking = !tools.guided && p.response_format === undefined ? reasoningOf(server, name, info) : undefined;
   const generation = readGenerationRequest((k) => p[k]);
-  if (thinking) generation.thinkEndId = thinkEndId(info.tokenizer);
+  const reasoning = planReasoning(reasoningOf(server, name, info), prompt, !!tools.guided || p.response_format !== undefined, info.tokenizer, generation);
   return {
     model: name, info, prompt,
     request: {
@@ -61,7 +59,7 @@ export function planChat(server: InferenceServer, body: Json): ChatPlan {
       generation,
     },
     tools: tools.parse ? { parser, parallel: tools.parallel } : undefined,
-    reasoning: thinking ? { parser: thinking, promptOpen: promptOpensThinking(prompt) } : undefined,
+    reasoning,
   };
 }
 

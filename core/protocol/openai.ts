@@ -23,7 +23,7 @@ import { MAX_N, MAX_TOP_LOGPROBS, readGenerationRequest } from '../llm/params.js
 import { isEmbeddingModel } from './openai-embeddings.js';
 import { isClassifierModel } from './openai-scoring.js';
 import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
-import { promptOpensThinking, reasoningParserOf, templateVariables, thinkEndId, type ReasoningParser } from '../llm/reasoning.js';
+import { planReasoning, reasoningParserOf, templateVariables, type ReasoningParser } from '../llm/reasoning.js';
 
 export { openAiError };
 
@@ -215,9 +215,6 @@ export async function completions(server: InferenceServer, req: Request, chat: b
     // Mistral's [TOOL_CALLS] is a special token: the parser must see it.
     if (tools.parse && parser === 'mistral') parameters.skip_special_tokens = false;
     toolParser = parser;
-    // A grammar writes the answer from its first token, so a constrained answer has no thinking to read.
-    const thinking = chat && !tools.guided && parameters.response_format === undefined ? reasoningOf(server, name, info) : undefined;
-    if (thinking) reasoning = { parser: thinking, promptOpen: promptOpensThinking(prompt), tokenizer: info.tokenizer };
     parameters.stream = true;
     // The prompt is echoed here, once per choice, not by the scheduler.
     parameters.exclude_input_in_output = true;
@@ -230,7 +227,8 @@ export async function completions(server: InferenceServer, req: Request, chat: b
       inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1], data: [encodeString(prompt)] }],
       generation: readGenerationRequest((k) => parameters[k]),
     };
-    if (reasoning) request.generation!.thinkEndId = thinkEndId(info.tokenizer);
+    const thinking = chat ? planReasoning(reasoningOf(server, name, info), prompt, !!tools.guided || parameters.response_format !== undefined, info.tokenizer, request.generation!) : undefined;
+    if (thinking) reasoning = { ...thinking, tokenizer: info.tokenizer };
   } catch (err) {
     return openAiError(err);
   }

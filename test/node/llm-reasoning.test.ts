@@ -180,6 +180,22 @@ describe('reasoning model', () => {
     expect({ reasoning, names, args: JSON.parse(args), finish }).toEqual({ reasoning: TOOL_THOUGHT, names: ['get_weather'], args: { city: 'Paris' }, finish: 'tool_calls' });
   });
 
+  it('applies a grammar after the thinking: json_object and a forced call leave the thought free and constrain the answer', async () => {
+    const ref = await reference(USER);
+    const r = await openai.chat.completions.create({ model: 'think', messages: USER, max_tokens: 48, temperature: 0, response_format: { type: 'json_object' } });
+    const m = r.choices[0]!.message as any;
+    // The thought is the unconstrained greedy one; the answer after `</think>` is a JSON object.
+    expect(m.reasoning_content).toBe(ref.reasoning);
+    expect(typeof JSON.parse(m.content)).toBe('object');
+    expect(r.choices[0]!.finish_reason).toBe('stop');
+    const forced = await openai.chat.completions.create({ model: 'think', messages: TOOL_USER, tools: [WEATHER], tool_choice: 'required', max_tokens: 64, temperature: 0 });
+    const c = forced.choices[0]!;
+    expect((c.message as any).reasoning_content).toBe(TOOL_THOUGHT);
+    expect(c.finish_reason).toBe('tool_calls');
+    expect(c.message.tool_calls!.map((t: any) => t.function.name)).toEqual(['get_weather']);
+    expect(typeof JSON.parse((c.message.tool_calls![0] as any).function.arguments).city).toBe('string');
+  });
+
   it('gives a reasoning item in /v1/responses and a thinking block in /v1/messages', async () => {
     const ref = await reference(USER);
     const resp = await openai.responses.create({ model: 'think', input: USER[0]!.content, max_output_tokens: MAX, temperature: 0 });
