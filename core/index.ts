@@ -57,6 +57,7 @@ export { MetricsRegistry, MetricFamily, MetricSeries, type MetricSample, type Me
 export { ResponseCache, parseCacheConfig, parseCacheFlags, requestKey, type CacheStats } from './cache.js';
 export { ModelRateLimit, RateLimiter, parseRateLimitResource, type RateLimitMode, type ResourceLimit } from './scheduling/rate-limiter.js';
 export { generate, generateRequest, generateResponseJson } from './protocol/generate.js';
+export { anthropicErrorBody } from './protocol/anthropic-messages.js';
 export {
   createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling,
   createClassifierBackend, activate, activationOf, ACTIVATIONS, CLASSIFIER_INPUTS, CLASSIFIER_OUTPUTS, type Activation,

@@ -2,7 +2,8 @@
  * Service Worker mode: a module Service Worker that answers `/v2/...` requests in the page's origin
  * with core's v2 HTTP handler, so unmodified v2 clients (fetch-, curl- or tritonclient-shaped) work
  * against a page with no server behind it, and the OpenAI routes of `llm`, `embedding` and `classifier`
- * models (`/v1/models`, `/v1/completions`, `/v1/chat/completions`, streamed, `/v1/embeddings`, and
+ * models (`/v1/models`, `/v1/completions`, `/v1/chat/completions`, streamed, `/v1/responses`,
+ * `/v1/messages`, `/tokenize`, `/detokenize`, `/v1/embeddings`, and
  * `/v1/rerank`, `/v2/rerank`, `/v1/score`, `/v1/classify`) for OpenAI, Cohere or Jina clients given
  * the site as their base URL. Everything else passes through untouched.
  *
@@ -44,8 +45,11 @@ export interface ServiceWorkerOptions extends BrowserServerOptions {
   openai?: boolean;
 }
 
-/** The OpenAI-compatible paths core's handler answers (core/protocol/openai*.ts); nothing else under /v1. */
-const OPENAI_PATH = /^\/v1\/(?:models(?:\/.+)?|completions|chat\/completions|embeddings|rerank|score|classify)$|^\/v2\/rerank$/;
+/**
+ * The OpenAI-compatible paths core's handler answers (core/protocol/openai*.ts), Anthropic's Messages
+ * (anthropic-messages.ts) and vLLM's tokenizer routes (tokenize.ts); nothing else under /v1.
+ */
+const OPENAI_PATH = /^\/v1\/(?:models(?:\/.+)?|completions|chat\/completions|responses(?:\/[^/]+)?|messages(?:\/count_tokens)?|embeddings|rerank|score|classify)$|^\/v2\/rerank$|^\/(?:tokenize|detokenize)$/;
 
 export function isServiceWorker(): boolean {
   const g = globalThis as { ServiceWorkerGlobalScope?: new () => unknown };

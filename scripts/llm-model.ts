@@ -31,7 +31,17 @@ export interface DecoderSpec {
   seed: number;
   /** The graph's name (tiny_gpt unless given). */
   name?: string;
+  /**
+   * Tokens the model writes at given absolute positions whatever came before (position → token id):
+   * the position's learned embedding is that token's (tied) embedding, scaled so that it outweighs the
+   * rest of the residual stream, so the logits at that position peak at the token. Tests use it to make
+   * a random-weight model close its thinking (`</think>`) or write a tool call where they need it.
+   */
+  habits?: ReadonlyMap<number, number>;
 }
+
+/** How much a habit's position embedding outweighs the token's own (see DecoderSpec.habits). */
+const HABIT_SCALE = 30;
 
 /** The default repository's test model: small enough that every LLM test runs in seconds on 2 cores. */
 export const TINY_GPT: DecoderSpec = { vocab: 2048, dModel: 64, heads: 4, layers: 2, context: 512, ffn: 256, seed: 21 };
@@ -80,7 +90,12 @@ export function decoderModel(spec: DecoderSpec = TINY_GPT): Uint8Array {
   const wteT = new Float32Array(D * vocab);
   for (let v = 0; v < vocab; v++) for (let d = 0; d < D; d++) wteT[d * vocab + v] = wteData[v * D + d]!;
   const lmHead = g.initializer('lm_head.weight_t', 'FLOAT', [D, vocab], wteT);
-  const wpe = w('transformer.wpe.weight', [context, D], 0.5);
+  const wpeData = uniform(context * D, seed++, 0.5);
+  for (const [pos, token] of spec.habits ?? []) {
+    if (pos < 0 || pos >= context || token < 0 || token >= vocab) throw new Error(`decoderModel: habit ${pos} → ${token} is outside the context or vocabulary`);
+    for (let d = 0; d < D; d++) wpeData[pos * D + d] = HABIT_SCALE * wteData[token * D + d]!;
+  }
+  const wpe = g.initializer('transformer.wpe.weight', 'FLOAT', [context, D], wpeData);
   let x = g.op('Add', [g.op('Gather', [wte, inputIds], { axis: 0 }), g.op('Gather', [wpe, positions], { axis: 0 })]);
 
   const allowed = attentionAllowed(g, inputIds, mask);

@@ -37,6 +37,8 @@ export class ChatTemplate {
   /** Named templates (a single template is `default`). */
   private readonly templates = new Map<string, Template>();
   private readonly vars: Record<string, string> = {};
+  /** Whether a template writes `<think>` (a reasoning model's: core/llm/reasoning.ts picks its parser by it). */
+  readonly thinks: boolean = false;
 
   /** `jinja` is the folder's chat_template.jinja, used when tokenizer_config.json has no template. */
   constructor(tokenizerConfig: Json | undefined, jinja?: string) {
@@ -47,6 +49,7 @@ export class ChatTemplate {
       : src && typeof src === 'object' ? Object.entries(src) : [['default', src]];
     for (const [name, text] of named) {
       if (typeof text !== 'string' || text.length === 0) continue;
+      if (text.includes('<think>')) this.thinks = true;
       try {
         this.templates.set(name, new Template(text));
       } catch (err) {

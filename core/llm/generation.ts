@@ -36,6 +36,16 @@ export class Generation {
   /** Chosen tokens' log-probabilities not yet sent. */
   private logprobs: TokenLogprob[] = [];
 
+  /**
+   * A reasoning model still thinking (params.thinkOpen) while a grammar waits: the thinking is free, and
+   * the grammar masks and reads tokens only after the end-of-thinking token, as vLLM applies structured
+   * output after the reasoning.
+   */
+  private thinking: boolean;
+  /** Tokens up to and including the first end-of-thinking token (params.thinkEndId), once it came. */
+  thinkEndAt?: number;
+  /** The stop string that ended the sequence, when one did (vLLM's `stop_reason`). */
+  stopString?: string;
   /** Prompt tokens whose caches came from the prefix cache (set when the prompt was prefilled). */
   cachedTokens = 0;
 
@@ -52,6 +62,7 @@ export class Generation {
     this.stream = new TextStream(tokenizer, params.skipSpecialTokens);
     this.longestStop = Math.max(0, ...params.stop.map((s) => s.length));
     if (params.grammar) this.grammar = new GrammarMatcher(params.grammar.root, tokenizer, params.grammar.prefix, params.grammar.suffix);
+    this.thinking = !!this.grammar && params.thinkOpen === true && params.thinkEndId !== undefined;
   }
 
   /** Whether end tokens must not be chosen yet (min_tokens). */
@@ -74,11 +85,13 @@ export class Generation {
 
   /** Chooses the next token from this sequence's row of logits (modified). */
   choose(row: Float32Array): number {
-    if (this.grammar) {
+    // While the model thinks (after `<think>`), no grammar applies: it constrains the answer only.
+    const grammar = this.thinking ? undefined : this.grammar;
+    if (grammar) {
       // A grammar's answer may end by an end token only where the text is a whole answer (a regex's
       // `[0-9]+` after a digit); it ends by itself when nothing more can be written.
-      const ends = !this.suppressEnd && this.grammar.complete ? [...this.endIds].filter((t) => t < row.length).map((t) => [t, row[t]!] as const) : [];
-      this.grammar.mask(row, this.maxTokens - this.tokens.length - 1);
+      const ends = !this.suppressEnd && grammar.complete ? [...this.endIds].filter((t) => t < row.length).map((t) => [t, row[t]!] as const) : [];
+      grammar.mask(row, this.maxTokens - this.tokens.length - 1);
       for (const [t, v] of ends) row[t] = v;
     } else if (this.suppressEnd) maskIds(row, this.endIds);
     if (this.params.logprobs === undefined) return sampleToken(row, this.params, this.history, this.random);
@@ -97,8 +110,12 @@ export class Generation {
 
   accept(token: number): Accepted {
     this.tokens.push(token);
+    if (token === this.params.thinkEndId && this.thinkEndAt === undefined) this.thinkEndAt = this.tokens.length;
     recordToken(this.history, token);
-    if (this.grammar) {
+    if (this.thinking) {
+      if (token === this.params.thinkEndId) this.thinking = false;
+      else if (this.endIds.has(token)) return this.finish('stop');
+    } else if (this.grammar) {
       // An end token is no text of the grammar's: the mask let it through where the answer was whole.
       if (!this.grammar.accept(token) && this.endIds.has(token)) return this.finish('stop');
       if (this.grammar.done) {
@@ -113,7 +130,10 @@ export class Generation {
       let at = -1;
       for (const s of this.params.stop) {
         const i = this.text.indexOf(s, from);
-        if (i >= 0 && (at < 0 || i < at)) at = i;
+        if (i >= 0 && (at < 0 || i < at)) {
+          at = i;
+          this.stopString = s;
+        }
       }
       if (at >= 0) {
         this.text = this.text.slice(0, at);

@@ -36,6 +36,10 @@ export interface GenerationParams extends SamplingParams {
   /** Leave the prompt out of `text_output` (vLLM's default when streaming). */
   excludeInput: boolean;
   skipSpecialTokens: boolean;
+  /** A reasoning model's end-of-thinking token: where it is first generated is reported (`think_end_at`). */
+  thinkEndId?: number;
+  /** The answer starts inside the thinking: a grammar applies only after the end-of-thinking token. */
+  thinkOpen?: boolean;
   /** Sequences generated from the one prompt (its cache computed once). */
   n: number;
   /** Return each chosen token's log-probability and the k likeliest (0: the chosen one only). */
@@ -167,6 +171,9 @@ export interface GenerationRequest {
   truncatePromptTokens?: number;
   /** False: the prompt is encoded without the tokenizer's special tokens (a chat template wrote its own). */
   addSpecialTokens?: boolean;
+  /** Set by the OpenAI routes for a reasoning model (core/llm/reasoning.ts), never read from a request's parameters. */
+  thinkEndId?: number;
+  thinkOpen?: boolean;
 }
 
 /** A request's generation parameters, by any of their names (see the file comment); none filled in. */
@@ -256,6 +263,8 @@ export function withDefaults(r: GenerationRequest, d: GenerationDefaults): Gener
     // As Triton's vLLM backend: the prompt is part of text_output unless streaming or asked otherwise.
     excludeInput: r.excludeInput ?? stream,
     skipSpecialTokens: r.skipSpecialTokens ?? true,
+    thinkEndId: r.thinkEndId,
+    thinkOpen: r.thinkOpen,
     n: r.n ?? 1,
     logprobs: r.logprobs,
     grammar: r.grammar,

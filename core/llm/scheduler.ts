@@ -109,7 +109,8 @@ class Sequence implements EngineSequence {
     const finish = acc.finish !== undefined;
     const extra = this.pieceParameters(finish);
     const parameters: Parameters | undefined = finish
-      ? { finish_reason: acc.finish!, num_input_tokens: this.gen.prompt.length, num_cached_tokens: this.gen.cachedTokens, num_output_tokens: this.gen.tokens.length, ...extra }
+      ? { finish_reason: acc.finish!, num_input_tokens: this.gen.prompt.length, num_cached_tokens: this.gen.cachedTokens, num_output_tokens: this.gen.tokens.length, ...(this.gen.stopString !== undefined ? { stop_reason: this.gen.stopString } : {}),
+        ...(this.gen.thinkEndAt !== undefined ? { think_end_at: this.gen.thinkEndAt } : {}), ...extra }
       : extra;
     const final = finish && --this.group.running === 0;
     this.request.send({ outputs: [textTensor(text)], parameters }, final);

@@ -17,6 +17,9 @@ import { generate } from './generate.js';
 import { completions, getModel, listModels } from '../llm/index.js';
 import { embeddings } from './openai-embeddings.js';
 import { classify, rerank, score } from './openai-scoring.js';
+import { createResponse, deleteResponse, getResponse } from './openai-responses.js';
+import { countTokens, messages } from './anthropic-messages.js';
+import { detokenize, tokenize } from './tokenize.js';
 import type { InferenceServer } from '../server.js';
 import { attachTrace, traceContextOf } from '../trace.js';
 import type { InferResponse } from '../types.js';
@@ -80,7 +83,7 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   if (options.corsOrigin !== undefined) {
     app.use('*', cors({
       origin: options.corsOrigin,
-      allowMethods: ['GET', 'POST', 'OPTIONS'],
+      allowMethods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
       allowHeaders: ['Content-Type', 'Content-Encoding', 'Accept-Encoding', HEADER_LENGTH],
       exposeHeaders: [HEADER_LENGTH, 'Content-Encoding'],
     }));
@@ -90,10 +93,10 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   const inferHttp = inferEndpoint(server, { ...options, extensions: ext });
 
   /** One path, several methods; any other method is Triton's 405. */
-  const route = (path: string, methods: Partial<Record<'GET' | 'POST', Handler>>) => {
+  const route = (path: string, methods: Partial<Record<'GET' | 'POST' | 'DELETE', Handler>>) => {
     app.all(path, async (c) => {
       // HEAD is GET without the body (hono drops it).
-      const h = methods[(c.req.method === 'HEAD' ? 'GET' : c.req.method) as 'GET' | 'POST'];
+      const h = methods[(c.req.method === 'HEAD' ? 'GET' : c.req.method) as 'GET' | 'POST' | 'DELETE'];
       if (!h) {
         if (c.req.method === 'OPTIONS') return empty(204);
         return json({ error: 'Method Not Allowed' }, 405);
@@ -153,6 +156,13 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   route('/v1/models/:model{.+}', { GET: (c) => getModel(server, c.req.param('model')!) });
   route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput, ext.traces) });
   route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput, ext.traces) });
+  // OpenAI's Responses API, Anthropic's Messages API and vLLM's tokenizer routes over the same models.
+  route('/v1/responses', { POST: (c) => createResponse(server, c.req.raw, maxInput) });
+  route('/v1/responses/:id{[^/]+}', { GET: (c) => getResponse(server, c.req.param('id')!), DELETE: (c) => deleteResponse(server, c.req.param('id')!) });
+  route('/v1/messages', { POST: (c) => messages(server, c.req.raw, maxInput) });
+  route('/v1/messages/count_tokens', { POST: (c) => countTokens(server, c.req.raw, maxInput) });
+  route('/tokenize', { POST: (c) => tokenize(server, c.req.raw, maxInput) });
+  route('/detokenize', { POST: (c) => detokenize(server, c.req.raw, maxInput) });
   route('/v1/embeddings', { POST: (c) => embeddings(server, c.req.raw, maxInput) });
   route('/v1/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });
   route('/v2/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });

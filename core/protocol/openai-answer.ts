@@ -16,6 +16,8 @@ import type { InferRequest, InferResponse } from '../types.js';
 import type { Trace } from '../trace.js';
 import type { ToolParser } from '../llm/tools.js';
 import { ToolCallStream, parseToolCalls, type ToolCall, type ToolEvent } from '../llm/tool-stream.js';
+import { ReasoningStream, thinkingTokens, type ReasoningParser } from '../llm/reasoning.js';
+import type { Tokenizer } from '../llm/tokenizer.js';
 
 type Json = Record<string, any>;
 
@@ -64,6 +66,10 @@ interface Finish {
   cachedTokens?: number;
   completionTokens: number;
   cumulativeLogprob: number;
+  /** Tokens of the choice's thinking, when a reasoning parser read it. */
+  reasoningTokens?: number;
+  /** Where the end-of-thinking token came (the scheduler's `think_end_at`). */
+  thinkEndAt?: number;
 }
 
 /** One token's log-probabilities as the scheduler sends them (scheduler.ts, logprobJson). */
@@ -92,7 +98,8 @@ function pieceOf(r: InferResponse): Piece {
   if (q.finish_reason !== undefined) {
     piece.finish = {
       reason: String(q.finish_reason), promptTokens: Number(q.num_input_tokens ?? 0),
-      ...(q.num_cached_tokens !== undefined ? { cachedTokens: Number(q.num_cached_tokens) } : {}), completionTokens: Number(q.num_output_tokens ?? 0), cumulativeLogprob: Number(q.cumulative_logprob ?? 0) };
+      ...(q.num_cached_tokens !== undefined ? { cachedTokens: Number(q.num_cached_tokens) } : {}), completionTokens: Number(q.num_output_tokens ?? 0), cumulativeLogprob: Number(q.cumulative_logprob ?? 0),
+      ...(q.think_end_at !== undefined ? { thinkEndAt: Number(q.think_end_at) } : {}) };
   }
   return piece;
 }
@@ -102,7 +109,10 @@ function usageOf(finishes: Finish[]): Json {
   const completion = finishes.reduce((n, f) => n + f.completionTokens, 0);
   const cached = finishes[0]?.cachedTokens;
   // OpenAI's shape for the prompt tokens the prefix cache had (a backend that says: the llm one).
-  const details = cached !== undefined ? { prompt_tokens_details: { cached_tokens: cached } } : {};
+  const details: Json = cached !== undefined ? { prompt_tokens_details: { cached_tokens: cached } } : {};
+  if (finishes.some((f) => f.reasoningTokens !== undefined)) {
+    details.completion_tokens_details = { reasoning_tokens: finishes.reduce((n, f) => n + (f.reasoningTokens ?? 0), 0) };
+  }
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, ...details };
 }
 
@@ -165,6 +175,8 @@ export interface Answer {
   echo: string;
   /** Chat with tools: the output is parsed for calls. */
   tools?: { parser: ToolParser; parallel: boolean };
+  /** A reasoning model's answer: its thinking goes out as `reasoning_content` (core/llm/reasoning.ts). */
+  reasoning?: { parser: ReasoningParser; promptOpen: boolean; tokenizer: Tokenizer };
   /** The request's trace, when traced: its first token and usage are recorded, and it ends with the answer. */
   trace?: Trace;
 }
@@ -242,9 +254,21 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
     ? [...choices].sort((x, y) => y.finish!.cumulativeLogprob - x.finish!.cumulativeLogprob).slice(0, a.wants.n)
     : choices;
   const out = kept.map((c, i) => {
-    const choice = a.shape.choice(i, c.text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null);
+    let text = c.text;
+    let thought: Json = {};
+    if (a.reasoning) {
+      // The thinking apart; tool calls are read from the answer only.
+      const thinker = new ReasoningStream(a.reasoning.parser, a.reasoning.promptOpen);
+      const split = thinker.push(text, true);
+      text = split.content;
+      // Both names: DeepSeek's API, llama.cpp and older vLLM write `reasoning_content`, vLLM since 0.11 `reasoning`.
+      thought = { reasoning: split.reasoning || null, reasoning_content: split.reasoning || null };
+      c.finish!.reasoningTokens = thinkingTokens(thinker, c.finish!.thinkEndAt, c.finish!.completionTokens, a.reasoning.tokenizer);
+    }
+    const choice = a.shape.choice(i, text, c.finish!.reason, a.wants.logprobs !== undefined ? a.shape.logprobs(c.tokens, a.echo.length) : null);
+    if (a.reasoning) choice.message = { ...choice.message, content: text || null, ...thought };
     if (a.tools) {
-      const { content, calls } = parseToolCalls(c.text, a.tools.parser, a.tools.parallel);
+      const { content, calls } = parseToolCalls(text, a.tools.parser, a.tools.parallel);
       if (calls.length > 0) {
         choice.message = { ...choice.message, content, tool_calls: calls };
         choice.finish_reason = 'tool_calls';
@@ -282,6 +306,7 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
   const offsets = new Array<number>(n).fill(a.echo.length);
   const finishes: Finish[] = [];
   const toolReaders: ToolCallStream[] = [];
+  const thinkers: ReasoningStream[] = [];
   return new Promise<Response>((resolve) => {
     let begun = false;
     const begin = () => {
@@ -307,6 +332,21 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
         if (first && a.echo) text = a.echo + text;
         const lp = a.wants.logprobs !== undefined && piece.logprobs?.length ? a.shape.logprobs(piece.logprobs, offsets[i]!) : null;
         offsets[i]! += piece.text.length;
+        let thinking: Json | undefined;
+        if (a.reasoning) {
+          // The thinking as `reasoning_content` deltas, before the answer's; a marker cut between pieces is held until whole.
+          const thinker = (thinkers[i] ??= new ReasoningStream(a.reasoning.parser, a.reasoning.promptOpen));
+          const split = thinker.push(text, piece.finish !== undefined);
+          if (split.reasoning) thinking = { index: i, delta: { reasoning: split.reasoning, reasoning_content: split.reasoning }, logprobs: null, finish_reason: null };
+          text = split.content;
+          if (piece.finish) piece.finish.reasoningTokens = thinkingTokens(thinker, piece.finish.thinkEndAt, piece.finish.completionTokens, a.reasoning.tokenizer);
+        }
+        if (thinking) {
+          if (first) events += chunkOpen + JSON.stringify(a.shape.chunkChoices(i, '', null, true, null)[0]!) + chunkClose;
+          started[i] = true;
+          events += chunkOpen + JSON.stringify(thinking) + chunkClose;
+        }
+        const opening = !started[i];
         if (a.tools) {
           // Content and calls as they are generated: a call's first delta once its name is whole, then its arguments piece by piece.
           const reader = (toolReaders[i] ??= new ToolCallStream(a.tools.parser, a.tools.parallel));
@@ -315,13 +355,13 @@ export function streamed(server: InferenceServer, request: InferRequest, signal:
             if (chunks.length > 0) chunks[0]!.logprobs = lp;
             else chunks.push({ index: i, delta: { content: '' }, logprobs: lp, finish_reason: null });
           }
-          if (first) chunks.unshift(a.shape.chunkChoices(i, '', null, true, null)[0]!);
+          if (opening) chunks.unshift(a.shape.chunkChoices(i, '', null, true, null)[0]!);
           if (piece.finish) chunks.push({ index: i, delta: {}, logprobs: null, finish_reason: reader.called ? 'tool_calls' : piece.finish.reason });
           started[i] = true;
           for (const c of chunks) events += chunkOpen + JSON.stringify(c) + chunkClose;
-        } else if (text.length > 0 || piece.finish || first || lp) {
+        } else if (text.length > 0 || piece.finish || opening || lp) {
           started[i] = true;
-          for (const c of a.shape.chunkChoices(i, text, piece.finish?.reason ?? null, first, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
+          for (const c of a.shape.chunkChoices(i, text, piece.finish?.reason ?? null, opening, lp)) events += chunkOpen + JSON.stringify(c) + chunkClose;
         }
         if (piece.finish) finishes.push(piece.finish);
         if (piece.finish && includeUsage && finishes.length === n) event({ ...head, choices: [], usage: usageOf(finishes) });

@@ -23,6 +23,7 @@ import { MAX_N, MAX_TOP_LOGPROBS, readGenerationRequest } from '../llm/params.js
 import { isEmbeddingModel } from './openai-embeddings.js';
 import { isClassifierModel } from './openai-scoring.js';
 import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
+import { planReasoning, reasoningParserOf, templateVariables, type ReasoningParser } from '../llm/reasoning.js';
 
 export { openAiError };
 
@@ -38,7 +39,7 @@ const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 /** A refusal; `param` names the field it is about (OpenAI's error `param`). */
 
 /** Ready `llm` models, one entry each (their newest ready version). */
-function llmModels(server: InferenceServer): { name: string; info: LlmModelInfo }[] {
+export function llmModels(server: InferenceServer): { name: string; info: LlmModelInfo }[] {
   const out = new Map<string, LlmModelInfo>();
   for (const e of server.repositoryIndex(true)) {
     if (out.has(e.name)) continue;
@@ -73,7 +74,7 @@ export function getModel(server: InferenceServer, name: string): Response {
 }
 
 /** The model a request names, which must be a ready `llm` model. */
-function modelOf(server: InferenceServer, body: Json): { name: string; info: LlmModelInfo } {
+export function modelOf(server: InferenceServer, body: Json): { name: string; info: LlmModelInfo } {
   if (typeof body.model !== 'string' || body.model === '') throw bad(`'model' is required: the name of a model (GET /v1/models lists them)`);
   let info: LlmModelInfo | undefined;
   try {
@@ -98,7 +99,7 @@ function intField(body: Json, name: string, min: number, max: number): number | 
  * Sampling fields under the names params.ts reads, as the client gave them (lists as lists); absent
  * ones stay absent.
  */
-function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number | undefined): { p: Json; wants: Wants } {
+export function samplingParameters(body: Json, chat: boolean, maxTokensDefault: number | undefined): { p: Json; wants: Wants } {
   // Features a client relies on for the answer's content: refused rather than ignored. Their empty
   // forms (what some clients send by default) change nothing and pass.
   if (body.suffix !== undefined && body.suffix !== null && body.suffix !== '') throw bad(`'suffix' is not supported`, 'suffix');
@@ -154,24 +155,34 @@ function messageText(m: Json, i: number): string {
   throw bad(`messages[${i}].content must be a string or a list of text parts`);
 }
 
-function chatPrompt(body: Json, info: LlmModelInfo, tools: ToolPlan): string {
+export function chatPrompt(body: Json, info: LlmModelInfo, tools: ToolPlan, generationPrompt = true): string {
   const msgs = body.messages;
   if (!Array.isArray(msgs) || msgs.length === 0) throw bad(`'messages' must be a non-empty list of {role, content}`, 'messages');
   const messages: ChatMessage[] = msgs.map((m: Json, i: number) => {
     if (typeof m !== 'object' || m === null || typeof m.role !== 'string') throw bad(`messages[${i}] must be an object with a string 'role'`, 'messages');
     // An assistant's tool calls and a tool's result reach the template as transformers passes them.
-    return { role: m.role, content: messageText(m, i), ...templateMessage(m) };
+    // A reasoning model's past thinking goes back to the template under both names clients send it by
+    // (templates such as Qwen3's read `reasoning_content`, and drop or keep it).
+    const past = typeof m.reasoning_content === 'string' ? m.reasoning_content : typeof m.reasoning === 'string' ? m.reasoning : undefined;
+    const thought = past !== undefined ? { reasoning_content: past, reasoning: past } : {};
+    return { role: m.role, content: messageText(m, i), ...templateMessage(m), ...thought };
   });
-  return info.chat.render(messages, tools.templateTools ? { tools: tools.templateTools } : {});
+  const vars = templateVariables(body.chat_template_kwargs, body.reasoning_effort);
+  return info.chat.render(messages, { ...vars, add_generation_prompt: generationPrompt, ...(tools.templateTools ? { tools: tools.templateTools } : {}) });
 }
 
 /** The model's tool-call format (config parameter `tool_call_parser`). */
-function toolParserOf(server: InferenceServer, name: string): ToolParser {
+export function toolParserOf(server: InferenceServer, name: string): ToolParser {
   const v = server.model(name).config.parameters?.tool_call_parser?.string_value ?? 'hermes';
   if (!(TOOL_PARSERS as readonly string[]).includes(v)) {
     throw new TsiError('INVALID_ARG', `model '${name}': the config parameter tool_call_parser is '${v}'; one of ${TOOL_PARSERS.join(', ')}`);
   }
   return v as ToolParser;
+}
+
+/** The model's reasoning parser (config parameter `reasoning_parser`, or its chat template's `<think>`). */
+export function reasoningOf(server: InferenceServer, name: string, info: LlmModelInfo): ReasoningParser | undefined {
+  return reasoningParserOf(server.model(name).config.parameters?.reasoning_parser?.string_value, info.chat.thinks, name);
 }
 
 function completionPrompt(body: Json): string {
@@ -190,6 +201,7 @@ export async function completions(server: InferenceServer, req: Request, chat: b
   let echo = '';
   let tools: ToolPlan = { parse: false, parallel: false };
   let toolParser: ToolParser = 'hermes';
+  let reasoning: Answer['reasoning'];
   try {
     body = await readOpenAiBody(req, maxInput);
     const { name, info } = modelOf(server, body);
@@ -220,6 +232,8 @@ export async function completions(server: InferenceServer, req: Request, chat: b
       inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1], data: [encodeString(prompt)] }],
       generation: readGenerationRequest((k) => parameters[k]),
     };
+    const thinking = chat ? planReasoning(reasoningOf(server, name, info), prompt, !!tools.guided || parameters.response_format !== undefined, info.tokenizer, request.generation!) : undefined;
+    if (thinking) reasoning = { ...thinking, tokenizer: info.tokenizer };
   } catch (err) {
     return openAiError(err);
   }
@@ -227,7 +241,7 @@ export async function completions(server: InferenceServer, req: Request, chat: b
   const id = shape.idPrefix + crypto.randomUUID().replace(/-/g, '');
   const created = Math.floor(Date.now() / 1000);
   const head = { id, object: shape.object, created, model: body.model as string };
-  const answer: Answer = { shape, wants, echo, tools: tools.parse ? { parser: toolParser, parallel: tools.parallel } : undefined };
+  const answer: Answer = { shape, wants, echo, tools: tools.parse ? { parser: toolParser, parallel: tools.parallel } : undefined, reasoning };
   const trace = traces?.sample(request.model_name, { name: 'HTTP_RECV_START', ns: received }, traceContextOf((h) => req.headers.get(h) ?? undefined));
   if (trace) {
     trace.mark('HTTP_RECV_END');

@@ -11,6 +11,9 @@
  * that no longer parses (or is gone) keeps the keys in force and logs why. Keys given on the command
  * line stay whatever the file does.
  *
+ * Anthropic's clients send the key as `x-api-key` rather than `Authorization: Bearer`; either is read,
+ * and the Messages routes' refusals are in Anthropic's error shape.
+ *
  * HTTP asks before a request reaches the app or the infer shortcut: a missing or unknown key is 401
  * with `WWW-Authenticate: Bearer`, a key without the request's category 403; gRPC answers
  * UNAUTHENTICATED / PERMISSION_DENIED from a server interceptor. Health endpoints (and the standard
@@ -20,7 +23,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import {
-  checkApiKey, grpcCategory, httpCategory, parseApiKey, parseApiKeyFile,
+  anthropicErrorBody, checkApiKey, grpcCategory, httpCategory, parseApiKey, parseApiKeyFile,
   type ApiCategory, type ApiKeyRule, type ApiKeyScope, type AuthRefusal, type HttpReply, type Logger,
 } from '../../core/index.js';
 import { watchFiles } from './tls.js';
@@ -139,10 +142,13 @@ function routedPath(target: string): string {
   }
 }
 
-function refusalReply(r: AuthRefusal): HttpReply {
+function refusalReply(r: AuthRefusal, path: string): HttpReply {
   const headers: Record<string, string> = { 'Content-Type': 'application/json' };
   if (r.status === 'unauthenticated') headers['WWW-Authenticate'] = 'Bearer realm="tsi"';
-  return { status: r.status === 'unauthenticated' ? 401 : 403, headers, body: JSON.stringify({ error: r.message }) };
+  const status = r.status === 'unauthenticated' ? 401 : 403;
+  // Anthropic's clients read their own error shape.
+  const body = path === '/v1/messages' || path.startsWith('/v1/messages/') ? anthropicErrorBody(status, r.message) : { error: r.message };
+  return { status, headers, body: JSON.stringify(body) };
 }
 
 /** The HTTP listener's check: undefined lets the request on, a reply refuses it. */
@@ -150,8 +156,12 @@ export function httpAuthorizer(ring: ApiKeyring): (method: string, target: strin
   return (method, target, header) => {
     // A CORS preflight cannot carry credentials; the request it announces is checked.
     if (method === 'OPTIONS' && header('access-control-request-method') !== undefined) return undefined;
-    const refusal = checkApiKey(httpCategory(routedPath(target)), header('authorization'), ring.match);
-    return refusal && refusalReply(refusal);
+    const path = routedPath(target);
+    // Anthropic's clients send the key as `x-api-key`; it is the same key.
+    const xKey = header('x-api-key');
+    const authorization = header('authorization') ?? (xKey !== undefined ? `Bearer ${xKey}` : undefined);
+    const refusal = checkApiKey(httpCategory(path), authorization, ring.match);
+    return refusal && refusalReply(refusal, path);
   };
 }
 

@@ -3,7 +3,8 @@
  * playwright-core: the demo page served by `tsi-node serve --browser-demo` chats with tiny_gpt in the
  * page, its reply growing token by token on screen, equal (greedy) to the Node server's, and Stop
  * ends a long reply early; and a Service Worker answers OpenAI clients' `/v1/chat/completions`
- * (streamed) for a static site with no server behind it.
+ * (streamed), `/v1/responses`, Anthropic's `/v1/messages` (streamed) and `/tokenize` for a static
+ * site with no server behind it.
  */
 
 import type { Browser, Page } from 'playwright-core';
@@ -122,6 +123,37 @@ withChromium('tiny_gpt in the browser build', () => {
     expect(content(got.reads.join(''))).toBe(content(want));
     // The events came through the worker as a stream, not as one body.
     expect(got.reads.length).toBeGreaterThan(3);
+    await p.close();
+  });
+  it('a Service Worker answers /v1/responses, /v1/messages (streamed) and /tokenize as the Node server does', async () => {
+    const p = await browser.newPage();
+    await p.goto(`${site.url}/sw.html`);
+    await within(60_000, p.waitForFunction(() => (window as any).controlled, null, { timeout: 60_000 }), 'service worker control');
+    const RESPONSES = { model: 'tiny_gpt', input: 'Hello from the page', instructions: 'Be brief', max_output_tokens: 10, temperature: 0 };
+    const MESSAGES = { model: 'tiny_gpt', max_tokens: 10, stream: true, system: 'Be brief', messages: [{ role: 'user', content: 'Hello from the page' }] };
+    const TOKENIZE = { model: 'tiny_gpt', prompt: 'Hello from the page' };
+    /** The Node server's answer to the same request. */
+    const ask = async (path: string, body: unknown) => (await fetch(`${node}${path}`, { method: 'POST', body: JSON.stringify(body) })).text();
+    const got = await within(60_000, p.evaluate(async ([r, m, t]) => {
+      const post = async (path: string, body: unknown) => (await fetch(path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) })).text();
+      return { responses: await post('/v1/responses', r), messages: await post('/v1/messages', m), tokenize: await post('/tokenize', t) };
+    }, [RESPONSES, MESSAGES, TOKENIZE] as const), 'responses and messages through the service worker');
+    const outputText = (json: string) => JSON.parse(json).output.flatMap((o: any) => o.content ?? []).map((c: any) => c.text).join('');
+    const want = JSON.parse(await ask('/v1/responses', RESPONSES));
+    expect(JSON.parse(got.responses).object).toBe('response');
+    expect(outputText(got.responses)).toBe(outputText(JSON.stringify(want)));
+    expect(JSON.parse(got.responses).usage).toEqual(want.usage);
+    // Anthropic's events, in order, with the same text deltas.
+    const events = (sse: string) => sse.split('\n\n').filter((e) => e.startsWith('event: ')).map((e) => JSON.parse(e.slice(e.indexOf('data: ') + 6)));
+    const mine = events(got.messages);
+    const theirs = events(await ask('/v1/messages', MESSAGES));
+    const text = (es: any[]) => es.filter((e) => e.type === 'content_block_delta').map((e) => e.delta.text).join('');
+    expect(mine.map((e) => e.type)).toEqual(theirs.map((e) => e.type));
+    expect(mine[0].type).toBe('message_start');
+    expect(mine[mine.length - 1].type).toBe('message_stop');
+    expect(text(mine)).toBe(text(theirs));
+    expect(text(mine).length).toBeGreaterThan(0);
+    expect(JSON.parse(got.tokenize)).toEqual(JSON.parse(await ask('/tokenize', TOKENIZE)));
     await p.close();
   });
 });
