@@ -10,6 +10,7 @@
  * writing them back into request parameters.
  */
 
+import type { ImageInput } from '../vision/image-input.js';
 import { TsiError } from '../errors.js';
 import { compileSchema, responseFormatGrammar, toolCallGrammar, type GNode } from './grammar-schema.js';
 import type { SamplingParams } from './sampling.js';
@@ -158,6 +159,8 @@ export interface GenerationRequest {
   grammar?: GrammarSpec;
   /** False: the prompt is encoded without the tokenizer's special tokens (a chat template wrote its own). */
   addSpecialTokens?: boolean;
+  /** A vision-language chat's images, in the prompt's order (core/vision/). */
+  images?: readonly ImageInput[];
 }
 
 /** A request's generation parameters, by any of their names (see the file comment); none filled in. */

@@ -23,6 +23,8 @@ import { MAX_N, MAX_TOP_LOGPROBS, readGenerationRequest } from '../llm/params.js
 import { isEmbeddingModel } from './openai-embeddings.js';
 import { isClassifierModel } from './openai-scoring.js';
 import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
+import type { ImageInput } from '../vision/image-input.js';
+import { imagePartAt, visionMessages, type ImageFetcher } from './openai-images.js';
 
 export { openAiError };
 
@@ -151,15 +153,29 @@ function messageText(m: Json, i: number): string {
   throw bad(`messages[${i}].content must be a string or a list of text parts`);
 }
 
-function chatPrompt(body: Json, info: LlmModelInfo, tools: ToolPlan): string {
+async function chatPrompt(body: Json, name: string, info: LlmModelInfo, tools: ToolPlan, images: ImageOptions): Promise<{ prompt: string; images?: ImageInput[] }> {
   const msgs = body.messages;
   if (!Array.isArray(msgs) || msgs.length === 0) throw bad(`'messages' must be a non-empty list of {role, content}`, 'messages');
+  const opts = tools.templateTools ? { tools: tools.templateTools } : {};
+  if (info.vision) {
+    // A vision-language model's template takes content as parts, images among them (openai-images.ts).
+    const v = await visionMessages(msgs, info, name, templateMessage, images.fetchImage, images.maxBytes);
+    return { prompt: info.vision.expandPrompt(info.chat.render(v.messages, opts), v.images), images: v.images.length > 0 ? v.images : undefined };
+  }
+  const at = imagePartAt(msgs);
+  if (at) throw bad(`${at}: model '${name}' takes no images (it is not a vision-language model)`, 'messages');
   const messages: ChatMessage[] = msgs.map((m: Json, i: number) => {
     if (typeof m !== 'object' || m === null || typeof m.role !== 'string') throw bad(`messages[${i}] must be an object with a string 'role'`, 'messages');
     // An assistant's tool calls and a tool's result reach the template as transformers passes them.
     return { role: m.role, content: messageText(m, i), ...templateMessage(m) };
   });
-  return info.chat.render(messages, tools.templateTools ? { tools: tools.templateTools } : {});
+  return { prompt: info.chat.render(messages, opts) };
+}
+
+/** How image_url parts are read: the fetcher for http(s) URLs (--allow-image-urls), and the size bound. */
+export interface ImageOptions {
+  fetchImage?: ImageFetcher;
+  maxBytes: number;
 }
 
 /** The model's tool-call format (config parameter `tool_call_parser`). */
@@ -179,7 +195,7 @@ function completionPrompt(body: Json): string {
 }
 
 /** `POST /v1/completions` and `POST /v1/chat/completions`. */
-export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number, traces?: TraceManager): Promise<Response> {
+export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number, traces?: TraceManager, fetchImage?: ImageFetcher): Promise<Response> {
   const received = server.clock.nowNs();
   let request: InferRequest;
   let body: Json;
@@ -192,7 +208,8 @@ export async function completions(server: InferenceServer, req: Request, chat: b
     const { name, info } = modelOf(server, body);
     const parser = toolParserOf(server, name);
     tools = chat ? planTools(body, parser) : { parse: false, parallel: false };
-    const prompt = chat ? chatPrompt(body, info, tools) : completionPrompt(body);
+    const asked = chat ? await chatPrompt(body, name, info, tools, { fetchImage, maxBytes: maxInput }) : { prompt: completionPrompt(body) };
+    const prompt = asked.prompt;
     const sp = samplingParameters(body, chat, chat ? undefined : COMPLETIONS_DEFAULT_MAX_TOKENS);
     const parameters = sp.p;
     wants = sp.wants;
@@ -213,7 +230,7 @@ export async function completions(server: InferenceServer, req: Request, chat: b
     request = {
       model_name: name,
       inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1], data: [encodeString(prompt)] }],
-      generation: readGenerationRequest((k) => parameters[k]),
+      generation: { ...readGenerationRequest((k) => parameters[k]), ...(asked.images ? { images: asked.images } : {}) },
     };
   } catch (err) {
     return openAiError(err);
