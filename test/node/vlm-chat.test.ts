@@ -9,15 +9,16 @@
  */
 
 import { once } from 'node:events';
-import { readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AutoModelForVision2Seq, AutoProcessor, RawImage, Tensor, env } from '@huggingface/transformers';
+import jpeg from 'jpeg-js';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
-import { Idefics3Processor, decodePng } from '../../core/vision/index.js';
+import { Idefics3Processor, decodeImage, decodePng } from '../../core/vision/index.js';
 import { isPrivateAddress } from '../../runtime-node/http/image-urls.js';
 import { writeVlmFolder } from '../../scripts/vlm-model.js';
 import { postJson, startTestServer, type TestServer } from '../helpers/server.js';
@@ -73,7 +74,6 @@ const chat = (url: string, a: Ask | { messages: unknown[] }, extra: Record<strin
 
 beforeAll(async () => {
   await writeVlmFolder(folder);
-  const { writeFileSync } = await import('node:fs');
   writeFileSync(join(root, 'repo', 'tiny_vlm', 'config.pbtxt'), 'backend: "llm"\nparameters { key: "kv_cache_bytes" value { string_value: "16777216" } }\n');
   tok = Tokenizer.fromJson(readFileSync(join(folder, 'tokenizer.json'), 'utf8'), readFileSync(join(folder, 'tokenizer_config.json'), 'utf8'));
   env.localModelPath = join(root, 'repo', 'tiny_vlm') + '/';
@@ -110,6 +110,47 @@ describe('the processor', () => {
     const raw = await RawImage.fromBlob(new Blob([IMAGES[1]! as Uint8Array<ArrayBuffer>]));
     expect([dec.width, dec.height, dec.channels]).toEqual([raw.width, raw.height, raw.channels]);
     expect(Buffer.from(dec.data).equals(Buffer.from(raw.data))).toBe(true);
+  });
+
+  it('splits images into frames as transformers.js does (do_image_splitting)', async () => {
+    // The same folder's processor with splitting on: a 41×29 image becomes a 2 × 2 grid and the whole image.
+    const split = join(root, 'split');
+    mkdirSync(split, { recursive: true });
+    for (const f of ['processor_config.json', 'config.json', 'tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(folder, f), join(split, f));
+    const pre = { ...JSON.parse(readFileSync(join(folder, 'preprocessor_config.json'), 'utf8')), do_image_splitting: true };
+    writeFileSync(join(split, 'preprocessor_config.json'), JSON.stringify(pre));
+    env.localModelPath = root + '/';
+    const theirsProc = await AutoProcessor.from_pretrained('split');
+    env.localModelPath = join(root, 'repo', 'tiny_vlm') + '/';
+    const ours = new Idefics3Processor(pre, JSON.parse(readFileSync(join(folder, 'processor_config.json'), 'utf8')), JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')), 'split');
+    for (const png of [IMAGES[1]!, IMAGES[3]!]) {
+      const theirs = await theirsProc('<image>x', [await RawImage.fromBlob(new Blob([png as Uint8Array<ArrayBuffer>]))]);
+      const img = await ours.prepare(png, 'image');
+      expect(img.dims).toEqual(theirs.pixel_values.dims);
+      expect(img.dims[1]).toBeGreaterThan(1);
+      const want = theirs.pixel_values.data as Float32Array;
+      let worst = 0;
+      for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(want[i]! - img.pixels[i]!));
+      expect(worst).toBeLessThan(1e-6);
+      expect(tok.encode(ours.expandPrompt('<image>x', [img]), { addSpecialTokens: false })).toEqual((theirs.input_ids.tolist()[0] as bigint[]).map(Number));
+    }
+  });
+
+  it('decodes JPEG close to sharp (jpeg-js), and serves it', async () => {
+    const w = 24, h = 18;
+    const rgba = new Uint8Array(w * h * 4);
+    for (let i = 0; i < w * h; i++) rgba.set([(i * 7) % 256, (i * 3) % 256, 255 - ((i * 5) % 256), 255], i * 4);
+    const jpg = new Uint8Array(jpeg.encode({ data: rgba, width: w, height: h }, 90).data);
+    const ours = await decodeImage(jpg, 'image');
+    const raw = await RawImage.fromBlob(new Blob([jpg as Uint8Array<ArrayBuffer>]));
+    expect([ours.width, ours.height, ours.channels]).toEqual([raw.width, raw.height, raw.channels]);
+    let worst = 0;
+    for (let i = 0; i < ours.data.length; i++) worst = Math.max(worst, Math.abs(ours.data[i]! - raw.data[i]!));
+    // IDCT rounding differs between jpeg-js and libjpeg-turbo by a step or two.
+    expect(worst).toBeLessThanOrEqual(4);
+    const r = await chat(server.url, { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/jpeg;base64,${Buffer.from(jpg).toString('base64')}` } }, { type: 'text', text: 'hi' }] }] });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body.usage.prompt_tokens).toBeGreaterThan(16);
   });
 });
 
