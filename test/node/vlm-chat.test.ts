@@ -9,7 +9,7 @@
  */
 
 import { once } from 'node:events';
-import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +20,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
 import { Idefics3Processor, decodeImage, decodePng } from '../../core/vision/index.js';
 import { isPrivateAddress } from '../../runtime-node/http/image-urls.js';
+import { pullModel } from '../../runtime-node/llm/pull.js';
+import { startFakeHub } from '../helpers/fake-hub.js';
 import { writeVlmFolder } from '../../scripts/vlm-model.js';
 import { postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { encodePng } from '../helpers/png.js';
@@ -206,6 +208,38 @@ describe('vision chat', () => {
     expect(cached(again)).toBeGreaterThan(8);
     expect(cached(again)).toBeLessThan(prompt);
   });
+});
+
+describe('tsi-node pull', () => {
+  it('pulls a SmolVLM-layout repo with one variant\'s three graphs, and it serves images', async () => {
+    // The repo as the Hub would hold it: a second precision (copies named _q4) and a model card stay there.
+    const hubDir = join(root, 'hub', 'vlm');
+    cpSync(folder, hubDir, { recursive: true });
+    for (const g of ['vision_encoder', 'embed_tokens', 'decoder_model_merged']) copyFileSync(join(hubDir, 'onnx', `${g}.onnx`), join(hubDir, 'onnx', `${g}_q4.onnx`));
+    writeFileSync(join(hubDir, 'README.md'), '# card\n');
+    const hub = await startFakeHub();
+    hub.add('onnx-community/Tiny-SmolVLM', hubDir);
+    const repository = join(root, 'pulled');
+    try {
+      const r = await pullModel({ repo: 'onnx-community/Tiny-SmolVLM', repository, hubUrl: hub.url, name: 'tiny_vlm' });
+      expect(r).toMatchObject({ kind: 'llm', variant: 'model' });
+      expect(readdirSync(join(repository, 'tiny_vlm', '1', 'onnx')).sort()).toEqual(['decoder_model_merged.onnx', 'embed_tokens.onnx', 'vision_encoder.onnx']);
+      for (const f of ['preprocessor_config.json', 'processor_config.json', 'config.json', 'tokenizer.json']) expect(existsSync(join(repository, 'tiny_vlm', '1', f)), f).toBe(true);
+      expect(existsSync(join(repository, 'tiny_vlm', '1', 'README.md'))).toBe(false);
+      const q4 = await pullModel({ repo: 'onnx-community/Tiny-SmolVLM', repository: join(root, 'pulled_q4'), hubUrl: hub.url, variant: 'q4' });
+      expect(q4.files.map((f) => f.path).filter((p) => p.startsWith('onnx/')).sort()).toEqual(['onnx/decoder_model_merged_q4.onnx', 'onnx/embed_tokens_q4.onnx', 'onnx/vision_encoder_q4.onnx']);
+      const pulled = await startTestServer({ modelRepositories: [repository] });
+      try {
+        const a = await chat(pulled.url, { image: 1, text: TEXTS[3]! });
+        expect(a.status, JSON.stringify(a.body)).toBe(200);
+        expect(a.body.choices[0].message.content).toBe(tok.decode(await reference({ image: 1, text: TEXTS[3]! })));
+      } finally {
+        await pulled.stop();
+      }
+    } finally {
+      await hub.close();
+    }
+  }, 120_000);
 });
 
 describe('refusals', () => {
