@@ -23,7 +23,7 @@ import { isPrivateAddress } from '../../runtime-node/http/image-urls.js';
 import { pullModel } from '../../runtime-node/llm/pull.js';
 import { startFakeHub } from '../helpers/fake-hub.js';
 import { writeVlmFolder } from '../../scripts/vlm-model.js';
-import { postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { MODELS, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { encodePng } from '../helpers/png.js';
 
 env.allowRemoteModels = false;
@@ -76,6 +76,8 @@ const chat = (url: string, a: Ask | { messages: unknown[] }, extra: Record<strin
 
 beforeAll(async () => {
   await writeVlmFolder(folder);
+  // A text-only model beside it: image parts to it are refused by name.
+  cpSync(join(MODELS, 'tiny_gpt'), join(root, 'repo', 'tiny_gpt'), { recursive: true });
   writeFileSync(join(root, 'repo', 'tiny_vlm', 'config.pbtxt'), 'backend: "llm"\nparameters { key: "kv_cache_bytes" value { string_value: "16777216" } }\n');
   tok = Tokenizer.fromJson(readFileSync(join(folder, 'tokenizer.json'), 'utf8'), readFileSync(join(folder, 'tokenizer_config.json'), 'utf8'));
   env.localModelPath = join(root, 'repo', 'tiny_vlm') + '/';
@@ -257,6 +259,10 @@ describe('refusals', () => {
     await refused(server, `data:image/png;base64,${Buffer.from('hello, not an image').toString('base64')}`, /PNG or JPEG/);
     await refused(server, `data:text/plain;base64,${Buffer.from('hello').toString('base64')}`, /'text\/plain', not an image/);
     await refused(server, 'http://example.com/cat.png', /--allow-image-urls/);
+    // A text-only model takes no image parts.
+    const gpt = await postJson(`${server.url}/v1/chat/completions`, { model: 'tiny_gpt', max_tokens: 2, ...part(dataUrl(IMAGES[0]!)) });
+    expect(gpt.status).toBe(400);
+    expect(gpt.body.error.message).toBe("messages[0].content[1]: model 'tiny_gpt' takes no images (it is not a vision-language model)");
     // The server still serves.
     expect((await chat(server.url, { text: 'hello' })).status).toBe(200);
   });
