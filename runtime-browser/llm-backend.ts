@@ -161,7 +161,7 @@ class WebDecoderSession implements DecoderSession {
 
   async step(req: StepRequest): Promise<StepResult> {
     if (req.kind === 'prefill') for (const row of req.rows) this.images.offer(row.images);
-    const r = await this.batch.step(req, this.kit);
+    const r = await this.batch.step(req, this.kit).finally(() => this.images.stepDone());
     // A wasm run settles in microtasks only, so back-to-back steps would hold the page's task queue
     // until every sequence finished: no request bodies read (new requests could not join the
     // batch), no paint of streamed tokens, no input. One task boundary per step lets them in.

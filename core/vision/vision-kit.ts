@@ -9,7 +9,7 @@
  * same embed run, so they batch with image rows.
  *
  * Features are computed when a run first needs them, from the pixels a prefill row brought
- * (`ImageBank.offer`), and kept for a few images (a prefix-cache miss on part of an image, n > 1
+ * (`ImageBank.offer`; pixels a step did not need are dropped with `stepDone`), and kept for a few images (a prefix-cache miss on part of an image, n > 1
  * forks and a request's retry reuse them). One bank per session; not shared across threads.
  */
 
@@ -58,9 +58,9 @@ export class ImageBank {
     return f;
   }
 
-  clear(): void {
+  /** The step the offers were for is over: pixels it did not need (its image came from the prefix cache) are dropped. */
+  stepDone(): void {
     this.offered.clear();
-    this.features.clear();
   }
 }
 

@@ -226,7 +226,7 @@ async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
         port.postMessage({ kind: 'part', id, rows, result, groups: groups! } satisfies DecoderWorkerReply, transfer);
       }
       : undefined;
-    const stepped = req.kind === 'decode' && req.auto ? await runAuto(id, req) : await batch.step(req, stepKit, onPart);
+    const stepped = req.kind === 'decode' && req.auto ? await runAuto(id, req) : await batch.step(req, stepKit, onPart).finally(() => images.stepDone());
     const { result, groups, transfer } = reply(stepped);
     port.postMessage({ kind: 'result', id, result, groups } satisfies DecoderWorkerReply, transfer);
   } catch (err) {

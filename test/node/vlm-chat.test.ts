@@ -116,6 +116,28 @@ describe('the processor', () => {
     expect(Buffer.from(dec.data).equals(Buffer.from(raw.data))).toBe(true);
   });
 
+  it('decodes the PNG kinds sharp writes (interlaced, palette, grey, 16-bit) to sharp\'s pixels', async () => {
+    // sharp is transformers.js's decoder in Node (a dependency of the devDependency).
+    const sharp = (await import('sharp')).default;
+    const w = 23, h = 17;
+    const rgb = Buffer.from(new Uint8Array(w * h * 3).map((_, i) => (i * 29 + (i >> 4)) % 256));
+    const raw = sharp(rgb, { raw: { width: w, height: h, channels: 3 } });
+    const kinds: [string, Buffer][] = [
+      ['interlaced', await raw.clone().png({ progressive: true }).toBuffer()],
+      ['palette', await raw.clone().png({ palette: true, colours: 16 }).toBuffer()],
+      ['grey', await raw.clone().greyscale().png().toBuffer()],
+      ['16-bit', await raw.clone().toColourspace('rgb16').png().toBuffer()],
+    ];
+    for (const [kind, png] of kinds) {
+      const ours = await decodePng(new Uint8Array(png));
+      const theirs = await sharp(png).raw().toBuffer({ resolveWithObject: true });
+      expect([kind, ours.width, ours.height, ours.channels]).toEqual([kind, theirs.info.width, theirs.info.height, theirs.info.channels]);
+      let worst = 0;
+      for (let i = 0; i < ours.data.length; i++) worst = Math.max(worst, Math.abs(ours.data[i]! - theirs.data[i]!));
+      expect([kind, worst]).toEqual([kind, 0]);
+    }
+  });
+
   it('splits images into frames as transformers.js does (do_image_splitting)', async () => {
     // The same folder's processor with splitting on: a 41×29 image becomes a 2 × 2 grid and the whole image.
     const split = join(root, 'split');
