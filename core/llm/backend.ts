@@ -167,6 +167,8 @@ class LlmModel implements BackendModel {
     if (facts) checkMemory(ctx, facts, instancesOf(config), intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES), file);
     ctx.log.info(`model '${config.name}': decoder with ${layout.past.length} layers, ${layout.kvHeads} KV heads × ${layout.headDim}, ${layout.kvType} cache, context ${layout.maxContext}, vocabulary ${tokenizer.vocabSize}`);
     if (vlm && !layout.inputsEmbeds) throw new TsiError('INVALID_ARG', `model '${config.name}': ${path} takes input_ids; a vision-language decoder takes inputs_embeds`);
+    const embedsType = vlm && io.inputs.find((i) => i.name === layout.inputsEmbeds)?.datatype;
+    if (vlm && embedsType !== 'float32') throw new TsiError('INVALID_ARG', `model '${config.name}': ${path} takes ${embedsType} inputs_embeds; tsi feeds float32 (serve the fp32 or q4 files: config parameter variant)`);
     const vision = vlm && { ...vlm.paths, imageTokenId: vlm.processor.imageTokenId };
     return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg, jinja), maxContext: layout.maxContext, defaults, vision: vlm?.processor }, vision);
   }
