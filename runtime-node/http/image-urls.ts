@@ -45,6 +45,8 @@ export interface ImageUrlOptions {
   timeoutMs?: number;
   /** Tests only: the resolver (default: the system's). */
   resolve?: (host: string) => Promise<{ address: string; family: number }[]>;
+  /** Tests only: whether an address is refused (default: isPrivateAddress), so a local listener can stand in for a public host. */
+  refuse?: (address: string) => boolean;
 }
 
 /** The fetcher for HttpOptions.fetchImage. */
@@ -66,7 +68,7 @@ export function imageUrlFetcher(opts: ImageUrlOptions = {}): (url: string, maxBy
     } catch (err) {
       throw new TsiError('INVALID_ARG', `the image URL's host '${host}' does not resolve (${(err as Error).message})`);
     }
-    const refused = addresses.find((a) => isPrivateAddress(a.address));
+    const refused = addresses.find((a) => (opts.refuse ?? isPrivateAddress)(a.address));
     if (addresses.length === 0 || refused) {
       throw new TsiError('INVALID_ARG', `the image URL's host '${host}' resolves to ${refused?.address ?? 'nothing'}, a private, loopback or link-local address: refused`);
     }

@@ -19,7 +19,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
 import { Idefics3Processor, decodeImage, decodePng } from '../../core/vision/index.js';
-import { isPrivateAddress } from '../../runtime-node/http/image-urls.js';
+import { imageUrlFetcher, isPrivateAddress } from '../../runtime-node/http/image-urls.js';
 import { pullModel } from '../../runtime-node/llm/pull.js';
 import { startFakeHub } from '../helpers/fake-hub.js';
 import { writeVlmFolder } from '../../scripts/vlm-model.js';
@@ -287,6 +287,32 @@ describe('refusals', () => {
     expect(gpt.body.error.message).toBe("messages[0].content[1]: model 'tiny_gpt' takes no images (it is not a vision-language model)");
     // The server still serves.
     expect((await chat(server.url, { text: 'hello' })).status).toBe(200);
+  });
+
+  it('fetches an allowed URL within its size and time bounds, and follows no redirect', async () => {
+    // A local listener stands in for a public host: the test lets its address through.
+    const { createServer: createHttp } = await import('node:http');
+    const site = createHttp((req, res) => {
+      if (req.url === '/cat.png') res.end(Buffer.from(IMAGES[0]!));
+      else if (req.url === '/moved') res.writeHead(302, { location: '/cat.png' }).end();
+      else if (req.url === '/slow') setTimeout(() => res.end('late'), 2000);
+      else res.writeHead(404).end();
+    });
+    site.listen(0, '127.0.0.1');
+    await once(site, 'listening');
+    const base = `http://images.test:${(site.address() as { port: number }).port}`;
+    const fetchImage = imageUrlFetcher({ timeoutMs: 300, resolve: async () => [{ address: '127.0.0.1', family: 4 }], refuse: () => false });
+    try {
+      expect(Buffer.from(await fetchImage(`${base}/cat.png`, 1 << 20)).equals(Buffer.from(IMAGES[0]!))).toBe(true);
+      await expect(fetchImage(`${base}/cat.png`, 100)).rejects.toThrow('the image at the URL is larger than 100 bytes');
+      await expect(fetchImage(`${base}/moved`, 1 << 20)).rejects.toThrow('the image URL answered HTTP 302 (redirects are not followed)');
+      await expect(fetchImage(`${base}/gone`, 1 << 20)).rejects.toThrow('the image URL answered HTTP 404');
+      await expect(fetchImage(`${base}/slow`, 1 << 20)).rejects.toThrow('did not answer within 300 ms');
+      await expect(fetchImage('ftp://images.test/cat.png', 1 << 20)).rejects.toThrow('only http and https');
+    } finally {
+      site.closeAllConnections();
+      site.close();
+    }
   });
 
   it('refuses private addresses with URLs on, before connecting', async () => {
