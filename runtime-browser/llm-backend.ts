@@ -25,6 +25,7 @@ import {
   type Backend, type DecoderLayout, type DecoderRuntime, type DecoderSession, type InstancePlacement,
   type KvArray, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult, type TensorKit,
 } from '../core/index.js';
+import { ImageBank, visionKit, type VisionRunner } from '../core/vision/index.js';
 import { externalDataFiles, readOnnxIo } from './onnx-io.js';
 import { loadOrt, probeEnvironment, runLock, type OnnxWebOptions, type OrtModule } from './onnx-web-backend.js';
 
@@ -41,7 +42,7 @@ export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
       if (!webgpu.available || pref === 'wasm' || (pref === 'auto' && !allGpu(config))) return VARIANT_RULES['page-wasm'];
       return webgpu.shaderF16 ? VARIANT_RULES['page-webgpu'] : VARIANT_RULES['page-webgpu-no-f16'];
     },
-    async open({ ctx, spec, path, layout }) {
+    async open({ ctx, spec, path, layout, vision }) {
       const ort = await loadOrt(opts);
       const name = ctx.config.name ?? 'llm';
       const read = async (p: string) => {
@@ -60,6 +61,12 @@ export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
         logSeverityLevel: 3, executionProviders: [ep],
         ...(externalData.length > 0 ? { externalData: externalData.map((e) => ({ path: e.path, data: e.data.slice() })) } : {}),
       });
+      // A vision-language folder's embed-tokens and vision-encoder graphs run on wasm beside the decoder.
+      const visionOf = async (): Promise<VisionSessions | undefined> => vision && {
+        embed: await ort.InferenceSession.create(await read(vision.embed), { logSeverityLevel: 3, executionProviders: ['wasm'] }),
+        encoder: await ort.InferenceSession.create(await read(vision.encoder), { logSeverityLevel: 3, executionProviders: ['wasm'] }),
+        imageTokenId: vision.imageTokenId,
+      };
       const env = await probeEnvironment();
       const pref = opts.device ?? 'auto';
       let fallback: string | undefined;
@@ -69,7 +76,7 @@ export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
           let session: Ort.InferenceSession | undefined;
           try {
             session = await create('webgpu');
-            const s = new WebDecoderSession(ort, session, layout, webgpuPlacement(env.webgpu));
+            const s = new WebDecoderSession(ort, session, layout, webgpuPlacement(env.webgpu), await visionOf());
             await s.selfTest();
             opts.log.verbose(1, `${name} (${spec.name}) runs on webgpu`);
             return s;
@@ -84,7 +91,7 @@ export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
         throw new TsiError('INTERNAL', `failed to create an onnxruntime-web session for '${name}': ${err.message.split('\n')[0]}`);
       });
       opts.log.verbose(1, `${name} (${spec.name}) runs on wasm (${ort.env.wasm.numThreads ?? 1} thread(s))`);
-      return new WebDecoderSession(ort, session, layout, { kind: 'KIND_CPU', provider: 'wasm', ...(fallback ? { notes: [fallback] } : {}) });
+      return new WebDecoderSession(ort, session, layout, { kind: 'KIND_CPU', provider: 'wasm', ...(fallback ? { notes: [fallback] } : {}) }, await visionOf());
     },
   };
   return createLlmBackend(runtime);
@@ -95,18 +102,37 @@ function webgpuPlacement(gpu: { vendor: string; architecture: string; fallback: 
   return { kind: 'KIND_GPU', provider: 'webgpu', ...(adapter ? { adapter } : {}) };
 }
 
+/** A vision-language decoder's other two graphs (core/vision/vision-kit.ts feeds the decoder through them). */
+interface VisionSessions {
+  embed: Ort.InferenceSession;
+  encoder: Ort.InferenceSession;
+  imageTokenId: number;
+}
+
 class WebDecoderSession implements DecoderSession {
   readonly device: string;
   private batch: KvBatch;
   private readonly kit: TensorKit<Ort.Tensor>;
+  private readonly images = new ImageBank();
 
   constructor(
     ort: OrtModule, private readonly session: Ort.InferenceSession, private readonly layout: DecoderLayout,
-    readonly placement: InstancePlacement,
+    readonly placement: InstancePlacement, private readonly vision?: VisionSessions,
   ) {
     this.device = placement.provider;
     this.batch = new KvBatch(layout);
     const lock = runLock(ort);
+    // Runs of one ORT module never overlap (its wasm heap and WebGPU device are shared by all sessions).
+    const locked = async <R>(run: () => Promise<R>): Promise<R> => {
+      lock.busy++;
+      try {
+        const running = lock.busy === 1 ? run() : lock.tail.then(run, run);
+        lock.tail = running;
+        return await running;
+      } finally {
+        lock.busy--;
+      }
+    };
     const kvType = layout.kvType;
     this.kit = {
       int64: (data, dims) => new ort.Tensor('int64', data, dims),
@@ -114,19 +140,9 @@ class WebDecoderSession implements DecoderSession {
       kv: (data: KvArray, dims) => new ort.Tensor(kvType, data as never, dims),
       data: (t) => asKvOrFloat(t.data),
       dims: (t) => t.dims,
-      // Runs of one ORT module never overlap (its wasm heap and WebGPU device are shared by all sessions).
-      run: async (feeds, fetches) => {
-        const run = () => session.run(feeds, fetches);
-        lock.busy++;
-        try {
-          const running = lock.busy === 1 ? run() : lock.tail.then(run, run);
-          lock.tail = running;
-          return (await running) as Record<string, Ort.Tensor>;
-        } finally {
-          lock.busy--;
-        }
-      },
+      run: (feeds, fetches) => locked(() => session.run(feeds, fetches) as Promise<Record<string, Ort.Tensor>>),
     };
+    if (vision) this.kit = visionKit(this.kit, visionRunner(ort, vision, locked), this.images, { inputIds: layout.inputIds, inputsEmbeds: layout.inputsEmbeds!, imageTokenId: vision.imageTokenId });
   }
 
   /**
@@ -144,7 +160,8 @@ class WebDecoderSession implements DecoderSession {
   }
 
   async step(req: StepRequest): Promise<StepResult> {
-    const r = await this.batch.step(req, this.kit);
+    if (req.kind === 'prefill') for (const row of req.rows) this.images.offer(row.images);
+    const r = await this.batch.step(req, this.kit).finally(() => this.images.stepDone());
     // A wasm run settles in microtasks only, so back-to-back steps would hold the page's task queue
     // until every sequence finished: no request bodies read (new requests could not join the
     // batch), no paint of streamed tokens, no input. One task boundary per step lets them in.
@@ -154,7 +171,28 @@ class WebDecoderSession implements DecoderSession {
 
   async close(): Promise<void> {
     await this.session.release();
+    await this.vision?.embed.release();
+    await this.vision?.encoder.release();
   }
+}
+
+/** The vision kit's runner over the page's two extra sessions. */
+function visionRunner(ort: OrtModule, v: VisionSessions, locked: <R>(run: () => Promise<R>) => Promise<R>): VisionRunner<Ort.Tensor> {
+  return {
+    async embed(ids, dims) {
+      const out = await locked(() => v.embed.run({ [v.embed.inputNames[0]!]: new ort.Tensor('int64', ids, dims) }));
+      return out[v.embed.outputNames[0]!]!.data as Float32Array;
+    },
+    async encode(pixels, dims) {
+      const [, frames, , h, w] = dims as [number, number, number, number, number];
+      const feeds: Record<string, Ort.Tensor> = { pixel_values: new ort.Tensor('float32', pixels, dims) };
+      if (v.encoder.inputNames.includes('pixel_attention_mask')) feeds.pixel_attention_mask = new ort.Tensor('bool', new Uint8Array(frames * h * w).fill(1), [1, frames, h, w]);
+      const out = await locked(() => v.encoder.run(feeds));
+      return (out.image_features ?? out[v.encoder.outputNames[0]!]!).data as Float32Array;
+    },
+    float32: (data, dims) => new ort.Tensor('float32', data, dims),
+    ids: (t) => t.data as BigInt64Array,
+  };
 }
 
 /** Resolves in a new task (not a microtask), without setTimeout's 4 ms clamp on nested timers. */

@@ -4,6 +4,7 @@
  * core, so this file only wires backends, repositories and listeners together.
  */
 
+import { imageUrlFetcher } from './http/image-urls.js';
 import { openSync, readFileSync, writeSync } from 'node:fs';
 import { deflate, gzip } from 'node:zlib';
 import { availableParallelism, totalmem } from 'node:os';
@@ -59,6 +60,8 @@ export interface NodeServerOptions {
   backendConfig?: Record<string, Record<string, string>>;
   corsOrigin?: string | string[];
   maxInputSize?: number;
+  /** `--allow-image-urls`: chat image_url parts may be http(s) URLs, fetched (never from private addresses; http/image-urls.ts). */
+  allowImageUrls?: boolean;
   id?: string;
   /** Also serve the browser demo (/demo), the browser build (/browser/) and the repositories' files (/repository/). */
   browserDemo?: boolean;
@@ -337,6 +340,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       const httpOptions = {
         maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE, corsOrigin: opts.corsOrigin,
         compression: opts.httpCompression, compress: fastCompress,
+        fetchImage: opts.allowImageUrls ? imageUrlFetcher() : undefined,
         extend: extendAll(
           opts.browserDemo ? browserRoutes(opts.modelRepositories) : undefined,
           opts.allowDashboard ? dashboardRoutes(server, { tuneReports: opts.dashboardTuneReports }) : undefined,

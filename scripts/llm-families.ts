@@ -143,8 +143,12 @@ function quantize4(w: Float32Array, K: number, N: number): { b: Uint8Array; scal
   return { b, scales };
 }
 
-/** The decoder graph of `spec` in one variant's weight and cache types. */
-export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8Array; data?: Uint8Array } {
+/**
+ * The decoder graph of `spec` in one variant's weight and cache types. `inputsEmbeds`: it takes
+ * `inputs_embeds` [batch, seq, d] instead of `input_ids` (a vision-language model's decoder, fed by
+ * its embed-tokens graph; vlm-model.ts), and is written as one file.
+ */
+export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEmbeds?: boolean } = {}): { model: Uint8Array; data?: Uint8Array } {
   const { vocab: V, dModel: D, heads: H, kvHeads: KVH, headDim: hd, layers, ffn, family } = spec;
   const rep = H / KVH;
   const half = variant === 'model_fp16' || variant === 'model_q4f16';
@@ -187,10 +191,11 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
     return g.op('Mul', [g.op('Mul', [x, inv]), scale]);
   };
 
-  const inputIds = g.input('input_ids', 'INT64', ['batch_size', 'sequence_length']);
+  const embeds = opts.inputsEmbeds ? g.input('inputs_embeds', 'FLOAT', ['batch_size', 'sequence_length', D]) : undefined;
+  const inputIds = embeds ? undefined : g.input('input_ids', 'INT64', ['batch_size', 'sequence_length']);
   const mask = g.input('attention_mask', 'INT64', ['batch_size', 'total_sequence_length']);
   const embedData = rand(V * D, 1);
-  let x = g.op('Gather', [weight('model.embed_tokens.weight', [V, D], embedData), inputIds], { axis: 0 });
+  let x = embeds ?? g.op('Gather', [weight('model.embed_tokens.weight', [V, D], embedData), inputIds!], { axis: 0 });
   if (family === 'gemma') x = g.op('Mul', [x, f32('model.embed_scale', Math.sqrt(D))]);
   /** The MLP's gate activation: GELU with the tanh approximation (Gemma's gelu_pytorch_tanh), else SiLU. */
   const activation = (gate: string, p: string): string => {
@@ -211,7 +216,7 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
     if (half) g.op('Cast', [logits], { to: 10 }, 'logits');
     else g.op('Identity', [logits], undefined, 'logits');
     g.output('logits', half ? 'FLOAT16' : 'FLOAT', ['batch_size', 'sequence_length', V]);
-    return encodeModelParts(g.spec(), variant === 'model' ? { location: 'model.onnx_data' } : undefined);
+    return encodeModelParts(g.spec(), variant === 'model' && !opts.inputsEmbeds ? { location: 'model.onnx_data' } : undefined);
   };
   if (fused) {
     // The weights are drawn in the plain layout's order (same seeds), so both layouts hold the same model.
@@ -273,7 +278,7 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
   const positions = g.input('position_ids', 'INT64', ['batch_size', 'sequence_length']);
 
   // Tiled rep times along the query axis for the grouped heads (row r·S + s is query s).
-  const allowed = g.op('Tile', [attentionAllowed(g, inputIds, mask), i64('mask_tile', [1, 1, rep, 1])]);
+  const allowed = g.op('Tile', [attentionAllowed(g, inputIds ?? positions, mask), i64('mask_tile', [1, 1, rep, 1])]);
   const neg = f32('mask_value', -1e9);
 
   // RoPE: angle[b, 1, s, i] = position · inv_freq[i mod hd/2]; rotate_half pairs i with i + hd/2.

@@ -33,17 +33,19 @@ import type { ModelStats } from '../stats.js';
 import { decodeString } from '../tensor.js';
 import { ChatTemplate } from './chat.js';
 import { kvBytesPerToken, layoutOf, type DecoderLayout, type DecoderSession } from './decoder.js';
-import { checkMemory, modelFile, type MemoryFacts, type VariantRule } from './model-folder.js';
+import { checkMemory, modelFile, type MemoryFacts, type ModelFile, type VariantRule } from './model-folder.js';
 import { generationDefaults, type GenerationDefaults } from './params.js';
 import { LlmScheduler } from './scheduler.js';
 import type { LlmModelInfo } from './model-info.js';
 import { LlmStats } from './stats.js';
 import { Tokenizer } from './tokenizer.js';
+import { readVisionFolder, type VisionPaths } from '../vision/idefics3.js';
 
 /** What a runtime provides: the graph's description, and a decoder session per instance. */
 export interface DecoderRuntime {
   describe(files: ModelFiles, path: string): Promise<ModelIoInfo>;
-  open(args: { ctx: ModelLoadContext; spec: InstanceSpec; path: string; layout: DecoderLayout; instanceCount: number }): Promise<DecoderSession>;
+  /** `vision`: a vision-language folder's other graphs; the session feeds the decoder through core/vision's kit. */
+  open(args: { ctx: ModelLoadContext; spec: InstanceSpec; path: string; layout: DecoderLayout; instanceCount: number; vision?: VisionSessionFiles }): Promise<DecoderSession>;
   /** Which variant (`model`, `model_fp16`, `model_q4`...) the device `config`'s instances run on prefers; default: the CPU's. */
   variantRule?(config: ModelConfig): VariantRule | Promise<VariantRule>;
   /** What the memory check needs to know, where the runtime can tell. */
@@ -51,6 +53,11 @@ export interface DecoderRuntime {
 }
 
 export type { LlmModelInfo };
+
+/** What a runtime's session needs to embed a vision-language prompt (core/vision/vision-kit.ts). */
+export interface VisionSessionFiles extends VisionPaths {
+  imageTokenId: number;
+}
 
 /** The LLM side of a loaded model version (by its ModelStats), or undefined when it is no `llm` model. */
 export function llmModelOf(stats: ModelStats): LlmModelInfo | undefined {
@@ -125,7 +132,7 @@ class LlmModel implements BackendModel {
 
   private constructor(
     private readonly ctx: ModelLoadContext, private readonly runtime: DecoderRuntime, private readonly path: string,
-    readonly layout: DecoderLayout, readonly info: Omit<LlmModelInfo, 'stats'>,
+    readonly layout: DecoderLayout, readonly info: Omit<LlmModelInfo, 'stats'>, private readonly vision?: VisionSessionFiles,
   ) {}
 
   static async load(ctx: ModelLoadContext, runtime: DecoderRuntime): Promise<LlmModel> {
@@ -137,16 +144,21 @@ class LlmModel implements BackendModel {
       throw new TsiError('INVALID_ARG', `model '${config.name}': an llm model takes 'text_input' and returns 'text_output' (TYPE_STRING)`);
     }
     const dir = String(version);
-    const file = await modelFile(files, dir, config, await runtime.variantRule?.(config));
+    // A vision-language folder (SmolVLM / Idefics3) serves its decoder_model_merged; core/vision/ does the rest.
+    const vlm = await readVisionFolder(files, dir, config);
+    const file = vlm ? { path: vlm.paths.decoder, present: [] } satisfies ModelFile : await modelFile(files, dir, config, await runtime.variantRule?.(config));
     const path = file.path;
-    if (file.variant) ctx.log.info(`model '${config.name}': serving ${path} (variant '${file.variant}', ${file.reason}; present: ${file.present.join(', ')})`);
+    if (vlm) ctx.log.info(`model '${config.name}': a vision-language model (${vlm.paths.encoder}, ${vlm.paths.embed}, ${path}; image token ${vlm.processor.imageTokenId})`);
+    else if (file.variant) ctx.log.info(`model '${config.name}': serving ${path} (variant '${file.variant}', ${file.reason}; present: ${file.present.join(', ')})`);
     const tokJson = await readJson(files, `${dir}/tokenizer.json`, true);
     const tokCfg = await readJson(files, `${dir}/tokenizer_config.json`, false);
     const tokenizer = new Tokenizer(tokJson!, tokCfg ?? {});
     const jinjaPath = `${dir}/chat_template.jinja`;
     const jinja = (await files.exists(jinjaPath)) ? decodeString(await files.read(jinjaPath)) : undefined;
     const genCfg = await readJson(files, `${dir}/generation_config.json`, false);
-    const hf = await readJson(files, `${dir}/config.json`, false);
+    const folderCfg = await readJson(files, `${dir}/config.json`, false);
+    // A vision-language config nests its language model's (context, heads) under text_config.
+    const hf = vlm && folderCfg?.text_config ? { ...folderCfg, ...folderCfg.text_config } : folderCfg;
     const io = await runtime.describe(files, path);
     const maxContextParam = config.parameters?.max_context?.string_value;
     const layout = layoutOf(io, hf ?? {}, { maxContext: maxContextParam !== undefined ? intParam(config, 'max_context', 1) : undefined });
@@ -154,12 +166,16 @@ class LlmModel implements BackendModel {
     const facts = await runtime.memory?.(ctx, path);
     if (facts) checkMemory(ctx, facts, instancesOf(config), intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES), file);
     ctx.log.info(`model '${config.name}': decoder with ${layout.past.length} layers, ${layout.kvHeads} KV heads × ${layout.headDim}, ${layout.kvType} cache, context ${layout.maxContext}, vocabulary ${tokenizer.vocabSize}`);
-    return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg, jinja), maxContext: layout.maxContext, defaults });
+    if (vlm && !layout.inputsEmbeds) throw new TsiError('INVALID_ARG', `model '${config.name}': ${path} takes input_ids; a vision-language decoder takes inputs_embeds`);
+    const embedsType = vlm && io.inputs.find((i) => i.name === layout.inputsEmbeds)?.datatype;
+    if (vlm && embedsType !== 'float32') throw new TsiError('INVALID_ARG', `model '${config.name}': ${path} takes ${embedsType} inputs_embeds; tsi feeds float32 (serve the fp32 or q4 files: config parameter variant)`);
+    const vision = vlm && { ...vlm.paths, imageTokenId: vlm.processor.imageTokenId };
+    return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg, jinja), maxContext: layout.maxContext, defaults, vision: vlm?.processor }, vision);
   }
 
   async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
     const instanceCount = instancesOf(this.ctx.config);
-    const session = await this.runtime.open({ ctx: this.ctx, spec, path: this.path, layout: this.layout, instanceCount });
+    const session = await this.runtime.open({ ctx: this.ctx, spec, path: this.path, layout: this.layout, instanceCount, vision: this.vision });
     this.sessions.push(session);
     return new LlmInstance(spec, session);
   }

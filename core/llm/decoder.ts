@@ -15,6 +15,7 @@
 
 import type { InstancePlacement, ModelIoInfo } from '../backend.js';
 import { TsiError } from '../errors.js';
+import type { ImageInput } from '../vision/image-input.js';
 import type { SamplingParams } from './sampling.js';
 import type { DeviceUse } from './stats.js';
 
@@ -24,8 +25,10 @@ export type StepRequest =
   /**
    * `forks`: sequences that start as copies of the row's cache (a request's other n - 1 choices).
    * `prefixRoom`: prefix caching is on, and its cache may hold this many tokens' worth (prefix-cache.ts).
+   * `images`: a vision-language prompt's images, whose tokens are written as ids above the vocabulary
+   * (core/vision/: the session's vision kit turns them into image features).
    */
-  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[]; forks?: number[] }[]; greedy?: boolean; prefixRoom?: number }
+  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[]; forks?: number[]; images?: readonly ImageInput[] }[]; greedy?: boolean; prefixRoom?: number }
   | { kind: 'decode'; free: number[]; rows: { seq: number; token: number }[]; greedy?: boolean; auto?: AutoDecode }
   | { kind: 'free'; free: number[] };
 
@@ -117,6 +120,11 @@ export interface DecoderSession {
 /** How to feed one exported decoder. */
 export interface DecoderLayout {
   inputIds: string;
+  /**
+   * A vision-language decoder's `inputs_embeds`: it takes embeddings, not ids. Steps still feed
+   * `inputIds`, which the session's vision kit (core/vision/vision-kit.ts) embeds and renames.
+   */
+  inputsEmbeds?: string;
   attentionMask?: string;
   positionIds?: string;
   /** Optimum's merged decoders: a bool input choosing the with-past branch. */
@@ -151,7 +159,8 @@ export function layoutOf(io: ModelIoInfo, hf: Json = {}, overrides: { maxContext
   const inputs = new Map(io.inputs.map((i) => [i.name, i]));
   const outputs = new Map(io.outputs.map((o) => [o.name, o]));
   const fail = (what: string) => new TsiError('INVALID_ARG', `the decoder model ${what} (expected the Optimum / onnx-community export layout: input_ids, attention_mask, position_ids, past_key_values.{i}.key/value → logits, present.{i}.key/value)`);
-  if (!inputs.has('input_ids')) throw fail(`has no 'input_ids' input (inputs: ${[...inputs.keys()].join(', ')})`);
+  const embeds = !inputs.has('input_ids') && inputs.has('inputs_embeds') ? 'inputs_embeds' : undefined;
+  if (!inputs.has('input_ids') && !embeds) throw fail(`has no 'input_ids' input (inputs: ${[...inputs.keys()].join(', ')})`);
   const logits = outputs.has('logits') ? 'logits' : undefined;
   if (!logits) throw fail(`has no 'logits' output (outputs: ${[...outputs.keys()].join(', ')})`);
   const past: { key: string; value: string }[] = [];
@@ -186,6 +195,7 @@ export function layoutOf(io: ModelIoInfo, hf: Json = {}, overrides: { maxContext
   const has = (n: string) => (inputs.has(n) ? n : undefined);
   return {
     inputIds: 'input_ids',
+    ...(embeds ? { inputsEmbeds: embeds } : {}),
     attentionMask: has('attention_mask'),
     positionIds: has('position_ids'),
     useCacheBranch: has('use_cache_branch'),

@@ -27,6 +27,7 @@
  * The engine is platform-neutral; the session behind it runs the model wherever the runtime put it.
  */
 
+import type { ImageInput } from '../vision/image-input.js';
 import { TsiError, asTsiError } from '../errors.js';
 import type { AutoSample, AutoTokens, DecoderSession, DeviceUse, PrefillPart, StepRequest, StepResult } from './decoder.js';
 import type { Accepted, Generation } from './generation.js';
@@ -49,7 +50,9 @@ const autoSample = (s: EngineSequence): AutoSample | null => {
 };
 
 /** A prefill row: the prompt, once for a request's n sequences (its cache copied to the followers'). */
-const prefillRow = (s: EngineSequence) => ({ seq: s.id, tokens: [...s.gen.prompt], ...(s.followers?.length ? { forks: s.followers.map((f) => f.id) } : {}) });
+const prefillRow = (s: EngineSequence) => ({
+  seq: s.id, tokens: [...s.gen.prompt], ...(s.followers?.length ? { forks: s.followers.map((f) => f.id) } : {}), ...(s.images ? { images: s.images } : {}),
+});
 
 /** The KV tokens a request's sequences reserve together. */
 const reserveOf = (group: readonly EngineSequence[]) => group.reduce((n, x) => n + x.reserve, 0);
@@ -69,6 +72,8 @@ export interface EngineSequence {
    * it (one prompt run, its cache copied), each then running on its own.
    */
   readonly followers?: readonly EngineSequence[];
+  /** A vision-language prompt's images (its image tokens are their key ids). */
+  readonly images?: readonly ImageInput[];
   /** A token was chosen: the text it completes and whether the sequence is done. */
   accepted(acc: Accepted, first: boolean): void;
   /** It left without finishing: cancelled (err undefined) or failed. */

@@ -8,6 +8,7 @@ import type { ChatTemplate } from './chat.js';
 import type { GenerationDefaults } from './params.js';
 import type { LlmStats } from './stats.js';
 import type { Tokenizer } from './tokenizer.js';
+import type { ImageProcessor } from '../vision/image-input.js';
 
 export interface LlmModelInfo {
   tokenizer: Tokenizer;
@@ -15,4 +16,6 @@ export interface LlmModelInfo {
   maxContext: number;
   defaults: GenerationDefaults;
   stats: LlmStats;
+  /** A vision-language model's image processor (chat takes image parts). */
+  vision?: ImageProcessor;
 }

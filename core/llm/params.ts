@@ -10,6 +10,7 @@
  * writing them back into request parameters.
  */
 
+import type { ImageInput } from '../vision/image-input.js';
 import { TsiError } from '../errors.js';
 import { choiceGrammar, grammarError } from './grammar-cfg.js';
 import { gbnfGrammar } from './grammar-gbnf.js';
@@ -174,6 +175,8 @@ export interface GenerationRequest {
   /** Set by the OpenAI routes for a reasoning model (core/llm/reasoning.ts), never read from a request's parameters. */
   thinkEndId?: number;
   thinkOpen?: boolean;
+  /** A vision-language chat's images, in the prompt's order (core/vision/). */
+  images?: readonly ImageInput[];
 }
 
 /** A request's generation parameters, by any of their names (see the file comment); none filled in. */

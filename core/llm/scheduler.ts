@@ -22,6 +22,8 @@ import type { TokenLogprob } from './sampling.js';
 import type { LlmStats } from './stats.js';
 import type { Tokenizer } from './tokenizer.js';
 import type { DecoderSession, DeviceUse } from './decoder.js';
+import type { ImageInput } from '../vision/image-input.js';
+import { imagePromptIds } from '../vision/vision-kit.js';
 
 export interface LlmSchedulerOptions {
   sessions: DecoderSession[];
@@ -52,6 +54,7 @@ class Sequence implements EngineSequence {
   readonly id = nextSeq++;
   admittedNs = 0;
   followers?: Sequence[];
+  images?: readonly ImageInput[];
   private lastTokenNs = 0;
   private promptText = '';
   private whole = '';
@@ -225,7 +228,8 @@ export class LlmScheduler implements Scheduler {
     // Parsed already when a front end read them from its own fields (the OpenAI API); else from the request's parameters.
     const asked = request.generation ?? readGenerationRequest(get);
     const params = withDefaults(asked, this.opts.defaults);
-    let ids = this.opts.tokenizer.encode(prompt, { addSpecialTokens: asked.addSpecialTokens !== false });
+    const encoded = this.opts.tokenizer.encode(prompt, { addSpecialTokens: asked.addSpecialTokens !== false });
+    let ids = asked.images?.length ? imagePromptIds(encoded, asked.images) : encoded;
     const ctxLen = this.opts.maxContext;
     const vocab = this.opts.tokenizer.vocabSize;
     const outside = params.logitBias?.find(([t]) => t >= vocab);
@@ -254,6 +258,7 @@ export class LlmScheduler implements Scheduler {
     const group: Group = { size: n, running: n, unsettled: n, failed: false };
     const make = (i: number) => new Sequence(this, request, new Generation(this.opts.tokenizer, ids, params, maxTokens, this.opts.defaults.eosTokenIds, i), reserve, prompt, group);
     const lead = make(0);
+    if (asked.images?.length) lead.images = asked.images;
     if (n > 1) lead.followers = Array.from({ length: n - 1 }, (_, i) => make(i + 1));
     return lead;
   }

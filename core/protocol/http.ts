@@ -25,6 +25,7 @@ import { attachTrace, traceContextOf } from '../trace.js';
 import type { InferResponse } from '../types.js';
 import { readRequestBody, readWebBody, type BodySource } from './http-body.js';
 import { forwardHeaders } from './request-params.js';
+import type { ImageFetcher } from './openai-images.js';
 import { HEADER_LENGTH, bodyBytes, decodeInferRequest, encodeInferResponse, errorBody } from './v2-codec.js';
 
 export { errorReply, errorResponse, json, type HttpReply } from './http-common.js';
@@ -47,6 +48,8 @@ export interface HttpOptions {
   headerForwardPattern?: RegExp;
   /** Which infer responses are compressed for clients that accept it (see `compressionPolicy`). */
   compression?: CompressionPolicy;
+  /** --allow-image-urls: fetches a chat image_url part's http(s) URL (the runtime's checks); unset: such URLs are refused. */
+  fetchImage?: ImageFetcher;
   /** A faster compressor than CompressionStream where the runtime has one (Node: zlib at level 1). */
   compress?: (data: Uint8Array, format: 'gzip' | 'deflate') => Promise<Uint8Array>;
 }
@@ -155,7 +158,7 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   route('/v1/models', { GET: () => listModels(server) });
   route('/v1/models/:model{.+}', { GET: (c) => getModel(server, c.req.param('model')!) });
   route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput, ext.traces) });
-  route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput, ext.traces) });
+  route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput, ext.traces, options.fetchImage) });
   // OpenAI's Responses API, Anthropic's Messages API and vLLM's tokenizer routes over the same models.
   route('/v1/responses', { POST: (c) => createResponse(server, c.req.raw, maxInput) });
   route('/v1/responses/:id{[^/]+}', { GET: (c) => getResponse(server, c.req.param('id')!), DELETE: (c) => deleteResponse(server, c.req.param('id')!) });

@@ -24,6 +24,8 @@ import { isEmbeddingModel } from './openai-embeddings.js';
 import { isClassifierModel } from './openai-scoring.js';
 import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
 import { planReasoning, reasoningParserOf, templateVariables, type ReasoningParser } from '../llm/reasoning.js';
+import type { ImageInput } from '../vision/image-input.js';
+import { imagePartAt, visionMessages, type ImageFetcher } from './openai-images.js';
 
 export { openAiError };
 
@@ -155,6 +157,13 @@ function messageText(m: Json, i: number): string {
   throw bad(`messages[${i}].content must be a string or a list of text parts`);
 }
 
+/** The template's options: its variables (chat_template_kwargs, reasoning_effort), the generation prompt, tools. */
+function templateOptions(body: Json, tools: ToolPlan, generationPrompt: boolean): Record<string, unknown> {
+  const vars = templateVariables(body.chat_template_kwargs, body.reasoning_effort);
+  return { ...vars, add_generation_prompt: generationPrompt, ...(tools.templateTools ? { tools: tools.templateTools } : {}) };
+}
+
+/** The prompt of a text-only chat (image parts are refused by chatPromptWithImages before this). */
 export function chatPrompt(body: Json, info: LlmModelInfo, tools: ToolPlan, generationPrompt = true): string {
   const msgs = body.messages;
   if (!Array.isArray(msgs) || msgs.length === 0) throw bad(`'messages' must be a non-empty list of {role, content}`, 'messages');
@@ -167,8 +176,29 @@ export function chatPrompt(body: Json, info: LlmModelInfo, tools: ToolPlan, gene
     const thought = past !== undefined ? { reasoning_content: past, reasoning: past } : {};
     return { role: m.role, content: messageText(m, i), ...templateMessage(m), ...thought };
   });
-  const vars = templateVariables(body.chat_template_kwargs, body.reasoning_effort);
-  return info.chat.render(messages, { ...vars, add_generation_prompt: generationPrompt, ...(tools.templateTools ? { tools: tools.templateTools } : {}) });
+  return info.chat.render(messages, templateOptions(body, tools, generationPrompt));
+}
+
+/**
+ * The prompt of a chat that may hold image parts: a vision-language model's template takes content as
+ * parts, images among them (openai-images.ts); any other model refuses them, naming the part.
+ */
+async function chatPromptWithImages(body: Json, name: string, info: LlmModelInfo, tools: ToolPlan, images: ImageOptions): Promise<{ prompt: string; images?: ImageInput[] }> {
+  const msgs = body.messages;
+  if (!Array.isArray(msgs) || msgs.length === 0) throw bad(`'messages' must be a non-empty list of {role, content}`, 'messages');
+  if (info.vision) {
+    const v = await visionMessages(msgs, info, name, templateMessage, images.fetchImage, images.maxBytes);
+    return { prompt: info.vision.expandPrompt(info.chat.render(v.messages, templateOptions(body, tools, true)), v.images), images: v.images.length > 0 ? v.images : undefined };
+  }
+  const at = imagePartAt(msgs);
+  if (at) throw bad(`${at}: model '${name}' takes no images (it is not a vision-language model)`, 'messages');
+  return { prompt: chatPrompt(body, info, tools) };
+}
+
+/** How image_url parts are read: the fetcher for http(s) URLs (--allow-image-urls), and the size bound. */
+export interface ImageOptions {
+  fetchImage?: ImageFetcher;
+  maxBytes: number;
 }
 
 /** The model's tool-call format (config parameter `tool_call_parser`). */
@@ -193,7 +223,7 @@ function completionPrompt(body: Json): string {
 }
 
 /** `POST /v1/completions` and `POST /v1/chat/completions`. */
-export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number, traces?: TraceManager): Promise<Response> {
+export async function completions(server: InferenceServer, req: Request, chat: boolean, maxInput: number, traces?: TraceManager, fetchImage?: ImageFetcher): Promise<Response> {
   const received = server.clock.nowNs();
   let request: InferRequest;
   let body: Json;
@@ -207,7 +237,8 @@ export async function completions(server: InferenceServer, req: Request, chat: b
     const { name, info } = modelOf(server, body);
     const parser = toolParserOf(server, name);
     tools = chat ? planTools(body, parser) : { parse: false, parallel: false };
-    const prompt = chat ? chatPrompt(body, info, tools) : completionPrompt(body);
+    const asked = chat ? await chatPromptWithImages(body, name, info, tools, { fetchImage, maxBytes: maxInput }) : { prompt: completionPrompt(body) };
+    const prompt = asked.prompt;
     const sp = samplingParameters(body, chat, chat ? undefined : COMPLETIONS_DEFAULT_MAX_TOKENS);
     const parameters = sp.p;
     wants = sp.wants;
@@ -230,7 +261,7 @@ export async function completions(server: InferenceServer, req: Request, chat: b
     request = {
       model_name: name,
       inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1], data: [encodeString(prompt)] }],
-      generation: readGenerationRequest((k) => parameters[k]),
+      generation: { ...readGenerationRequest((k) => parameters[k]), ...(asked.images ? { images: asked.images } : {}) },
     };
     const thinking = chat ? planReasoning(reasoningOf(server, name, info), prompt, !!tools.guided || parameters.response_format !== undefined, info.tokenizer, request.generation!) : undefined;
     if (thinking) reasoning = { ...thinking, tokenizer: info.tokenizer };

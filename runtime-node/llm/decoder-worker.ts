@@ -38,6 +38,7 @@ import { gpuLocked } from '../gpu/lock.js';
 import { openSession } from '../onnx/session-options.js';
 import { movable } from '../worker-instance.js';
 import { DeviceKv, countBytes, type BusBytes } from './device-kv.js';
+import { ImageBank, visionKit, type VisionRunner } from '../../core/vision/vision-kit.js';
 
 export interface DecoderInit {
   modelPath?: string;
@@ -52,6 +53,8 @@ export interface DecoderInit {
   nice?: number;
   /** On WebGPU, keep the KV caches (and logits) on the device (device-kv.ts). */
   deviceCaches?: boolean;
+  /** A vision-language decoder: its embed-tokens and vision-encoder graphs (file paths or bytes), run on the CPU. */
+  vision?: { embed: string | Uint8Array; encoder: string | Uint8Array; imageTokenId: number; inputsEmbeds: string };
 }
 
 /** `parts`: a prefill run in parts answers part by part (only with `handOff`: each part's caches go with it). */
@@ -100,10 +103,37 @@ const kit: TensorKit<ort.Tensor> = {
   run: (feeds, fetches) => gpuLocked(gpuLock, () => session!.run(feeds, fetches) as Promise<Record<string, ort.Tensor>>),
 };
 
+/** A vision-language decoder's graphs beside it (CPU sessions; the encoder opened when an image first comes). */
+const images = new ImageBank();
+let embedSession: ort.InferenceSession | undefined;
+let encoderSession: Promise<ort.InferenceSession> | undefined;
+const visionOpts = { intraOpNumThreads: init.sessionOptions.intraOpNumThreads, executionProviders: ['cpu'] };
+const runner: VisionRunner<ort.Tensor> = {
+  async embed(ids, dims) {
+    const out = await embedSession!.run({ [embedSession!.inputNames[0]!]: new ort.Tensor('int64', ids, dims) });
+    return out[embedSession!.outputNames[0]!]!.data as Float32Array;
+  },
+  async encode(pixels, dims) {
+    const v = init.vision!;
+    encoderSession ??= ort.InferenceSession.create(v.encoder as string, visionOpts);
+    const s = await encoderSession;
+    const [, frames, , h, w] = dims as [number, number, number, number, number];
+    const feeds: Record<string, ort.Tensor> = { pixel_values: new ort.Tensor('float32', pixels, dims) };
+    if (s.inputNames.includes('pixel_attention_mask')) feeds.pixel_attention_mask = new ort.Tensor('bool', new Uint8Array(frames * h * w).fill(1), [1, frames, h, w]);
+    const out = await s.run(feeds);
+    return (out.image_features ?? out[s.outputNames[0]!]!).data as Float32Array;
+  },
+  float32: (data, dims) => input(new ort.Tensor('float32', data, dims)),
+  ids: (t) => t.data as BigInt64Array,
+};
+
 function input(t: ort.Tensor): ort.Tensor {
   if (bus) countBytes(bus.toDevice, 'inputs', (t.data as ArrayBufferView).byteLength);
   return t;
 }
+
+/** The kit steps run with: `kit`, or for a vision-language decoder the vision kit around it. */
+let stepKit: TensorKit<ort.Tensor> = kit;
 
 /** What the session holds on the device and has moved so far (undefined on the CPU). */
 const deviceUse = (): DeviceUse | undefined => bus && { tensors: device?.live.size ?? 0, toDevice: { ...bus.toDevice }, toHost: { ...bus.toHost } };
@@ -135,6 +165,11 @@ async function start(): Promise<void> {
     batch = new KvBatch(init.layout, device);
     kit.readLogits = (t, greedy) => device!.readLogits(t, greedy);
   }
+  // After readLogits is set: the vision kit copies the kit's members.
+  if (init.vision) {
+    embedSession = await ort.InferenceSession.create(init.vision.embed as string, visionOpts);
+    stepKit = visionKit(kit, runner, images, { inputIds: L.inputIds, inputsEmbeds: init.vision.inputsEmbeds, imageTokenId: init.vision.imageTokenId });
+  }
   port.postMessage({ kind: 'ready', provider: opened.provider, failures: opened.failures } satisfies DecoderWorkerReply);
 }
 
@@ -162,6 +197,8 @@ async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
     batch.dispose();
     await device?.close();
     await gpuLocked(gpuLock, async () => session?.release());
+    await embedSession?.release();
+    await (await encoderSession)?.release();
     port.close();
     return;
   }
@@ -182,13 +219,14 @@ async function handle(msg: DecoderWorkerRequest | 'close'): Promise<void> {
   };
   try {
     if (msg.adopt) batch.adopt(msg.adopt);
+    if (req.kind === 'prefill') for (const r of req.rows) images.offer(r.images);
     const onPart = msg.handOff && msg.parts
       ? (rows: readonly number[], r: StepResult) => {
         const { result, groups, transfer } = reply(r);
         port.postMessage({ kind: 'part', id, rows, result, groups: groups! } satisfies DecoderWorkerReply, transfer);
       }
       : undefined;
-    const stepped = req.kind === 'decode' && req.auto ? await runAuto(id, req) : await batch.step(req, kit, onPart);
+    const stepped = req.kind === 'decode' && req.auto ? await runAuto(id, req) : await batch.step(req, stepKit, onPart).finally(() => images.stepDone());
     const { result, groups, transfer } = reply(stepped);
     port.postMessage({ kind: 'result', id, result, groups } satisfies DecoderWorkerReply, transfer);
   } catch (err) {
@@ -203,7 +241,7 @@ async function runAuto(id: number, req: Extract<StepRequest, { kind: 'decode' }>
   const steer = { id, free: [] as number[], stop: false };
   steering = steer;
   try {
-    return await autoDecode(batch, kit, req, steer, (seqs, tokens, r, random) => {
+    return await autoDecode(batch, stepKit, req, steer, (seqs, tokens, r, random) => {
       port.postMessage({ kind: 'tokens', id, seqs, tokens, inferNs: r.inferNs, inputNs: r.inputNs, kvBytes: r.kvBytes, random, device: deviceUse() } satisfies DecoderWorkerReply);
     }, () => new Promise((resolve) => setImmediate(resolve)));
   } finally {

@@ -54,7 +54,7 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       }
       return { weightBytes, sessionsPerInstance: separatePrefill(ctx.config, allGpu(ctx.config)) ? 2 : 1, machineBytes: machineBytes() };
     },
-    async open({ ctx, spec, path, layout, instanceCount }) {
+    async open({ ctx, spec, path, layout, instanceCount, vision }) {
       const local = ctx.files.localPath?.(path);
       const gpu = spec.kind === 'KIND_GPU';
       const separate = separatePrefill(ctx.config, gpu);
@@ -72,6 +72,10 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
         layout,
         deviceCaches: gpu && kvCacheLocation(ctx.config) === 'device',
       };
+      if (vision) {
+        const file = async (p: string) => ctx.files.localPath?.(p) ?? await ctx.files.read(p);
+        init.vision = { embed: await file(vision.embed), encoder: await file(vision.encoder), imageTokenId: vision.imageTokenId, inputsEmbeds: layout.inputsEmbeds! };
+      }
       const name = ctx.config.name ?? 'llm';
       const decodeThreads = threadCount(ctx.config, 'decode_thread_count');
       if (decodeThreads) init.sessionOptions = { ...init.sessionOptions, intraOpNumThreads: decodeThreads };

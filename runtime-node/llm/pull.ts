@@ -63,7 +63,11 @@ export interface PullResult {
 }
 
 /** Files a variant does not select but the backend reads when present. */
-const SMALL = /^(config\.json|generation_config\.json|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|chat_template\.jinja|chat_template\.json)$/;
+const SMALL = /^(config\.json|generation_config\.json|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|chat_template\.jinja|chat_template\.json|preprocessor_config\.json|processor_config\.json)$/;
+/** A vision-language repo's three graphs (core/vision/idefics3.ts); a variant is their common suffix. */
+const VISION_GRAPHS = ['vision_encoder', 'embed_tokens', 'decoder_model_merged'];
+/** The vision-language families the llm backend serves. */
+const VISION_FAMILIES = ['idefics3', 'smolvlm'];
 /** Architectures the `llm` backend cannot serve even with a decoder-with-past export. */
 const NOT_DECODER = /(ForConditionalGeneration|ForSeq2SeqLM|ForMaskedLM|ForSequenceClassification|ForTokenClassification|ForQuestionAnswering|Model)$/;
 
@@ -86,7 +90,9 @@ export function planFiles(
   entries: ListFileEntry[], variant: string | undefined, rule: VariantRule = VARIANT_RULES.cpu,
 ): { variant: string; reason: string; present: string[]; files: ListFileEntry[] } {
   const files = entries.filter((e) => e.type === 'file');
-  const present = files.map((e) => /^onnx\/([^/]+)\.onnx$/.exec(e.path)?.[1]).filter((v): v is string => v !== undefined).sort();
+  const graphs = files.map((e) => /^onnx\/([^/]+)\.onnx$/.exec(e.path)?.[1]).filter((v): v is string => v !== undefined);
+  if (graphs.some((g) => g.startsWith('vision_encoder'))) return planVisionFiles(files, graphs, variant, rule);
+  const present = graphs.sort();
   const chosen = variant ? variantName(variant) : rule.order.find((v) => present.includes(v)) ?? present[0];
   const reason = variant ? 'asked for' : `the best present for ${rule.device}: ${rule.why}`;
   if (!chosen || !present.includes(chosen)) return { variant: chosen ?? '', reason, present, files: [] };
@@ -95,17 +101,38 @@ export function planFiles(
   return { variant: chosen, reason, present, files: files.filter((e) => SMALL.test(e.path) || weights.test(e.path)) };
 }
 
+/**
+ * A vision-language repo's plan: variants named as a text model's (`model` = the fp32 files,
+ * `model_q4` = the `_q4` files...) and present when all three graphs have them; the files are the
+ * three graphs of the variant with their external data, and the small files.
+ */
+function planVisionFiles(files: ListFileEntry[], graphs: string[], variant: string | undefined, rule: VariantRule): ReturnType<typeof planFiles> {
+  const suffixOf = (v: string) => v.replace(/^model_?/, '');
+  const suffixes = new Set(graphs.filter((g) => g.startsWith('vision_encoder')).map((g) => g.slice('vision_encoder'.length).replace(/^_/, '')));
+  const present = [...suffixes].filter((s) => VISION_GRAPHS.every((g) => graphs.includes(s ? `${g}_${s}` : g))).map((s) => (s ? `model_${s}` : 'model')).sort();
+  const chosen = variant ? variantName(variant) : rule.order.find((v) => present.includes(v)) ?? present[0];
+  const reason = variant ? 'asked for' : `the best present for ${rule.device}: ${rule.why}`;
+  if (!chosen || !present.includes(chosen)) return { variant: chosen ?? '', reason, present, files: [] };
+  const s = suffixOf(chosen);
+  const names = VISION_GRAPHS.map((g) => (s ? `${g}_${s}` : g));
+  const weights = new RegExp(`^onnx/(${names.join('|')})\\.onnx(_data(_\\d+)?)?$`);
+  return { variant: chosen, reason, present, files: files.filter((e) => SMALL.test(e.path) || weights.test(e.path)) };
+}
+
 /** The backends a pulled folder is served by. */
 export type PulledKind = 'llm' | 'classifier';
 
 /** Checks the small files as the backend will at load; throws saying why the folder cannot be served. */
-async function checkServable(repo: string, dir: string): Promise<PulledKind> {
+async function checkServable(repo: string, dir: string, vision: boolean): Promise<PulledKind> {
   if (!existsSync(join(dir, 'config.json'))) throw refuse(repo, 'it has no config.json');
   const config = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as { architectures?: string[]; model_type?: string; is_encoder_decoder?: boolean };
   const arch = config.architectures?.[0];
   // An encoder with a sequence-classification head (BertForSequenceClassification, XLMRobertaFor...).
   const kind: PulledKind = !config.is_encoder_decoder && arch?.endsWith('ForSequenceClassification') ? 'classifier' : 'llm';
-  if (kind === 'llm' && (config.is_encoder_decoder || (arch && NOT_DECODER.test(arch) && !arch.endsWith('ForCausalLM')))) {
+  if (vision && !VISION_FAMILIES.includes(config.model_type ?? '')) {
+    throw refuse(repo, `a vision-language model of model_type ${config.model_type ?? '(none)'}; the llm backend serves ${VISION_FAMILIES.join(' and ')} (SmolVLM / Idefics3) folders`);
+  }
+  if (kind === 'llm' && !vision && (config.is_encoder_decoder || (arch && NOT_DECODER.test(arch) && !arch.endsWith('ForCausalLM')))) {
     throw refuse(repo, `architecture ${arch ?? config.model_type ?? '(none)'} is neither a decoder-only causal LM (the llm backend serves *ForCausalLM exports with past key values) nor a *ForSequenceClassification encoder (the classifier backend)`);
   }
   if (!existsSync(join(dir, 'tokenizer.json'))) throw refuse(repo, `it has no tokenizer.json (the ${kind} backend reads the Hugging Face tokenizers format)`);
@@ -199,7 +226,7 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
   progress(`${o.repo}@${commit.slice(0, 12)} → ${dir}: variant ${plan.variant} (${plan.reason}; present: ${plan.present.join(', ')}), ${plan.files.length} files, ${size(total)}`, true);
   const files: PullResult['files'] = [];
   for (const f of small) files.push({ path: f.path, bytes: f.size, fetched: await fetchFile(hub, f, join(dir, f.path), () => {}) });
-  const kind = await checkServable(o.repo, dir);
+  const kind = await checkServable(o.repo, dir, weights.some((f) => f.path.startsWith('onnx/vision_encoder')));
   let before = small.reduce((s, f) => s + f.size, 0);
   const started = Date.now();
   let fetchedNow = 0;

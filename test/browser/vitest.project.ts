@@ -24,7 +24,7 @@ export function browserProject(): TestProjectConfiguration[] {
       name: 'browser',
       root: fileURLToPath(new URL('../..', import.meta.url)),
       include: ['test/browser/**/*.browser.test.ts'],
-      globalSetup: ['test/browser/global-setup.ts', 'test/browser/llm-folder-setup.ts'],
+      globalSetup: ['test/browser/global-setup.ts', 'test/browser/llm-folder-setup.ts', 'test/browser/vlm-setup.ts'],
       testTimeout: 120_000,
       hookTimeout: 120_000,
       // One Chromium, one file at a time: CI has two cores and the Node server under test shares them.

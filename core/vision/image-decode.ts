@@ -1,0 +1,55 @@
+/**
+ * Image bytes from a chat request: `data:` URLs read, the format told by the bytes (not by the URL's
+ * media type, which clients get wrong), and PNG or JPEG decoded to 8-bit pixels in plain JavaScript,
+ * so the same code runs in Node and the page. PNG is ours (png.ts); JPEG is jpeg-js (pure JavaScript,
+ * BSD-3, no Buffer needed with `useTArray`), whose decode is close to libjpeg's but not bit-equal
+ * (IDCT rounding), so a JPEG's pixels may differ by a step from what sharp gives transformers.js.
+ */
+
+import jpeg from 'jpeg-js';
+import { TsiError } from '../errors.js';
+import { MAX_IMAGE_PIXELS, decodePng, isPng, type DecodedImage } from './png.js';
+
+export type { DecodedImage };
+
+/** What the decoders take, for the messages that say what was refused. */
+export const IMAGE_FORMATS = 'PNG or JPEG';
+
+const isJpeg = (b: Uint8Array) => b.length > 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff;
+
+/** The bytes of a `data:` URL (base64 or percent-encoded); `what` names the field in refusals. */
+export function dataUrlBytes(url: string, what: string): { mediaType: string; bytes: Uint8Array } {
+  const comma = url.indexOf(',');
+  if (!url.startsWith('data:') || comma < 0) throw new TsiError('INVALID_ARG', `${what}: not a data: URL`);
+  const meta = url.slice(5, comma).split(';');
+  const mediaType = (meta[0] || 'text/plain').toLowerCase();
+  if (!mediaType.startsWith('image/')) throw new TsiError('INVALID_ARG', `${what}: a data: URL of '${mediaType}', not an image (${IMAGE_FORMATS} expected)`);
+  const body = url.slice(comma + 1);
+  if (meta.includes('base64')) {
+    let bin: string;
+    try {
+      bin = atob(body.replace(/\s+/g, ''));
+    } catch {
+      throw new TsiError('INVALID_ARG', `${what}: the data: URL's base64 does not decode`);
+    }
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    return { mediaType, bytes };
+  }
+  return { mediaType, bytes: new TextEncoder().encode(decodeURIComponent(body)) };
+}
+
+/** Decodes PNG or JPEG bytes; anything else, or a broken file, is an INVALID_ARG naming `what`. */
+export async function decodeImage(bytes: Uint8Array, what: string): Promise<DecodedImage> {
+  try {
+    if (isPng(bytes)) return await decodePng(bytes);
+    if (isJpeg(bytes)) {
+      const img = jpeg.decode(bytes, { useTArray: true, formatAsRGBA: false, maxResolutionInMP: MAX_IMAGE_PIXELS / 1e6, maxMemoryUsageInMB: 1024 });
+      return { width: img.width, height: img.height, channels: img.data.length / (img.width * img.height), data: img.data };
+    }
+  } catch (err) {
+    const why = err instanceof TsiError ? err.message : `not a valid JPEG image: ${(err as Error).message}`;
+    throw new TsiError('INVALID_ARG', `${what}: ${why}`);
+  }
+  throw new TsiError('INVALID_ARG', `${what}: the bytes are not an image tsi decodes (${IMAGE_FORMATS})`);
+}

@@ -1,0 +1,10 @@
+/**
+ * Images into chat: decoding (PNG, JPEG), the Idefics3 / SmolVLM processor and folder, and the kit
+ * that feeds image features into a decoder through its embeddings. See docs/llm.md, "Images".
+ */
+
+export { IMAGE_FORMATS, dataUrlBytes, decodeImage, type DecodedImage } from './image-decode.js';
+export { decodePng } from './png.js';
+export { Idefics3Processor, readVisionFolder, resizeBilinear, type VisionPaths } from './idefics3.js';
+export { ImageBank, imagePromptIds, imageTokenOf, visionKit, type VisionRunner } from './vision-kit.js';
+export { IMAGE_KEY_BASE, IMAGE_KEY_SPAN, type ImageInput, type ImageProcessor, type PreparedImage } from './image-input.js';
