@@ -19,7 +19,7 @@
 
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { GraphBuilder, encodeModel, fillUniform } from './onnx-builder.js';
+import { GraphBuilder, encodeModel, fillUniform } from '../graph/onnx-builder.js';
 import { familyConfig, familyModel, tinySpec, type FamilySpec } from './llm-families.js';
 import { gpt2TokenizerJson } from './llm-model.js';
 
