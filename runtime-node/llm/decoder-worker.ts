@@ -27,7 +27,7 @@
 
 import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
-import * as ort from 'onnxruntime-node';
+import type * as Ort from 'onnxruntime-node';
 // Direct module imports, not core/index.js: the worker needs only these.
 import type { DecoderLayout, DeviceUse, StepRequest, StepResult } from '../../core/llm/decoder.js';
 import { KvBatch, type KvGroup, type TensorKit } from '../../core/llm/kv-batch.js';
@@ -35,14 +35,18 @@ import { isHostKv, type KvArray } from '../../core/llm/kv-moves.js';
 import { argmaxRows, autoDecode } from '../../core/llm/auto-decode.js';
 import type { ProviderChoice } from '../gpu/providers.js';
 import { gpuLocked } from '../gpu/lock.js';
+import { loadOrt } from '../gpu/ort.js';
 import { openSession } from '../onnx/session-options.js';
 import { movable } from '../worker-instance.js';
 import { DeviceKv, countBytes, type BusBytes } from './device-kv.js';
 
+/** onnxruntime-node: the dependency, or the CUDA-matched core serve chose (gpu/ort.ts). */
+const ort = loadOrt();
+
 export interface DecoderInit {
   modelPath?: string;
   modelBytes?: Uint8Array;
-  sessionOptions: ort.InferenceSession.SessionOptions;
+  sessionOptions: Ort.InferenceSession.SessionOptions;
   /** Execution providers to try, best first (the last is the CPU). */
   providers: ProviderChoice[];
   /** The process's WebGPU lock (gpu/lock.ts). */
@@ -69,7 +73,7 @@ export type DecoderWorkerReply =
 
 const port = parentPort!;
 const init = (workerData as { data: DecoderInit }).data;
-let session: ort.InferenceSession | undefined;
+let session: Ort.InferenceSession | undefined;
 /** Set once the session runs on WebGPU. */
 let gpuLock: Int32Array | undefined;
 let batch = new KvBatch(init.layout);
@@ -79,7 +83,7 @@ let device: DeviceKv | undefined;
 /** Bytes across the bus, counted while the session runs on a GPU provider. */
 let bus: BusBytes | undefined;
 
-const kit: TensorKit<ort.Tensor> = {
+const kit: TensorKit<Ort.Tensor> = {
   int64: (data, dims) => input(new ort.Tensor('int64', data, dims)),
   bool: (data, dims) => input(new ort.Tensor('bool', data, dims)),
   kv: (data, dims) => {
@@ -97,10 +101,10 @@ const kit: TensorKit<ort.Tensor> = {
     return t.data as KvArray;
   },
   dims: (t) => t.dims,
-  run: (feeds, fetches) => gpuLocked(gpuLock, () => session!.run(feeds, fetches) as Promise<Record<string, ort.Tensor>>),
+  run: (feeds, fetches) => gpuLocked(gpuLock, () => session!.run(feeds, fetches) as Promise<Record<string, Ort.Tensor>>),
 };
 
-function input(t: ort.Tensor): ort.Tensor {
+function input(t: Ort.Tensor): Ort.Tensor {
   if (bus) countBytes(bus.toDevice, 'inputs', (t.data as ArrayBufferView).byteLength);
   return t;
 }
