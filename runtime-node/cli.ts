@@ -15,7 +15,7 @@ import type { TlsFiles } from './http/tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
 import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
 import { perfCommand } from './perf/cli.js';
-import { gpuCommand, reexecForCuda } from './gpu/command.js';
+import { cudaServeNote, gpuCommand, reexecForCuda } from './gpu/command.js';
 import { tuneCommand } from './tune/index.js';
 import { describeCutShort } from './shutdown.js';
 import { pullModel } from './llm/pull.js';
@@ -259,6 +259,8 @@ export function buildCli(): Command {
         process.stderr.write(`Error: cannot open --log-file ${o.logFile}: ${(err as Error).message}\n`);
         process.exit(1);
       }
+      const cuda = cudaServeNote();
+      if (cuda) log.info(cuda);
       let httpTls: TlsFiles | undefined;
       let grpcTls: TlsFiles | undefined;
       try {

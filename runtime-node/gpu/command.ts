@@ -6,7 +6,8 @@
 import { spawn } from 'node:child_process';
 import { Command } from 'commander';
 import { CUDA_PINS, installCuda, tsiCacheDir } from './cuda-install.js';
-import { findCudaLibraries, loadable, missingSentence, serveCudaPlan } from './cuda-env.js';
+import { findCudaLibraries, loadable, missingSentence, REEXEC_ENV, serveCudaPlan } from './cuda-env.js';
+import { ORT_DIR_ENV, ortVersion } from './ort.js';
 
 export function gpuCommand(): Command {
   const gpu = new Command('gpu').description('GPU execution providers beyond the bundled WebGPU one (docs/gpu.md)');
@@ -67,4 +68,10 @@ export async function reexecForCuda(warn: (message: string) => void): Promise<bo
   for (const s of signals) process.off(s, forward);
   process.exitCode = code;
   return true;
+}
+
+/** The log line a `serve` re-executed for CUDA starts with: which core it runs on and the library path. */
+export function cudaServeNote(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (!env[REEXEC_ENV] || !env[ORT_DIR_ENV]) return undefined;
+  return `CUDA provider: running on onnxruntime-node ${ortVersion()} from ${env[ORT_DIR_ENV]} (the provider's own core), with the CUDA libraries on LD_LIBRARY_PATH=${env.LD_LIBRARY_PATH ?? ''}`;
 }
