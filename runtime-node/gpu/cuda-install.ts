@@ -247,7 +247,12 @@ export async function installCuda(opts: CudaInstallOptions = {}): Promise<{ dir:
     // The old install moves aside before the new one takes its name, and goes only after.
     const old = existsSync(dir) ? join(stage, 'previous') : undefined;
     if (old) await rename(dir, old);
-    await rename(core, dir);
+    try {
+      await rename(core, dir);
+    } catch (err) {
+      if (old) await rename(old, dir);
+      throw err;
+    }
     return { dir, record };
   } finally {
     await rm(stage, { recursive: true, force: true });
