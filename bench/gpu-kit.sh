@@ -136,8 +136,10 @@ run_cuda() {
   [ -n "$ONNX" ] || echo "no PyTorch here: ResNet-50 cannot be exported; the conv model stands in" | tee -a "$OUT/cuda-env.txt"
   # shellcheck disable=SC2086
   node bench/gpu-resnet50-cuda.mjs --eps cpu,webgpu,cuda $ONNX $R50 --markdown > "$OUT/gpu-resnet50-cuda.txt" 2> "$OUT/gpu-resnet50-cuda.err" || echo "gpu-resnet50-cuda failed: see gpu-resnet50-cuda.err"
+  # Naming cuda makes its GPU copy fail to load where CUDA cannot (a dry run): there, the default order.
+  ACC=; [ -n "$ENV" ] && ACC="--accelerator cuda"
   # shellcheck disable=SC2086
-  node bench/llm-gpu-cuda.mjs $LLM --accelerator cuda --no-host-kv --markdown > "$OUT/llm-gpu-cuda.txt" 2> "$OUT/llm-gpu-cuda.err" || echo "llm-gpu-cuda failed: see llm-gpu-cuda.err"
+  node bench/llm-gpu-cuda.mjs $LLM $ACC --no-host-kv --markdown > "$OUT/llm-gpu-cuda.txt" 2> "$OUT/llm-gpu-cuda.err" || echo "llm-gpu-cuda failed: see llm-gpu-cuda.err"
   cp docs/performance.md "$OUT/performance.md"
   tail -n 30 "$OUT/gpu-resnet50-cuda.txt" "$OUT/llm-gpu-cuda.txt"
 }
