@@ -23,6 +23,11 @@
  * Flags: --size <px> (224 on a hardware GPU adapter, else 64)  --width <ch> (64 there, else 32)
  *        --duration <s> (3)  --rounds <n> (3)  --concurrency 1,64  --eps cpu,webgpu  --server dist|tsx  --client wrk|node
  *        --threads <n> (intra-op threads, raw and served alike; default: all cores)  --json <file>
+ *        --eps cpu,webgpu,cuda: cuda needs the process started with the CUDA provider's core and libraries
+ *        (TSI_ORT_DIR, LD_LIBRARY_PATH: bench/gpu-kit.sh run-cuda sets them)
+ *        --onnx <file> --arch resnet50: a model exported by PyTorch instead of ours (input 'image', output
+ *        'logits', batch dimension dynamic: `python3 bench/torch_peer.py export --arch resnet50`), and the
+ *        PyTorch peer of that architecture
  */
 
 // --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
@@ -33,13 +38,16 @@ import { availableParallelism, cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import * as ort from 'onnxruntime-node';
+import type * as Ort from 'onnxruntime-node';
+import { loadOrt } from '../runtime-node/gpu/ort.js';
 import { compareOutputs, CONV_INPUT, CONV_OUTPUT, convImages, outputStats, writeConvModel, type Diff } from './conv-model.js';
 import { buildRequest, hasWrk, mergeLoads, runLoad, runWrk, wrkScript, type LoadResult } from './load.js';
 import { spawnServer, stopServer, tsiServer } from './servers.js';
 import { torchConv, torchLabel, torchMissing } from './torch-peer.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+/** onnxruntime-node as tsi loads it: the CUDA-matched core when TSI_ORT_DIR names one (bench/gpu-kit.sh run-cuda). */
+const ort = loadOrt();
 const MAX_BATCH = 32;
 const t0 = performance.now();
 const log = (s: string) => process.stderr.write(`${s}\n`);
@@ -52,6 +60,8 @@ const { values: args } = parseArgs({
     rounds: { type: 'string', default: '3' },
     concurrency: { type: 'string', default: '1,64' },
     eps: { type: 'string', default: 'cpu,webgpu' },
+    onnx: { type: 'string' },
+    arch: { type: 'string', default: 'resnet18' },
     server: { type: 'string' },
     client: { type: 'string' },
     threads: { type: 'string' },
@@ -112,17 +122,21 @@ log(`machine: ${machine}`);
 
 // ---- the model, and a raw session per provider that can run it ----
 mkdirSync(join(work, 'model'));
-const model = writeConvModel(join(work, 'model'), { size, width });
+const arch = args.arch as 'resnet18' | 'resnet50';
+const model = args.onnx
+  ? { path: args.onnx, classes: 1000, describe: `torchvision ${arch} exported by PyTorch (random weights), ${args.onnx}` }
+  : writeConvModel(join(work, 'model'), { size, width });
 log(`model: ${model.describe}; input ${size}×${size} (${sizeWhy}), width ${width} (${widthWhy})`);
 
-type Ep = 'cpu' | 'webgpu';
-const MODEL_OF: Record<Ep, string> = { cpu: 'conv_cpu', webgpu: 'conv_webgpu' };
-const sessions = new Map<Ep, ort.InferenceSession>();
+type Ep = 'cpu' | 'webgpu' | 'cuda';
+const MODEL_OF: Record<Ep, string> = { cpu: 'conv_cpu', webgpu: 'conv_webgpu', cuda: 'conv_cuda' };
+const sessions = new Map<Ep, Ort.InferenceSession>();
 const skipped: Record<string, string> = {};
 for (const ep of args.eps!.split(',').map((s) => s.trim()) as Ep[]) {
-  if (!(ep in MODEL_OF)) throw new Error(`--eps: unknown provider '${ep}' (cpu, webgpu)`);
+  if (!(ep in MODEL_OF)) throw new Error(`--eps: unknown provider '${ep}' (cpu, webgpu, cuda)`);
   try {
-    sessions.set(ep, await ort.InferenceSession.create(model.path, { executionProviders: [ep], intraOpNumThreads: threads, graphOptimizationLevel: 'all' }));
+    const provider = ep === 'cuda' ? { name: 'cuda', deviceId: 0 } : ep;
+    sessions.set(ep, await ort.InferenceSession.create(model.path, { executionProviders: [provider], intraOpNumThreads: threads, graphOptimizationLevel: 'all' }));
   } catch (err) {
     skipped[ep] = (err as Error).message.split('\n')[0]!;
     log(`${ep}: skipped, no session: ${skipped[ep]}`);
@@ -131,7 +145,7 @@ for (const ep of args.eps!.split(',').map((s) => s.trim()) as Ep[]) {
 const eps = [...sessions.keys()];
 if (eps.length === 0) throw new Error('no execution provider could create a session');
 
-const feeds = new Map<number, Record<string, ort.Tensor>>();
+const feeds = new Map<number, Record<string, Ort.Tensor>>();
 const feed = (b: number) => {
   let f = feeds.get(b);
   if (!f) feeds.set(b, (f = { [CONV_INPUT]: new ort.Tensor('float32', convImages(size, b), [b, 3, size, size]) }));
@@ -147,7 +161,9 @@ for (const [ep, out] of reference) {
   checks.push(`${ep}: logits of 2 images mean ${st.mean.toFixed(3)}, std ${st.std.toFixed(3)}, ${st.finite ? 'all finite' : 'NOT ALL FINITE'}`);
 }
 const fmtDiff = (d: Diff) => `max |diff| ${d.maxAbs.toExponential(2)} (${d.maxRel.toExponential(2)} of the largest |logit|; largest elementwise relative ${d.maxElemRel.toExponential(2)})${d.finite ? '' : ', NOT FINITE'}`;
-if (reference.has('webgpu') && reference.has('cpu')) checks.push(`webgpu vs cpu: ${fmtDiff(compareOutputs(reference.get('webgpu')!, reference.get('cpu')!))}`);
+for (const gpuEp of ['webgpu', 'cuda'] as const) {
+  if (reference.has(gpuEp) && reference.has('cpu')) checks.push(`${gpuEp} vs cpu: ${fmtDiff(compareOutputs(reference.get(gpuEp)!, reference.get('cpu')!))}`);
+}
 
 // ---- raw runs ----
 interface Raw { images: number; ms: number; runs: number; p50Ms: number; p50ByBatch: Record<number, number> }
@@ -208,6 +224,7 @@ max_batch_size: ${MAX_BATCH}
 input [ { name: "${CONV_INPUT}" data_type: TYPE_FP32 ${dims} } ]
 output [ { name: "${CONV_OUTPUT}" data_type: TYPE_FP32 dims: [ ${model.classes} ] } ]
 instance_group [ { count: 1 kind: ${ep === 'cpu' ? 'KIND_CPU' : 'KIND_GPU'} } ]
+${ep === 'cpu' ? '' : `optimization { execution_accelerators { gpu_execution_accelerator [ { name: "${ep}" } ] } }`}
 dynamic_batching { preferred_batch_size: [ ${MAX_BATCH} ] max_queue_delay_microseconds: 0 }
 parameters { key: "intra_op_thread_count" value: { string_value: "${threads}" } }
 model_warmup [ ${warm(1)}, ${warm(MAX_BATCH)} ]
@@ -242,7 +259,7 @@ const servedKind = new Map<Ep, string>();
 for (const ep of eps) {
   const cfg = (await (await fetch(`${base}/${MODEL_OF[ep]}/config`)).json()) as { instance_group?: { kind?: string }[] };
   servedKind.set(ep, cfg.instance_group?.[0]?.kind ?? '?');
-  if (ep === 'webgpu' && servedKind.get(ep) !== 'KIND_GPU') log(`WARNING: tsi's ${MODEL_OF[ep]} fell back to the CPU (see the server's log line naming the provider above)`);
+  if (ep !== 'cpu' && servedKind.get(ep) !== 'KIND_GPU') log(`WARNING: tsi's ${MODEL_OF[ep]} fell back to the CPU (see the server's log line naming the provider above)`);
   const r = await fetch(`${base}/${MODEL_OF[ep]}/infer`, { method: 'POST', headers: reqHeaders, body });
   const bytes = new Uint8Array(await r.arrayBuffer());
   const jsonLen = Number(r.headers.get('inference-header-content-length'));
@@ -432,10 +449,11 @@ for (const [ep, res] of results) {
 }
 if ([...results.values()].some((r) => Object.values(r.points).some((p) => p.served.some((x) => x.little)))) out.push('', '† clients / mean latency (Little\'s law): 20 batches, which counting answers needs to be off by under 5 %, would take over 4 × --duration here.');
 const cpu = results.get('cpu');
-const gpu = results.get('webgpu');
-if (cpu && gpu) {
+for (const [gpuEp, label] of [['webgpu', 'WebGPU'], ['cuda', 'CUDA']] as const) {
+  const gpu = results.get(gpuEp);
+  if (!cpu || !gpu) continue;
   const per = (f: (r: EpResult) => Raw[]) => f(gpu).map((x, i) => imgPerSec([x]) / imgPerSec([f(cpu)[i]!]));
-  summary.push(`WebGPU / CPU raw images/s: batch 1 ${withRange(per((r) => r.b1))}, batch ${MAX_BATCH} ${withRange(per((r) => r.b32))} (per round)${probe.adapter?.fallback ? ' — a software adapter: both run on the CPU' : ''}`);
+  summary.push(`${label} / CPU raw images/s: batch 1 ${withRange(per((r) => r.b1))}, batch ${MAX_BATCH} ${withRange(per((r) => r.b32))} (per round)${gpuEp === 'webgpu' && probe.adapter?.fallback ? ' — a software adapter: both run on the CPU' : ''}`);
 }
 // Where the served time goes at the highest concurrency, from tsi's own statistics over the measured
 // windows: served/raw ≈ (share of the window the instance spends in ORT) × (raw ORT time / ORT time in tsi).
@@ -460,16 +478,24 @@ for (const [ep, res] of results) {
     + `a request spends ${f2(per('success'))} ms in tsi, ${f2(per('queue'))} ms of it queued, and its batch ${f2(per('compute_input'))} + ${f2(per('compute_output'))} ms in input + output `
     + `(tsi's compute_input/output, which include a batch's wait behind the one running); request bodies ${f1(median(p.served.map((s) => s.rate)) * body.byteLength / 1e6)} MB/s`);
 }
-// PyTorch on the same card: torchvision's ResNet-18 (this model's shape at width 64), eager, where it runs.
-const torchWhy = width !== 64 ? `the model's width is ${width}, not ResNet-18's 64` : torchMissing();
+// PyTorch on the same card: torchvision's ResNet-18 (this model's shape at width 64) or the exported
+// architecture (--onnx, --arch), eager, where it runs; beside it each GPU provider's raw session.
+const torchWhy = !args.onnx && width !== 64 ? `the model's width is ${width}, not ResNet-18's 64` : torchMissing();
 if (torchWhy) summary.push(`PyTorch peer: absent (${torchWhy})`);
 else {
-  const peer = torchConv([1, MAX_BATCH], size);
-  const raw = results.get('webgpu');
-  out.push('', `PyTorch (${torchLabel()}), torchvision resnet18 eager, ${size}×${size}:`, '', '| batch | PyTorch fp32 img/s | PyTorch fp16 img/s | tsi WebGPU raw img/s | raw / PyTorch fp32 |', '|---:|---:|---:|---:|---:|');
+  const peer = torchConv([1, MAX_BATCH], size, arch);
+  const gpus = (['webgpu', 'cuda'] as const).filter((e) => results.has(e));
+  const label = (e: string) => (e === 'cuda' ? 'CUDA' : 'WebGPU');
+  out.push('', `PyTorch (${torchLabel()}), torchvision ${arch} eager, ${size}×${size}:`, '',
+    `| batch | PyTorch fp32 img/s | PyTorch fp16 img/s | ${gpus.map((e) => `tsi ${label(e)} raw img/s | ${label(e)} raw / PyTorch fp32`).join(' | ')} |`,
+    `|---:|---:|---:|${gpus.map(() => '---:|---:|').join('')}`);
   for (const [b, p] of peer) {
-    const mine = raw ? imgPerSec(b === 1 ? raw.b1 : raw.b32) : NaN;
-    out.push(`| ${b} | ${f1(p.fp32)} | ${f1(p.fp16)} | ${f1(mine)} | ${f2(mine / p.fp32)}× |`);
+    const cells = gpus.map((e) => {
+      const r = results.get(e)!;
+      const mine = imgPerSec(b === 1 ? r.b1 : r.b32);
+      return `${f1(mine)} | ${f2(mine / p.fp32)}×`;
+    });
+    out.push(`| ${b} | ${f1(p.fp32)} | ${f1(p.fp16)} | ${cells.join(' | ')} |`);
   }
 }
 out.push('', ...summary.map((s) => `- ${s}`), `- whole run: ${((performance.now() - t0) / 1000).toFixed(0)} s`);

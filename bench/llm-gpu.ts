@@ -18,7 +18,9 @@
  * numbers there show overhead, not GPU speed).
  *
  * Run:  npm run bench:llm-gpu   (flags: --model big_gpt|mid_gpt  --streams 1,8,32  --tokens <32>
- *       --requests <per stream; default max(2, 16 / streams)>  --server tsx|dist  --no-host-kv  --no-torch)
+ *       --requests <per stream; default max(2, 16 / streams)>  --server tsx|dist  --no-host-kv  --no-torch
+ *       --accelerator cuda|webgpu: the KIND_GPU copies name that provider (gpu_execution_accelerator); cuda
+ *       needs the CUDA provider's core and libraries in the environment, as bench/gpu-kit.sh run-cuda sets)
  */
 
 // --markdown: this run's results replace its section of docs/performance.md (bench/markdown.ts).
@@ -43,6 +45,7 @@ const { values: args } = parseArgs({
     server: { type: 'string' },
     'no-host-kv': { type: 'boolean' },
     'no-torch': { type: 'boolean' },
+    accelerator: { type: 'string' },
   },
 });
 
@@ -70,6 +73,13 @@ if (hostKv) {
   writeGptFolder(join(repo, 'gpu_host_kv'), spec, kvBytes, 'KIND_GPU', 'gpu_host_kv', model);
   const cfg = join(repo, 'gpu_host_kv', 'config.pbtxt');
   writeFileSync(cfg, readFileSync(cfg, 'utf8').replace('parameters [', 'parameters [\n  { key: "kv_cache_location" value: { string_value: "host" } },'));
+}
+// A named provider: the GPU copies run on it or fail to load (the default order would pick CUDA where installed).
+if (args.accelerator) {
+  for (const m of ['gpu', ...(hostKv ? ['gpu_host_kv'] : [])]) {
+    const cfg = join(repo, m, 'config.pbtxt');
+    writeFileSync(cfg, `${readFileSync(cfg, 'utf8')}\noptimization { execution_accelerators { gpu_execution_accelerator [ { name: "${args.accelerator}" } ] } }\n`);
+  }
 }
 process.stderr.write(`made ${spec.name} twice in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
 const { argv, build } = tsiServer(repo, work, { server: args.server });

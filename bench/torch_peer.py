@@ -3,7 +3,9 @@ would otherwise pick. `llm`: a GPT-2 of the bench decoder's shape (random weight
 Face transformers' `generate`, greedy, exactly `tokens` new tokens after a `prompt`-token prompt, a
 batch of `streams` prompts at once, in fp32 and fp16 (eager). `conv`: torchvision's ResNet-18 (the
 shape of bench/conv-model.ts at width 64) or ResNet-50 (`--arch`), random weights, eager fp32 and
-fp16 at each batch size and `--size` pixels. Prints one JSON object per line."""
+fp16 at each batch size and `--size` pixels. `export`: that torchvision model (random weights) written as
+ONNX to `--out` (input `image`, output `logits`, batch dimension dynamic) for bench/gpu.ts's `--onnx`.
+Prints one JSON object per line."""
 
 import argparse
 import json
@@ -68,9 +70,21 @@ def conv(a):
                               "images_per_s": batch / s}), flush=True)
 
 
+def export(a):
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, a.arch)(weights=None).eval()
+    x = torch.randn(1, 3, a.size, a.size)
+    torch.onnx.export(model, (x,), a.out, input_names=["image"], output_names=["logits"],
+                      dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17, dynamo=False)
+    print(json.dumps({"what": "export", "arch": a.arch, "size": a.size, "out": a.out}), flush=True)
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["llm", "conv"])
+    p.add_argument("what", choices=["llm", "conv", "export"])
+    p.add_argument("--out", default="model.onnx")
     ints = lambda s: [int(x) for x in s.split(",")]
     p.add_argument("--streams", type=ints, default=[1, 8, 32])
     p.add_argument("--batches", type=ints, default=[1, 8, 32])
@@ -78,4 +92,4 @@ if __name__ == "__main__":
     for k, v in dict(vocab=2048, context=512, d=1024, layers=8, heads=16, ffn=4096, prompt=40, tokens=32, size=224).items():
         p.add_argument(f"--{k}", type=int, default=v)
     a = p.parse_args()
-    llm(a) if a.what == "llm" else conv(a)
+    {"llm": llm, "conv": conv, "export": export}[a.what](a)

@@ -9,6 +9,7 @@ export * from './errors.js';
 export * from './backend.js';
 export type * from './config/model-config.js';
 export * from './config/pipeline.js';
+export { GPU_ACCELERATORS, acceleratorParameters, namedGpuAccelerators, withChosenAccelerators, type GpuAccelerator } from './config/accelerators.js';
 export * from './tensor.js';
 export { InferenceServer, TSI_VERSION, type ServerOptions, type ModelControlMode } from './server.js';
 export { ModelRepository, NOT_LOADED_BUDGET, type RepositorySource, type IndexEntry, type LoadOverrides } from './repository/repository.js';

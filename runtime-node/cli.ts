@@ -15,6 +15,7 @@ import type { TlsFiles } from './http/tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
 import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
 import { perfCommand } from './perf/cli.js';
+import { cudaServeNote, gpuCommand, reexecForCuda } from './gpu/command.js';
 import { tuneCommand } from './tune/index.js';
 import { describeCutShort } from './shutdown.js';
 import { pullModel } from './llm/pull.js';
@@ -212,6 +213,8 @@ export function buildCli(): Command {
     .option('--dashboard-tune-reports <dir>', 'a folder of tsi-node tune reports the dashboard lists')
     .option('--rate-limit-resource <name:count[:device]>', 'copies of a rate-limiter resource (per device, or on one device; default: the largest count any instance lists) (repeatable)', collect)
     .action(async (o) => {
+      // With the CUDA provider installed, this process hands over to one that can load it (gpu/command.ts).
+      if (await reexecForCuda((m) => process.stderr.write(`Warning: ${m}\n`))) return;
       const repos: string[] = [...(o.modelRepository ?? []), ...(o.modelStore ?? [])];
       if (repos.length === 0) repos.push(defaultRepository());
       const mode = o.modelControlMode as ModelControlMode;
@@ -257,6 +260,8 @@ export function buildCli(): Command {
         process.stderr.write(`Error: cannot open --log-file ${o.logFile}: ${(err as Error).message}\n`);
         process.exit(1);
       }
+      const cuda = cudaServeNote();
+      if (cuda) log.info(cuda);
       let httpTls: TlsFiles | undefined;
       let grpcTls: TlsFiles | undefined;
       try {
@@ -379,7 +384,7 @@ export function buildCli(): Command {
 
   program
     .command('doctor')
-    .description('print versions, NVIDIA GPUs, WebGPU adapters and the execution providers a KIND_GPU instance can use here')
+    .description('print versions, NVIDIA GPUs, WebGPU adapters, the execution providers a KIND_GPU instance can use here, and whether CUDA can load (which library is missing, and the command that installs it)')
     .addOption(boolOption('--json', 'print the report as JSON', false))
     .action(async (o: { json?: boolean }) => {
       const report = await doctorReport();
@@ -416,6 +421,7 @@ export function buildCli(): Command {
       if (r) process.stdout.write(`pulled ${repo} (${r.variant}: ${r.reason}; ${r.commit.slice(0, 12)}) into ${r.dir}\n`);
     });
 
+  program.addCommand(gpuCommand());
   program.addCommand(perfCommand());
   program.addCommand(tuneCommand(defaultRepository));
 

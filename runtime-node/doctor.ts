@@ -2,12 +2,15 @@
  * `tsi-node doctor`: what this machine offers tsi, gathered in one report (printed as tables, or as
  * JSON with --json): versions, NVIDIA GPUs (nvidia-smi), the onnxruntime-node execution providers and
  * whether their libraries are installed, the WebGPU adapters Dawn finds (with the limits that bound
- * model size), and which provider a KIND_GPU instance would get here and why. A missing piece comes
- * with the line that says what to install.
+ * model size), whether the CUDA provider can load (installed by `tsi-node gpu install cuda`, and each
+ * CUDA 13 library it needs found), and which provider a KIND_GPU instance would get here and why. A
+ * missing piece comes with the line that says what to install.
  */
 
 import { createRequire } from 'node:module';
 import { TSI_VERSION } from '../core/index.js';
+import { findCudaLibraries, loadable, missingSentence, type CudaLibraryScan } from './gpu/cuda-env.js';
+import { CUDA_PINS, installedCuda, type CudaInstallRecord } from './gpu/cuda-install.js';
 import { adapterLabel, gpuCount, probeWebGpu, providerStatus, queryNvidiaGpus, type NvidiaGpu, type ProviderStatus, type WebGpuProbe } from './gpu/index.js';
 
 const require = createRequire(import.meta.url);
@@ -20,6 +23,8 @@ export interface DoctorReport {
   nvidia: { gpus: NvidiaGpu[]; error?: string; driverGpus: number };
   providers: ProviderStatus[];
   webgpu: WebGpuProbe;
+  /** The CUDA provider: installed where, its libraries, and whether `serve` can use it here. */
+  cuda: { usable: boolean; detail: string; installed?: { dir: string; record: CudaInstallRecord }; libraries: CudaLibraryScan };
   /** The provider a KIND_GPU instance gets on this machine, and why the better ones are skipped. */
   kindGpu: { provider: string; adapter?: string; skipped: string[] };
 }
@@ -32,9 +37,28 @@ function packageVersion(name: string): string {
   }
 }
 
+/** Whether `serve` can run KIND_GPU models on CUDA here, and if not, what is missing and the command that fixes it. */
+export function cudaReport(gpus: number): DoctorReport['cuda'] {
+  const installed = installedCuda();
+  const libraries = findCudaLibraries();
+  const libs = libraries.libraryPath.length > 0 ? ` from ${libraries.libraryPath.join(', ')}` : '';
+  let detail: string;
+  if (process.platform !== 'linux' || process.arch !== 'x64') detail = `the CUDA provider on npm is for Linux x64 only (this is ${process.platform}-${process.arch})`;
+  else if (!installed) detail = `provider not installed: tsi-node gpu install cuda${loadable(libraries) ? '' : `; then ${missingSentence(libraries)}`}`;
+  else if (!loadable(libraries)) detail = `provider installed (${installed.dir}) but cannot load: ${missingSentence(libraries)}`;
+  else if (gpus === 0) detail = `provider and libraries${libs} present, but no NVIDIA GPU found`;
+  else {
+    const later = libraries.missing.length > 0 ? `; ${missingSentence(libraries)}` : '';
+    return { usable: true, detail: `usable: onnxruntime ${installed.record.ortVersion} core and provider in ${installed.dir}, CUDA libraries${libs || ' in the system loader cache'}, ${gpus} GPU(s)${later}`, installed, libraries };
+  }
+  return { usable: false, detail, installed, libraries };
+}
+
 export async function doctorReport(): Promise<DoctorReport> {
   const [nvidia, webgpu] = await Promise.all([queryNvidiaGpus(), probeWebGpu()]);
-  const providers = providerStatus();
+  const cuda = cudaReport(gpuCount());
+  // This process runs tsi's own onnxruntime core; `serve` runs the CUDA one when it can load (cuda-env.ts).
+  const providers = providerStatus().map((p) => (p.name === 'cuda' && !p.available && cuda.usable ? { ...p, available: true, detail: cuda.detail } : p));
   const skipped: string[] = [];
   let chosen: { provider: string; adapter?: string } | undefined;
   for (const name of ['cuda', 'webgpu']) {
@@ -61,6 +85,7 @@ export async function doctorReport(): Promise<DoctorReport> {
     nvidia: { ...nvidia, driverGpus: gpuCount() },
     providers,
     webgpu,
+    cuda,
     kindGpu: { ...(chosen ?? { provider: 'cpu' }), skipped },
   };
 }
@@ -92,12 +117,13 @@ export function formatDoctor(r: DoctorReport): string {
       bytes(a.maxBufferSize), bytes(a.maxStorageBufferBindingSize), a.shaderF16 ? 'yes' : 'no',
     ])));
   } else out.push(`WebGPU adapters: none known: ${r.webgpu.reason}`);
+  out.push(`CUDA (onnxruntime ${CUDA_PINS.ortVersion} provider): ${r.cuda.detail}`);
   out.push('');
   const k = r.kindGpu;
   out.push(k.provider === 'cpu'
     ? 'A KIND_GPU instance here runs on the CPU (it still loads, with a warning):'
     : `A KIND_GPU instance here runs on '${k.provider}'${k.adapter ? ` on ${k.adapter}` : ''}.`);
   for (const s of k.skipped) out.push(`  skipped ${s}`);
-  out.push('KIND_CPU instances use the CPU provider. KIND_GPU instances try TensorRT (when the config asks for it), CUDA, WebGPU, then the CPU.');
+  out.push('KIND_CPU instances use the CPU provider. KIND_GPU instances try the providers their config names (gpu_execution_accelerator), else CUDA, then WebGPU; then the CPU.');
   return out.join('\n');
 }

@@ -16,6 +16,7 @@ import { ModelStats } from '../stats.js';
 import { decodeString, encodeString } from '../tensor.js';
 import type { Clock, InferRequest, InferResponse, Logger, NumericArray, OutputTensor, Tensor } from '../types.js';
 import { configTypeToDatatype } from '../config/pipeline.js';
+import { withChosenAccelerators } from '../config/accelerators.js';
 import { tracedInstance } from '../trace.js';
 import { warmUpInstance, warmupSamples } from './warmup.js';
 import type { ResponseCache } from '../cache.js';
@@ -161,11 +162,15 @@ export class ModelVersion {
   /**
    * The config with every instance_group as it was really placed: a KIND_GPU group whose instances
    * all fell back to the CPU (no usable GPU here) reads KIND_CPU, without GPU ids, as what a client
-   * asking for the config should plan with. Groups placed as asked are unchanged.
+   * asking for the config should plan with. Groups placed as asked are unchanged. A config that named
+   * no gpu_execution_accelerator gets the provider(s) its GPU instances run on.
    */
   private configAsLoaded(): ModelConfig {
-    const groups = this.config.instance_group;
-    if (!groups || groups.length === 0) return this.config;
+    // The GPU providers used, named in Triton's field when the config chose none (accelerators.ts).
+    const used = [...new Set(this.instances.flatMap((i) => (i.placement?.kind === 'KIND_GPU' ? [i.placement.provider] : [])))];
+    const config = withChosenAccelerators(this.config, used);
+    const groups = config.instance_group;
+    if (!groups || groups.length === 0) return config;
     let changed = false;
     const out = groups.map((group, g) => {
       if (group.kind !== 'KIND_GPU') return group;
@@ -175,7 +180,7 @@ export class ModelVersion {
       const { gpus: _gpus, ...rest } = group;
       return { ...rest, kind: 'KIND_CPU' as const };
     });
-    return changed ? { ...this.config, instance_group: out } : this.config;
+    return changed ? { ...config, instance_group: out } : config;
   }
 
   /** Devices the instances run on, e.g. `cpu` or `cuda:0`, for the start-up table and doctor. */

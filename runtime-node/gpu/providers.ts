@@ -1,14 +1,17 @@
 /**
- * Which onnxruntime-node execution providers this machine can use, and the order a model instance
- * tries them in. The shipped binary bundles CPU and WebGPU; CUDA and TensorRT need provider libraries
- * that the package's install script downloads (skipped here, see the README), plus a GPU. Listing
- * `['cuda','cpu']` to ORT throws instead of falling back, so tsi picks the EPs itself and reports it.
+ * Which onnxruntime-node execution providers this machine can use, and the ones a model instance
+ * tries, in order. The shipped binary bundles CPU and WebGPU; CUDA and TensorRT need the provider
+ * libraries `tsi-node gpu install cuda` puts beside a matching core (cuda-install.ts), loaded by a
+ * `serve` that found the CUDA libraries (cuda-env.ts), plus a GPU. Listing `['cuda','cpu']` to ORT
+ * throws instead of falling back, so tsi picks the EPs itself and reports it.
  */
 
 import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import type { InstanceSpec, ModelConfig } from '../../core/index.js';
+import { acceleratorParameters, namedGpuAccelerators, TsiError, type InstanceSpec, type ModelConfig } from '../../core/index.js';
+import { installedCuda } from './cuda-install.js';
+import { loadOrt, ORT_DIR_ENV } from './ort.js';
 
 export interface ProviderStatus {
   name: string;
@@ -20,10 +23,8 @@ const require = createRequire(import.meta.url);
 
 function bindingDir(): string | undefined {
   try {
-    const pkg = dirname(require.resolve('onnxruntime-node/package.json'));
-    const arch = process.arch;
-    const plat = process.platform;
-    const dir = join(pkg, 'bin', 'napi-v6', plat, arch);
+    const pkg = process.env[ORT_DIR_ENV] || dirname(require.resolve('onnxruntime-node/package.json'));
+    const dir = join(pkg, 'bin', 'napi-v6', process.platform, process.arch);
     return existsSync(dir) ? dir : undefined;
   } catch {
     return undefined;
@@ -57,7 +58,7 @@ export function providerStatus(): ProviderStatus[] {
   if (cached) return cached;
   let bundled: { name: string; bundled: boolean }[] = [];
   try {
-    bundled = require('onnxruntime-node').listSupportedBackends();
+    bundled = loadOrt().listSupportedBackends();
   } catch (err) {
     return [{ name: 'cpu', available: false, detail: `onnxruntime-node failed to load: ${(err as Error).message}` }];
   }
@@ -67,7 +68,7 @@ export function providerStatus(): ProviderStatus[] {
     if (name === 'webgpu') return { name, available: inBinary, detail: inBinary ? 'bundled; needs a WebGPU adapter (tried at session creation)' : 'not in this build' };
     if (name === 'cuda' || name === 'tensorrt') {
       const lib = providerLib(name);
-      if (!lib) return { name, available: false, detail: `provider library not installed (docs/gpu.md: CUDA and TensorRT)` };
+      if (!lib) return { name, available: false, detail: notLoadedDetail() };
       if (gpus === 0) return { name, available: false, detail: `provider library present but no NVIDIA GPU found` };
       return { name, available: true, detail: `${lib}, ${gpus} GPU(s)` };
     }
@@ -76,7 +77,17 @@ export function providerStatus(): ProviderStatus[] {
   return cached;
 }
 
-const isAvailable = (name: string) => providerStatus().some((p) => p.name === name && p.available);
+/** Why this process has no CUDA provider library: not installed, or installed but not loaded here. */
+function notLoadedDetail(): string {
+  const installed = installedCuda();
+  if (!installed) return 'provider library not installed: tsi-node gpu install cuda (docs/gpu.md: CUDA and TensorRT)';
+  return `installed (${installed.dir}) but not loaded by this process: \`tsi-node serve\` loads it when it finds the CUDA libraries (tsi-node doctor says which are missing)`;
+}
+
+const statusOf = (name: string) => providerStatus().find((p) => p.name === name);
+const isAvailable = (name: string) => statusOf(name)?.available === true;
+/** The provider's library is here (a missing GPU is found at session creation, and falls back). */
+const isInstalled = (name: string) => name === 'webgpu' ? isAvailable(name) : providerLib(name as 'cuda' | 'tensorrt') !== undefined;
 
 export interface ProviderChoice {
   name: string;
@@ -96,31 +107,55 @@ const WEBGPU_OPTIONS: Record<string, (v: string) => unknown> = {
   forceCpuNodeNames: (v) => v.split(',').map((s) => s.trim()).filter(Boolean),
 };
 
+/** The kinds of model whose default GPU provider order is chosen apart: the onnxruntime backend's and the llm backend's decoders. */
+export type ModelKind = 'onnx' | 'llm';
+
 /**
- * The providers an instance tries, best first: KIND_GPU ⇒ TensorRT (when the config asks for it),
- * CUDA, WebGPU, then CPU; KIND_CPU ⇒ CPU. Unavailable ones are left out, and `notes` says why each
- * better one was skipped, in words, for the log and the start-up table.
+ * The GPU providers a KIND_GPU instance tries when its config names none, by kind of model: the
+ * fastest measured first. CUDA runs NVIDIA's own kernels (cuDNN, cuBLAS) where WebGPU runs generic
+ * shaders through Vulkan: on the lent H200, ResNet-50 on WebGPU reached 1,115 images/s at batch 32
+ * against PyTorch's 6,044 on the same card, and big_gpt on WebGPU 76 tokens/s against transformers'
+ * 4,770 at 32 streams. So CUDA first for both kinds, WebGPU next; the CUDA column of bench/gpu-kit.sh's
+ * table is what confirms or reorders this (docs/gpu.md).
  */
-export function candidateProviders(config: ModelConfig, spec: InstanceSpec): { providers: ProviderChoice[]; notes: string[] } {
+export const DEFAULT_GPU_ORDER: Record<ModelKind, readonly ('cuda' | 'webgpu')[]> = {
+  onnx: ['cuda', 'webgpu'],
+  llm: ['cuda', 'webgpu'],
+};
+
+/**
+ * The providers an instance tries, best first. KIND_GPU: the ones the config names in
+ * gpu_execution_accelerator (Triton's syntax; TensorRT brings CUDA after it), else DEFAULT_GPU_ORDER
+ * for the kind of model; then the CPU. A named provider that is not installed here, or a name tsi
+ * does not know, fails the load (INVALID_ARG, as Triton's onnxruntime backend does for unknown names).
+ * Unavailable defaults are left out and `notes` says why, in words, for the log and the start-up table.
+ * KIND_CPU: the CPU provider.
+ */
+export function candidateProviders(config: ModelConfig, spec: InstanceSpec, kind: ModelKind = 'onnx'): { providers: ProviderChoice[]; notes: string[] } {
   const notes: string[] = [];
   const out: ProviderChoice[] = [];
   const accel = config.optimization?.execution_accelerators;
   if (spec.kind === 'KIND_GPU') {
     const deviceId = Math.max(0, spec.deviceId);
-    const wanted: string[] = [];
-    for (const a of accel?.gpu_execution_accelerator ?? []) if (a.name && !wanted.includes(a.name)) wanted.push(a.name);
-    if (!wanted.includes('tensorrt')) notes.push('tensorrt not tried: the config does not ask for it (gpu_execution_accelerator)');
-    for (const n of ['cuda', 'webgpu']) if (!wanted.includes(n)) wanted.push(n);
+    let named: string[];
+    try {
+      named = namedGpuAccelerators(config);
+    } catch (err) {
+      throw new TsiError('INVALID_ARG', `${(err as Error).message} for model '${config.name}' (gpu_execution_accelerator names one of tensorrt, cuda, webgpu)`);
+    }
+    for (const n of named) {
+      if (!isInstalled(n)) {
+        throw new TsiError('INVALID_ARG', `model '${config.name}': its config names gpu_execution_accelerator '${n}', but the ${n} provider is not installed here: ${statusOf(n)?.detail ?? 'not in this onnxruntime-node build'}`);
+      }
+    }
+    const wanted = named.length > 0 ? named : [...DEFAULT_GPU_ORDER[kind]];
+    notes.push(named.length > 0 ? `providers as the config names them: ${named.join(', ')}` : `no gpu_execution_accelerator named: the default order for ${kind === 'llm' ? 'an llm decoder' : 'an onnx model'}, ${wanted.join(', ')}`);
     for (const n of wanted) {
-      if (n !== 'tensorrt' && n !== 'cuda' && n !== 'webgpu') {
-        notes.push(`gpu_execution_accelerator '${n}' is not supported by onnxruntime-node; ignored`);
-        continue;
-      }
       if (!isAvailable(n)) {
-        notes.push(`${n} not available: ${providerStatus().find((p) => p.name === n)?.detail ?? 'unknown provider'}`);
+        notes.push(`${n} not available: ${statusOf(n)?.detail ?? 'unknown provider'}`);
         continue;
       }
-      const params = accel?.gpu_execution_accelerator?.find((a) => a.name === n)?.parameters;
+      const params = acceleratorParameters(config, n);
       if (n === 'webgpu') {
         if (deviceId > 0) notes.push(`webgpu: device index ${deviceId} ignored: onnxruntime-node's WebGPU provider always runs on the default adapter`);
         out.push({ name: n, options: webgpuOptions(params, notes) });

@@ -27,7 +27,7 @@
 
 import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
-import * as ort from 'onnxruntime-node';
+import type * as Ort from 'onnxruntime-node';
 // Direct module imports, not core/index.js: the worker needs only these.
 import type { DecoderLayout, DeviceUse, StepRequest, StepResult } from '../../core/llm/decoder.js';
 import { KvBatch, type KvGroup, type TensorKit } from '../../core/llm/kv-batch.js';
@@ -35,15 +35,19 @@ import { isHostKv, type KvArray } from '../../core/llm/kv-moves.js';
 import { argmaxRows, autoDecode } from '../../core/llm/auto-decode.js';
 import type { ProviderChoice } from '../gpu/providers.js';
 import { gpuLocked } from '../gpu/lock.js';
+import { loadOrt } from '../gpu/ort.js';
 import { openSession } from '../onnx/session-options.js';
 import { movable } from '../worker-instance.js';
 import { DeviceKv, countBytes, type BusBytes } from './device-kv.js';
 import { ImageBank, visionKit, type VisionRunner } from '../../core/vision/vision-kit.js';
 
+/** onnxruntime-node: the dependency, or the CUDA-matched core serve chose (gpu/ort.ts). */
+const ort = loadOrt();
+
 export interface DecoderInit {
   modelPath?: string;
   modelBytes?: Uint8Array;
-  sessionOptions: ort.InferenceSession.SessionOptions;
+  sessionOptions: Ort.InferenceSession.SessionOptions;
   /** Execution providers to try, best first (the last is the CPU). */
   providers: ProviderChoice[];
   /** The process's WebGPU lock (gpu/lock.ts). */
@@ -72,7 +76,7 @@ export type DecoderWorkerReply =
 
 const port = parentPort!;
 const init = (workerData as { data: DecoderInit }).data;
-let session: ort.InferenceSession | undefined;
+let session: Ort.InferenceSession | undefined;
 /** Set once the session runs on WebGPU. */
 let gpuLock: Int32Array | undefined;
 let batch = new KvBatch(init.layout);
@@ -82,7 +86,7 @@ let device: DeviceKv | undefined;
 /** Bytes across the bus, counted while the session runs on a GPU provider. */
 let bus: BusBytes | undefined;
 
-const kit: TensorKit<ort.Tensor> = {
+const kit: TensorKit<Ort.Tensor> = {
   int64: (data, dims) => input(new ort.Tensor('int64', data, dims)),
   bool: (data, dims) => input(new ort.Tensor('bool', data, dims)),
   kv: (data, dims) => {
@@ -100,15 +104,15 @@ const kit: TensorKit<ort.Tensor> = {
     return t.data as KvArray;
   },
   dims: (t) => t.dims,
-  run: (feeds, fetches) => gpuLocked(gpuLock, () => session!.run(feeds, fetches) as Promise<Record<string, ort.Tensor>>),
+  run: (feeds, fetches) => gpuLocked(gpuLock, () => session!.run(feeds, fetches) as Promise<Record<string, Ort.Tensor>>),
 };
 
 /** A vision-language decoder's graphs beside it (CPU sessions; the encoder opened when an image first comes). */
 const images = new ImageBank();
-let embedSession: ort.InferenceSession | undefined;
-let encoderSession: Promise<ort.InferenceSession> | undefined;
+let embedSession: Ort.InferenceSession | undefined;
+let encoderSession: Promise<Ort.InferenceSession> | undefined;
 const visionOpts = { intraOpNumThreads: init.sessionOptions.intraOpNumThreads, executionProviders: ['cpu'] };
-const runner: VisionRunner<ort.Tensor> = {
+const runner: VisionRunner<Ort.Tensor> = {
   async embed(ids, dims) {
     const out = await embedSession!.run({ [embedSession!.inputNames[0]!]: new ort.Tensor('int64', ids, dims) });
     return out[embedSession!.outputNames[0]!]!.data as Float32Array;
@@ -118,7 +122,7 @@ const runner: VisionRunner<ort.Tensor> = {
     encoderSession ??= ort.InferenceSession.create(v.encoder as string, visionOpts);
     const s = await encoderSession;
     const [, frames, , h, w] = dims as [number, number, number, number, number];
-    const feeds: Record<string, ort.Tensor> = { pixel_values: new ort.Tensor('float32', pixels, dims) };
+    const feeds: Record<string, Ort.Tensor> = { pixel_values: new ort.Tensor('float32', pixels, dims) };
     if (s.inputNames.includes('pixel_attention_mask')) feeds.pixel_attention_mask = new ort.Tensor('bool', new Uint8Array(frames * h * w).fill(1), [1, frames, h, w]);
     const out = await s.run(feeds);
     return (out.image_features ?? out[s.outputNames[0]!]!).data as Float32Array;
@@ -127,13 +131,13 @@ const runner: VisionRunner<ort.Tensor> = {
   ids: (t) => t.data as BigInt64Array,
 };
 
-function input(t: ort.Tensor): ort.Tensor {
+function input(t: Ort.Tensor): Ort.Tensor {
   if (bus) countBytes(bus.toDevice, 'inputs', (t.data as ArrayBufferView).byteLength);
   return t;
 }
 
 /** The kit steps run with: `kit`, or for a vision-language decoder the vision kit around it. */
-let stepKit: TensorKit<ort.Tensor> = kit;
+let stepKit: TensorKit<Ort.Tensor> = kit;
 
 /** What the session holds on the device and has moved so far (undefined on the CPU). */
 const deviceUse = (): DeviceUse | undefined => bus && { tensors: device?.live.size ?? 0, toDevice: { ...bus.toDevice }, toHost: { ...bus.toHost } };

@@ -58,7 +58,7 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       const local = ctx.files.localPath?.(path);
       const gpu = spec.kind === 'KIND_GPU';
       const separate = separatePrefill(ctx.config, gpu);
-      const { providers, notes } = candidateProviders(ctx.config, spec);
+      const { providers, notes } = candidateProviders(ctx.config, spec, 'llm');
       const init: DecoderInit = {
         modelPath: local,
         modelBytes: local ? undefined : await ctx.files.read(path),

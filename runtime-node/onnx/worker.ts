@@ -27,20 +27,24 @@
  */
 
 import { parentPort } from 'node:worker_threads';
-import * as ort from 'onnxruntime-node';
+import type * as Ort from 'onnxruntime-node';
 import { fromBytes } from '../../core/tensor.js';
 import type { DataType } from '../../core/types.js';
 import { gpuLocked } from '../gpu/lock.js';
+import { loadOrt } from '../gpu/ort.js';
 import { viewAt } from '../shm-map.js';
 import { openSession, WIDEN_MS } from './session-options.js';
 import { ChannelWorker, type ChannelTensor, type SlotRequest } from './channel.js';
+
+/** onnxruntime-node: the dependency, or the CUDA-matched core serve chose (gpu/ort.ts). */
+const ort = loadOrt();
 
 export interface InitMessage {
   modelPath?: string;
   modelBytes?: Uint8Array;
   /** Candidate EPs in preference order, e.g. [{name:'cuda', deviceId:0}, {name:'cpu'}]; WebGPU takes no deviceId. */
   providers: { name: string; deviceId?: number; options?: Record<string, unknown> }[];
-  sessionOptions: ort.InferenceSession.SessionOptions;
+  sessionOptions: Ort.InferenceSession.SessionOptions;
   /** The process-wide WebGPU lock (one Int32 word: 0 free, 1 held). */
   gpuLock: SharedArrayBuffer;
   /** This instance's shared-memory channel (channel.ts). */
@@ -55,9 +59,9 @@ export interface InitMessage {
 const WIDEN_RUNS = 3;
 
 export interface WireTensor {
-  type: ort.Tensor.Type;
+  type: Ort.Tensor.Type;
   dims: number[];
-  data: ort.Tensor.DataType;
+  data: Ort.Tensor.DataType;
 }
 
 /**
@@ -66,7 +70,7 @@ export interface WireTensor {
  * view until the reply, so they stay mapped).
  */
 export interface MappedWireTensor {
-  type: ort.Tensor.Type;
+  type: Ort.Tensor.Type;
   dims: number[];
   datatype: DataType;
   address: bigint;
@@ -106,7 +110,7 @@ const port = parentPort!;
 let running = false;
 
 
-function transferables(data: ort.Tensor.DataType): ArrayBuffer[] {
+function transferables(data: Ort.Tensor.DataType): ArrayBuffer[] {
   if (Array.isArray(data)) return [];
   const buf = (data as Uint8Array).buffer;
   return buf instanceof ArrayBuffer ? [buf] : [];
@@ -116,7 +120,7 @@ class Unmapped extends Error {}
 
 /** One instance's session in this thread, with its channel and its own order of batches. */
 class HostedSession {
-  private session?: ort.InferenceSession;
+  private session?: Ort.InferenceSession;
   /** Set once the session runs on WebGPU: its work then goes through the process-wide lock. */
   private gpuLock?: Int32Array;
   private readonly channel: ChannelWorker;
@@ -167,7 +171,7 @@ class HostedSession {
     if (msg.kind === 'skip') return this.arrive(msg.seq, () => {});
     if (msg.kind === 'close') return this.arrive(msg.seq, () => this.enqueue(0, () => this.close()));
     this.arrive(msg.seq, () => this.enqueue(msg.postedAt, (waitMs) => this.execute(msg.id, undefined, () => {
-      const feeds: Record<string, ort.Tensor> = {};
+      const feeds: Record<string, Ort.Tensor> = {};
       for (const [name, t] of Object.entries(msg.feeds)) {
         feeds[name] = new ort.Tensor(t.type, ('address' in t ? this.viewMapped(t) : t.data) as never, t.dims);
       }
@@ -178,8 +182,8 @@ class HostedSession {
   private fromSlot(r: SlotRequest, waitMs: number): Promise<void> {
     const s = this.session!;
     return this.execute(r.id, r.slot, () => {
-      const feeds: Record<string, ort.Tensor> = {};
-      for (const t of r.inputs()) feeds[s.inputNames[t.index]!] = new ort.Tensor(t.type as ort.Tensor.Type, t.data as never, t.dims);
+      const feeds: Record<string, Ort.Tensor> = {};
+      for (const t of r.inputs()) feeds[s.inputNames[t.index]!] = new ort.Tensor(t.type as Ort.Tensor.Type, t.data as never, t.dims);
       return feeds;
     }, r.fetches.map((i) => s.outputNames[i]!), waitMs);
   }
@@ -245,7 +249,7 @@ class HostedSession {
     this.reply({ kind: 'widened', threads: to, runMs, openMs: performance.now() - t0 });
   }
 
-  private viewMapped(t: MappedWireTensor): ort.Tensor.DataType {
+  private viewMapped(t: MappedWireTensor): Ort.Tensor.DataType {
     let buffer: ArrayBuffer;
     try {
       buffer = viewAt(t.address, t.byteLength);
@@ -253,7 +257,7 @@ class HostedSession {
       throw new Unmapped(`a shared-memory input could not be viewed in the onnxruntime worker: ${(err as Error).message}`);
     }
     this.viewed.add(buffer);
-    return fromBytes(t.datatype, new Uint8Array(buffer)) as ort.Tensor.DataType;
+    return fromBytes(t.datatype, new Uint8Array(buffer)) as Ort.Tensor.DataType;
   }
 
   private async close(): Promise<void> {
@@ -266,7 +270,7 @@ class HostedSession {
 
   /** Runs one batch and replies; never rejects (a rejected link would stop every batch behind it). */
   private async execute(
-    id: number, slot: number | undefined, makeFeeds: () => Record<string, ort.Tensor>, fetches: string[], waitMs: number,
+    id: number, slot: number | undefined, makeFeeds: () => Record<string, Ort.Tensor>, fetches: string[], waitMs: number,
   ): Promise<void> {
     running = true;
     const session = this.session!;
@@ -293,8 +297,8 @@ class HostedSession {
         // So is one over a shared-memory input's pages: those are the client's, and the main thread's to release.
         const buf = Array.isArray(t.data) ? undefined : (t.data as Uint8Array).buffer;
         const data = buf && (this.channel.ownsInput(buf) || this.viewed.has(buf)) ? (t.data as Uint8Array).slice() : t.data;
-        outputs[name] = { type: t.type, dims: [...t.dims], data: data as ort.Tensor.DataType };
-        for (const b of transferables(data as ort.Tensor.DataType)) transfer.add(b);
+        outputs[name] = { type: t.type, dims: [...t.dims], data: data as Ort.Tensor.DataType };
+        for (const b of transferables(data as Ort.Tensor.DataType)) transfer.add(b);
       }
       const t3 = performance.now();
       this.reply({

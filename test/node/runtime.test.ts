@@ -61,9 +61,8 @@ describe('off the main thread', () => {
 });
 
 describe('execution providers', () => {
-  it('skips the GPU providers this machine lacks for a KIND_GPU model, and says why', async () => {
-    const cfg = slowConfig.replace('name: "slow"', 'name: "gpu_model"').replace('kind: KIND_CPU', 'kind: KIND_GPU')
-      + 'optimization { execution_accelerators { gpu_execution_accelerator: [ { name: "tensorrt" } ] } }\n';
+  it('skips the GPU providers this machine lacks for a KIND_GPU model, says why, and names the one used in the config as loaded', async () => {
+    const cfg = slowConfig.replace('name: "slow"', 'name: "gpu_model"').replace('kind: KIND_CPU', 'kind: KIND_GPU');
     const repo = tempRepo({ 'gpu_model/config.pbtxt': cfg, 'gpu_model/1/model.onnx': slowModel(5) });
     const s = await startTestServer({ modelRepositories: [repo.path] });
     try {
@@ -73,10 +72,37 @@ describe('execution providers', () => {
       const webgpu = (await probeWebGpu()).adapters.length > 0;
       expect(mv.instances[0]!.placement?.provider).toBe(webgpu ? 'webgpu' : 'cpu');
       const logs = s.logs.join('\n');
-      expect(logs).toMatch(/tensorrt not available/);
-      expect(logs).toMatch(/cuda not available/);
+      expect(logs).toMatch(/no gpu_execution_accelerator named: the default order for an onnx model, cuda, webgpu/);
+      expect(logs).toMatch(/cuda not available: provider library not installed: tsi-node gpu install cuda/);
+      // The config as loaded names the provider in Triton's field (none on the CPU fallback).
+      const config = await (await fetch(`${s.url}/v2/models/gpu_model/config`)).json() as { optimization?: { execution_accelerators?: { gpu_execution_accelerator?: { name: string }[] } } };
+      expect(config.optimization?.execution_accelerators?.gpu_execution_accelerator?.map((a) => a.name) ?? []).toEqual(webgpu ? ['webgpu'] : []);
       const r = await postJson(`${s.url}/v2/models/gpu_model/infer`, slowBody(1));
       expect(r.status).toBe(200);
+    } finally {
+      await s.stop();
+      repo.cleanup();
+    }
+  });
+
+  it('fails the load of a model that names a provider not installed here, or one tsi does not know, and says the fix', async () => {
+    const gpu = (name: string, accel: string) => slowConfig.replace('name: "slow"', `name: "${name}"`).replace('kind: KIND_CPU', 'kind: KIND_GPU')
+      + `optimization { execution_accelerators { gpu_execution_accelerator: [ { name: "${accel}" } ] } }\n`;
+    const repo = tempRepo({
+      'on_cuda/config.pbtxt': gpu('on_cuda', 'cuda'), 'on_cuda/1/model.onnx': slowModel(5),
+      'on_trt/config.pbtxt': gpu('on_trt', 'tensorrt'), 'on_trt/1/model.onnx': slowModel(5),
+      'on_npu/config.pbtxt': gpu('on_npu', 'unknown_gpu'), 'on_npu/1/model.onnx': slowModel(5),
+      'slow/config.pbtxt': slowConfig, 'slow/1/model.onnx': slowModel(5),
+    });
+    const s = await startTestServer({ modelRepositories: [repo.path], strictReadiness: false });
+    try {
+      const index = (await postJson(`${s.url}/v2/repository/index`, {})).body as { name: string; state: string; reason: string }[];
+      const reason = (m: string) => index.find((e) => e.name === m)!;
+      expect(reason('on_cuda')).toMatchObject({ state: 'UNAVAILABLE' });
+      expect(reason('on_cuda').reason).toContain("model 'on_cuda': its config names gpu_execution_accelerator 'cuda', but the cuda provider is not installed here: provider library not installed: tsi-node gpu install cuda");
+      expect(reason('on_trt').reason).toContain("model 'on_trt': its config names gpu_execution_accelerator 'tensorrt', but the tensorrt provider is not installed here");
+      expect(reason('on_npu').reason).toContain("unknown Execution Accelerator 'unknown_gpu' is requested for model 'on_npu'");
+      expect(reason('slow').state).toBe('READY');
     } finally {
       await s.stop();
       repo.cleanup();

@@ -5,31 +5,16 @@
  */
 
 import { describe, expect, it } from 'vitest';
-import { spawn } from 'node:child_process';
-import { join } from 'node:path';
-import { ROOT, postJson, tempRepo } from '../helpers/server.js';
+import { postJson, tempRepo } from '../helpers/server.js';
+import { serveChild } from '../helpers/serve-child.js';
 import { addSubModel } from '../../scripts/gen-models.js';
 
 /** Starts `tsi-node serve` with `flag`, returns the index once HTTP is up, then stops it. */
 async function indexWith(repo: string, flag: string): Promise<{ name: string; state?: string; reason?: string }[]> {
   const args = ['serve', '--model-repository', repo, '--http-port', '0', '--http-address', '127.0.0.1', '--allow-grpc', 'false',
     '--allow-metrics', 'false', '--exit-on-error', 'false', '--strict-readiness', 'false', flag];
-  const code = `import(${JSON.stringify(join(ROOT, 'runtime-node', 'cli.ts'))}).then((m) => m.main(['node', 'tsi-node', ...${JSON.stringify(args)}]))`;
-  const child = spawn(process.execPath, ['--import', 'tsx', '-e', code], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let err = '';
+  const { child, port } = await serveChild(args);
   try {
-    const port = await new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no start-up line; stderr: ${err}`)), 60_000);
-      child.stderr.on('data', (d) => {
-        err += d;
-        const h = /Started HTTPService at 127\.0\.0\.1:(\d+)/.exec(err);
-        if (h) {
-          clearTimeout(timer);
-          resolve(Number(h[1]));
-        }
-      });
-      child.on('exit', (c) => reject(new Error(`exited early with ${c}: ${err}`)));
-    });
     return (await postJson(`http://127.0.0.1:${port}/v2/repository/index`, {})).body;
   } finally {
     child.kill('SIGKILL');
