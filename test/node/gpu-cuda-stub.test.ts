@@ -16,8 +16,10 @@
  * provider library there, and, this machine having no NVIDIA GPU (/proc/driver/nvidia), skips it and
  * serves on the CPU; SIGTERM reaches the re-executed server through the first process.
  *
- * It needs the real provider (171 MiB, kept out of CI): it runs where `tsi-node gpu install cuda` has
- * put it in the cache (TSI_CACHE_DIR or the default), and is skipped, with that reason, elsewhere.
+ * It needs the real provider (171 MiB from npm): it runs where `tsi-node gpu install cuda` has put it,
+ * in TSI_CUDA_STUB_CACHE (.ci/run installs it there, apart from the cache the other tests' servers
+ * read, so they keep the dependency's core) or else tsi's cache; missing, it is skipped with that
+ * reason here and fails under CI.
  */
 
 import { execFileSync, spawn } from 'node:child_process';
@@ -25,14 +27,15 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
+import { requireCapability } from '../helpers/capability.js';
 import { installedCuda } from '../../runtime-node/gpu/cuda-install.js';
 import { addSubModel } from '../../scripts/gen-models.js';
 import { postJson, tempRepo } from '../helpers/server.js';
 import { serveChild } from '../helpers/serve-child.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
-const installed = installedCuda();
+const installed = installedCuda(process.env.TSI_CUDA_STUB_CACHE || undefined);
 const gcc = (() => {
   try {
     execFileSync('gcc', ['--version'], { stdio: 'ignore' });
@@ -42,7 +45,8 @@ const gcc = (() => {
     return false;
   }
 })();
-const missing = !installed ? 'the CUDA provider is not in tsi\'s cache (tsi-node gpu install cuda; 171 MiB, kept out of CI)' : !gcc ? 'gcc and nm' : undefined;
+const missing = !installed ? 'the CUDA provider is not installed (tsi-node gpu install cuda; TSI_CUDA_STUB_CACHE names where .ci/run puts it)' : !gcc ? 'gcc and nm' : undefined;
+const need = (ctx: TestContext) => requireCapability(ctx, !!process.env.CI, 'CUDA provider and gcc', missing);
 
 /** Stub libraries for every CUDA library the provider imports from, each symbol answering "no device". */
 function buildStubs(provider: string, dir: string): void {
@@ -71,7 +75,8 @@ describe('the CUDA provider against stub CUDA libraries (no GPU)', () => {
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  it.skipIf(missing !== undefined)(`loads the provider and stops at device selection (cudaSetDevice), then falls back to the CPU${missing ? ` [skipped: needs ${missing}]` : ''}`, async () => {
+  it('loads the provider and stops at device selection (cudaSetDevice), then falls back to the CPU', async (ctx) => {
+    need(ctx);
     {
       const code = `
         const { loadOrt, ortVersion } = await import('./runtime-node/gpu/ort.ts');
@@ -97,7 +102,8 @@ describe('the CUDA provider against stub CUDA libraries (no GPU)', () => {
     }
   }, 120_000);
 
-  it.skipIf(missing !== undefined)(`tsi-node serve re-executes onto the provider's core with the libraries found, and passes SIGTERM on${missing ? ` [skipped: needs ${missing}]` : ''}`, async () => {
+  it('tsi-node serve re-executes onto the provider\'s core with the libraries found, and passes SIGTERM on', async (ctx) => {
+    need(ctx);
     const repo = tempRepo({
       'm/config.pbtxt': 'name: "m"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 2\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [4] }]\noutput [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [4] }]\n'
         + 'instance_group [{ kind: KIND_GPU }]\noptimization { execution_accelerators { gpu_execution_accelerator [ { name: "cuda" } ] } }\n',
