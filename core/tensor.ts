@@ -388,3 +388,18 @@ export function retainBuffer(data: TensorData): void {
 export function canTransfer(buffer: ArrayBufferLike): boolean {
   return !retained.has(buffer);
 }
+
+// Buffers that hold the data of several tensors of one request, and nothing any other request reads:
+// an HTTP body with binary tensor data, each input a view of it. Copying a view out of it to transfer
+// it would hold a large tensor twice; moving the whole buffer is safe when every view of it goes along.
+const requestBuffers = new WeakMap<object, number>();
+
+/** Marks a request body's buffer, of which `views` of the request's input tensors are views. */
+export function markRequestBuffer(buffer: ArrayBufferLike, views: number): void {
+  if (views > 0) requestBuffers.set(buffer, views);
+}
+
+/** Whether a backend may move this buffer whole, `views` of its tensors' data being views of it. */
+export function canTransferWhole(buffer: ArrayBufferLike, views: number): boolean {
+  return requestBuffers.get(buffer) === views && canTransfer(buffer);
+}
