@@ -30,8 +30,11 @@ def _parameters_json(parameters):
 class InferenceResponse:
     """`InferenceResponse(output_tensors=[...], error=None, parameters=None)`."""
 
-    def __init__(self, output_tensors=None, error=None, parameters=None):
-        tensors = list(output_tensors) if output_tensors is not None else []
+    def __init__(self, output_tensors=(), error=None, parameters=None):
+        # As Triton's pybind11 binding: left out, no tensors; None (or any non-list) is a TypeError.
+        if not isinstance(output_tensors, (list, tuple)):
+            raise TypeError("InferenceResponse(output_tensors=...) takes a list of pb_utils.Tensor, got %s" % type(output_tensors).__name__)
+        tensors = list(output_tensors)
         for t in tensors:
             if not isinstance(t, Tensor):
                 raise TritonModelException("Output tensor for inference response should not be empty.")
