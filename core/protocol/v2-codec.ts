@@ -337,6 +337,14 @@ export function bodyBytes(parts: readonly (string | Uint8Array)[]): Uint8Array {
  * time (jsonDataText) and the header sent as pieces around it, never built whole as a JS array or a
  * string — the same bytes, at JSON.stringify's own cost.
  */
+/** Whether a floating-point tensor holds NaN or an infinity (JSON.stringify would write null). */
+function nonFinite(t: { datatype: string; data: unknown }): boolean {
+  if (t.datatype !== 'FP32' && t.datatype !== 'FP64') return false;
+  const d = t.data as Float32Array;
+  for (let i = 0; i < d.length; i++) if (!Number.isFinite(d[i]!)) return true;
+  return false;
+}
+
 export function encodeInferResponse(resp: InferResponse, encoding: OutputEncoding, skip?: ReadonlySet<string>): EncodedResponse {
   const binaries: Uint8Array[] = [];
   let chunked = false;
@@ -350,8 +358,9 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
       const bytes = toBytes(t.data);
       params.binary_data_size = byteSize(t.data);
       binaries.push(bytes);
-    } else if (t.data.length > JSON_CHUNK || t.datatype === 'INT64' || t.datatype === 'UINT64') {
-      // 64-bit integers always through jsonDataText, which writes them exactly.
+    } else if (t.data.length > JSON_CHUNK || t.datatype === 'INT64' || t.datatype === 'UINT64' || nonFinite(t)) {
+      // 64-bit integers always through jsonDataText, which writes them exactly, and NaN and the
+      // infinities, which it writes as Triton does.
       data = jsonDataText(t.datatype, t.data, t.name);
       chunked = true;
     } else {
