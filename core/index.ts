@@ -28,7 +28,7 @@ export {
   type CompressionPolicy,
   type HttpOptions, type HttpReply, type InferHttpRequest,
 } from './protocol/http.js';
-export { readRequestBody, readWebBody, tooLarge, type BodySource, type BodyOptions } from './protocol/http-body.js';
+export { readRequestBody, readWebBody, tooLarge, type BodyKind, type BodySource, type BodyOptions } from './protocol/http-body.js';
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './protocol/v2-codec.js';
 export { InstancePool, runExecution, type Scheduler, type SchedulerContext, type SchedulerDelay } from './scheduling/scheduler.js';
 export { createScheduler } from './scheduling/schedulers.js';

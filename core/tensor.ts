@@ -276,6 +276,9 @@ const scratch: number[] = [];
  * whose number formatting is the cost that remains, sees one small reused array at a time, and
  * the pieces need not be joined into one string before they are written.
  */
+/** A number as Triton's JSON writes it: finite ones as JSON does, the others as NaN, Infinity, -Infinity. */
+const nonFiniteJson = (v: number): string => (Number.isFinite(v) ? String(v) : Number.isNaN(v) ? 'NaN' : v > 0 ? 'Infinity' : '-Infinity');
+
 export function jsonDataText(dt: DataType, data: TensorData, output?: string): string[] {
   if (dt === 'BYTES' || dt === 'BOOL' || dt === 'FP16' || dt === 'BF16') return [JSON.stringify(toJsonValues(dt, data, output))];
   const values = data as NumericArray;
@@ -293,6 +296,9 @@ export function jsonDataText(dt: DataType, data: TensorData, output?: string): s
       if (scratch.length > end - start) scratch.length = end - start;
       for (let i = start; i < end; i++) scratch[i - start] = (values as Float32Array)[i]!;
       text = JSON.stringify(scratch);
+      // JSON.stringify writes NaN and ±Infinity as null; Triton's writer (rapidjson with
+      // kWriteNanAndInfFlag) writes NaN, Infinity and -Infinity, which its clients read back.
+      if (text.includes('null')) text = `[${scratch.map(nonFiniteJson).join(',')}]`;
     }
     // "[a,b]" "[c,d]" → "[a,b" ",c,d]"
     if (start === 0) out.push(end === n ? text : text.slice(0, -1));
@@ -387,4 +393,19 @@ export function retainBuffer(data: TensorData): void {
 /** Whether a backend may transfer this buffer to another thread instead of copying it. */
 export function canTransfer(buffer: ArrayBufferLike): boolean {
   return !retained.has(buffer);
+}
+
+// Buffers that hold the data of several tensors of one request, and nothing any other request reads:
+// an HTTP body with binary tensor data, each input a view of it. Copying a view out of it to transfer
+// it would hold a large tensor twice; moving the whole buffer is safe when every view of it goes along.
+const requestBuffers = new WeakMap<object, number>();
+
+/** Marks a request body's buffer, of which `views` of the request's input tensors are views. */
+export function markRequestBuffer(buffer: ArrayBufferLike, views: number): void {
+  if (views > 0) requestBuffers.set(buffer, views);
+}
+
+/** Whether a backend may move this buffer whole, `views` of its tensors' data being views of it. */
+export function canTransferWhole(buffer: ArrayBufferLike, views: number): boolean {
+  return requestBuffers.get(buffer) === views && canTransfer(buffer);
 }

@@ -1,5 +1,5 @@
 /**
- * Triton's two small test backends, `identity` and `repeat`, built in so that repositories from
+ * Triton's small test backends, `identity`, `repeat` and `square`, built in so that repositories from
  * Triton's documentation, examples and tests (which name them as `backend: "identity"` or
  * `backend: "repeat"`) load unchanged, in Node and in the browser alike: they are pure TypeScript.
  *
@@ -12,8 +12,10 @@
  *   WAIT (UINT32 [1]); outputs OUT (INT32 [1]) and IDX (UINT32 [1]). One response per element of IN,
  *   the i'th after DELAY[i] ms; the instance takes its next request after WAIT ms, so responses of
  *   several requests may interleave. IN of shape [0] gives only the final flag.
+ * - square: decoupled, IN and OUT INT32 [1]: IN = n gives n responses OUT = n, then the final flag.
  *
- * Their load-time checks keep the texts of Triton's backends, which its tests look for.
+ * The load-time checks of identity and repeat keep the texts of Triton's backends, which its tests
+ * look for; square's are tsi's own (its C++ source was not at hand).
  */
 
 import type { Backend, BackendInstance, BackendRequest, InstanceSpec } from './backend.js';
@@ -29,6 +31,16 @@ const invalid = (msg: string) => new TsiError('INVALID_ARG', msg);
 const shapeText = (s: readonly number[]) => `[${s.join(',')}]`;
 const param = (cfg: ModelConfig, key: string) => cfg.parameters?.[key]?.string_value;
 const ioShape = (io: { dims?: number[]; reshape?: { shape?: number[] } }) => io.reshape?.shape ?? io.dims ?? [];
+
+/** A loaded model whose CPU instances keep no state: each only runs `execute`. */
+function stateless(execute: (requests: BackendRequest[], spec: InstanceSpec) => Promise<void>) {
+  return {
+    createInstance: async (spec: InstanceSpec): Promise<BackendInstance> => ({
+      spec, device: 'cpu', unload: async () => {}, execute: (requests: BackendRequest[]) => execute(requests, spec),
+    }),
+    unload: async () => {},
+  };
+}
 
 /** Copies a tensor's data, so the output never aliases a buffer the request owns. */
 function copyData(t: Tensor): Tensor['data'] {
@@ -101,18 +113,10 @@ function identityBackend(): Backend {
         }
         r.send({ outputs, parameters: { ...IDENTITY_PARAMETERS } }, true);
       };
-      return {
-        createInstance: async (spec: InstanceSpec): Promise<BackendInstance> => ({
-          spec,
-          device: 'cpu',
-          unload: async () => {},
-          execute: async (requests) => {
-            if (delayMs > 0) await sleep(delayMs * Math.max(multiplier > 0 ? multiplier * spec.index : 1, 1));
-            for (const r of requests) respond(r);
-          },
-        }),
-        unload: async () => {},
-      };
+      return stateless(async (requests, spec) => {
+        if (delayMs > 0) await sleep(delayMs * Math.max(multiplier > 0 ? multiplier * spec.index : 1, 1));
+        for (const r of requests) respond(r);
+      });
     },
   };
 }
@@ -206,8 +210,48 @@ function repeatBackend(): Backend {
   };
 }
 
+/**
+ * Triton's square test backend (its qa's `square_int32`, L0_decoupled and L0_response_statistics):
+ * decoupled, IN and OUT INT32 [1]; a request with IN = n gets n responses OUT = n, then the final
+ * flag on its own (n = 0: only the flag). Requests are answered one after another within a batch.
+ */
+function checkSquareConfig(cfg: ModelConfig): void {
+  if ((cfg.max_batch_size ?? 0) !== 0) throw invalid('square backend only supports models with max_batch_size == 0');
+  if (cfg.model_transaction_policy?.decoupled !== true) throw invalid('square backend only supports models with decoupled transaction policy');
+  const inputs = cfg.input ?? [];
+  const outputs = cfg.output ?? [];
+  if (inputs.length !== 1 || outputs.length !== 1) throw invalid(`expected 1 input and 1 output, got ${inputs.length} and ${outputs.length}`);
+  for (const [io, name] of [[inputs[0]!, 'IN'], [outputs[0]!, 'OUT']] as const) {
+    if (io.name !== name) throw invalid(`expected ${name === 'IN' ? 'input' : 'output'} tensor name to be ${name}, got ${io.name ?? ''}`);
+    if (io.data_type !== 'TYPE_INT32') throw invalid(`expected ${name} datatype to be INT32, got ${io.data_type ?? ''}`);
+    if (shapeText(io.dims ?? []) !== '[1]') throw invalid(`expected ${name} shape to be [1], got ${shapeText(io.dims ?? [])}`);
+  }
+}
+
+function squareBackend(): Backend {
+  return {
+    name: 'square',
+    async loadModel(ctx) {
+      checkSquareConfig(ctx.config);
+      return stateless(async (requests) => {
+        for (const r of requests) {
+          const data = r.inputs.get('IN')?.data as Int32Array | undefined;
+          if (!data || data.length !== 1) {
+            r.send(invalid('expected IN to hold one INT32 value'), true);
+            continue;
+          }
+          const n = data[0]!;
+          for (let i = 0; i < n; i++) r.send({ outputs: [{ name: 'OUT', datatype: 'INT32', shape: [1], data: Int32Array.of(n) }] }, false);
+          r.send({ outputs: [] }, true);
+        }
+      });
+    },
+  };
+}
+
 /** Registers the test backends under Triton's names, unless a runtime registered its own. */
 export function registerTestBackends(registry: { has(name: string): boolean; register(name: string, f: () => Backend): void }): void {
   if (!registry.has('identity')) registry.register('identity', identityBackend);
   if (!registry.has('repeat')) registry.register('repeat', repeatBackend);
+  if (!registry.has('square')) registry.register('square', squareBackend);
 }

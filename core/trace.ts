@@ -93,12 +93,15 @@ export class TraceManager {
   private nextId = 1;
 
   private readonly newId = (): number => this.nextId++;
+  /** The global setting the server started with: what clearing a global field returns to. */
+  private readonly startup: TraceSetting;
 
   constructor(
     initial: Partial<TraceSetting>, private readonly clock: Clock, private readonly writer?: TraceWriter,
     private readonly log?: Logger, private readonly exporter?: TraceExporter,
   ) {
-    this.global = { ...DEFAULT_TRACE_SETTING, ...initial };
+    this.startup = { ...DEFAULT_TRACE_SETTING, ...initial };
+    this.global = { ...this.startup };
   }
 
   /** The effective setting for a model (its overrides over the global one), or the global one. */
@@ -115,7 +118,9 @@ export class TraceManager {
     if (!model) {
       for (const [k, v] of Object.entries(u) as [keyof TraceSettingUpdate, unknown][]) {
         if (v === undefined) continue;
-        (this.global as unknown as Record<string, unknown>)[k] = v === null ? DEFAULT_TRACE_SETTING[k] : v;
+        // Cleared: back to the start-up value (Triton's global_default_, from --trace-config), not
+        // the built-in default.
+        (this.global as unknown as Record<string, unknown>)[k] = v === null ? this.startup[k] : v;
       }
       return;
     }

@@ -129,6 +129,8 @@ export interface NodeServerOptions {
   dashboardTuneReports?: string;
   /** Triton's scheduler test hook; default: read from the environment by `schedulerDelayFromEnv`. */
   schedulerDelay?: SchedulerDelay;
+  /** Triton's gRPC test hook, in ms; default: read from the environment by `grpcResponseDelayFromEnv`. */
+  grpcResponseDelayMs?: number;
 }
 
 export interface RunningServer {
@@ -221,6 +223,14 @@ export function schedulerDelayFromEnv(env: Record<string, string | undefined>): 
   const count = (name: string) => Math.max(0, Number.parseInt(env[name] ?? '', 10) || 0);
   const requests = count('TRITONSERVER_DELAY_SCHEDULER');
   return requests > 0 ? { requests, backlog: count('TRITONSERVER_BACKLOG_DELAY_SCHEDULER') } : undefined;
+}
+
+/**
+ * Triton's gRPC test hook from the environment: TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC, seconds
+ * (read like atoi) by which every RPC but inference is answered late. Unset or 0: no delay.
+ */
+export function grpcResponseDelayFromEnv(env: Record<string, string | undefined>): number {
+  return Math.max(0, Number.parseInt(env.TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC ?? '', 10) || 0) * 1000;
 }
 
 /** zlib at its fastest level, off the event loop (libuv's pool): several times CompressionStream's speed. */
@@ -358,11 +368,14 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       });
     }
     if (opts.grpcPort !== undefined) {
+      const grpcDelay = opts.grpcResponseDelayMs ?? grpcResponseDelayFromEnv(process.env);
+      if (grpcDelay > 0) log.info(`gRPC test hook: every RPC but inference answers ${grpcDelay / 1000} s late (TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC)`);
       grpc = await listenGrpc(server, {
         port: opts.grpcPort, address: opts.grpcAddress ?? '0.0.0.0', extensions, restrictedProtocol: grpcRestrictions,
         headerForwardPattern: grpcForward, maxResponsePoolSize: opts.grpcMaxResponsePoolSize,
         responseCompression: opts.grpcResponseCompression,
         tls: grpcTls, authorize: keyring && grpcAuthorizer(keyring), handshakeTimeoutMs: opts.grpcHandshakeTimeoutMs,
+        responseDelayMs: grpcDelay,
       });
     }
     if (opts.metricsPort !== undefined) {

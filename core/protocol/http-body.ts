@@ -4,8 +4,9 @@
  * by --http-max-input-size three ways, each before the bytes are kept: a declared Content-Length over
  * the limit is refused unread; a body without one (chunked) is counted as it arrives and cut off at the
  * limit; a gzip/deflate body is decoded as a stream and cut off when the decoded size passes the limit,
- * so a small "gzip bomb" never expands in memory. Triton's texts (http_server.cc), whichever bound
- * was crossed: its raw-input one for a raw binary infer body, its JSON-size one for every other.
+ * so a small "gzip bomb" never expands in memory. Triton's texts (http_server.cc, data_compressor.h),
+ * whichever bound was crossed: its decompression one for a gzip/deflate body, its raw-input one for a
+ * raw binary infer body, its JSON-size one for every other.
  *
  * Decoding uses the Web-standard DecompressionStream, so this file stays platform-neutral.
  */
@@ -18,7 +19,7 @@ import { concatBytes } from '../tensor.js';
  * returns the whole body and rejects with `tooLarge` as soon as more than `limit` bytes have arrived
  * (the Node server's infer shortcut, which places binary tensor data on an 8-byte boundary as it joins).
  */
-export type BodySource = ReadableStream<Uint8Array> | null | ((limit: number) => Promise<Uint8Array>);
+export type BodySource = ReadableStream<Uint8Array> | null | ((limit: number, kind: BodyKind) => Promise<Uint8Array>);
 
 export interface BodyOptions {
   /**
@@ -29,14 +30,40 @@ export interface BodyOptions {
 }
 
 /**
- * Triton's text for a body over the limit: a raw binary infer body (`Inference-Header-Content-Length:
- * 0`, EVBufferToRawInput) has its own, any other body is the JSON one (EVBufferToJson).
+ * Which text a body over its limit gets: true for a raw binary infer body, false for a JSON one,
+ * 'decompressed' for a gzip/deflate one, 'binary' for binary tensor data after a JSON header.
  */
-export function tooLarge(size: number, max: number, raw = false): TsiError {
+export type BodyKind = boolean | 'decompressed' | 'binary';
+
+/**
+ * Triton's text for a body over the limit: a gzip/deflate body is bounded as it is decoded
+ * (DataCompressor::DecompressData, before the body is looked at), a raw binary infer body
+ * (`Inference-Header-Content-Length: 0`, EVBufferToRawInput) has its own, any other body is the JSON
+ * one (EVBufferToJson).
+ */
+export function tooLarge(size: number, max: number, raw: BodyKind = false): TsiError {
+  if (raw === 'binary') {
+    return invalidArg(`request body of ${size} bytes exceeds the largest binary request of ${max} bytes that can be held in one buffer; send larger tensors through shared memory`);
+  }
+  if (raw === 'decompressed') {
+    return invalidArg(`Decompressed data size exceeds the maximum allowed value of ${max} bytes. Use --http-max-input-size to increase the limit.`);
+  }
   if (raw) {
     return invalidArg(`Raw input has a byte_size (${size} bytes) that exceeds the maximum allowed value of ${max} bytes. Use --http-max-input-size to increase the limit.`);
   }
   return invalidArg(`request JSON size of ${size} bytes exceeds the maximum allowed input size of ${max} bytes. Use --http-max-input-size to increase the limit.`);
+}
+
+/**
+ * The largest body with binary tensor data that is read: one buffer's worth (Node's Buffer and V8's
+ * typed arrays stop at 4 GiB).
+ */
+export const MAX_BINARY_BODY = 2 ** 32 - 1;
+
+/** A JSON header length (Inference-Header-Content-Length) greater than 0, when one is given. */
+function binaryHeaderLength(value: string | null | undefined): number | undefined {
+  const n = value == null || !/^\s*\d+\s*$/.test(value) ? NaN : Number(value);
+  return Number.isSafeInteger(n) && n > 0 ? n : undefined;
 }
 
 /** Whether a request's headers make its body raw binary tensor data (a header length of 0). */
@@ -51,18 +78,34 @@ export async function readRequestBody(
     if (opts.identityOnly !== undefined) throw invalidArg(opts.identityOnly);
     if (enc !== 'gzip' && enc !== 'deflate') throw new TsiError('UNSUPPORTED', 'Unsupported compression type');
   }
-  const rawBody = isRawBody(header('Inference-Header-Content-Length'));
+  const encoded = enc === 'gzip' || enc === 'deflate';
+  const headerLength = header('Inference-Header-Content-Length');
+  const rawBody: BodyKind = encoded ? 'decompressed' : isRawBody(headerLength);
+  // Binary tensor data after a JSON header is not bounded by the limit, as in Triton, whose
+  // EVBufferToJson applies it to the header alone: the tensors are bounded by the model's shapes
+  // (checked once the header is read) and here only by what one buffer can hold.
+  const jsonLength = encoded || rawBody ? undefined : binaryHeaderLength(headerLength);
+  const limit = jsonLength === undefined ? maxInput : MAX_BINARY_BODY;
   const declared = Number(header('Content-Length') ?? NaN);
-  if (declared > maxInput) {
+  // A header longer than the body is the decoder's to refuse, with its own text, as in Triton,
+  // which checks the header's range before its size.
+  const headerTooLarge = (length: number) => jsonLength !== undefined && jsonLength > maxInput && jsonLength <= length;
+  if (headerTooLarge(declared)) {
     await cancel(source);
-    throw tooLarge(declared, maxInput, rawBody);
+    throw tooLarge(jsonLength!, maxInput);
   }
-  if (enc === 'gzip' || enc === 'deflate') {
-    const raw = typeof source === 'function' ? blobStream(await source(maxInput)) : source ?? blobStream(new Uint8Array(0));
-    return decode(raw, enc, maxInput, rawBody);
+  if (declared > limit) {
+    await cancel(source);
+    throw tooLarge(declared, limit, jsonLength === undefined ? rawBody : 'binary');
   }
-  if (typeof source === 'function') return source(maxInput);
-  return source ? collect(source, maxInput, rawBody) : new Uint8Array(0);
+  if (encoded) {
+    const raw = typeof source === 'function' ? blobStream(await source(maxInput, rawBody)) : source ?? blobStream(new Uint8Array(0));
+    return decode(raw, enc, maxInput);
+  }
+  const kind: BodyKind = jsonLength === undefined ? rawBody : 'binary';
+  const body = typeof source === 'function' ? await source(limit, kind) : source ? await collect(source, limit, kind) : new Uint8Array(0);
+  if (headerTooLarge(body.byteLength)) throw tooLarge(jsonLength!, maxInput);
+  return body;
 }
 
 /** Reads a Web Request's body with readRequestBody. */
@@ -78,7 +121,7 @@ async function cancel(source: BodySource): Promise<void> {
 const blobStream = (data: Uint8Array) => new Blob([data as BlobPart]).stream() as ReadableStream<Uint8Array>;
 
 /** The stream's bytes, joined; past `max` bytes the stream is cancelled and the body refused. */
-async function collect(stream: ReadableStream<Uint8Array>, max: number, rawBody: boolean, onChunkError?: (err: unknown) => never): Promise<Uint8Array> {
+async function collect(stream: ReadableStream<Uint8Array>, max: number, rawBody: BodyKind, onChunkError?: (err: unknown) => never): Promise<Uint8Array> {
   const reader = stream.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
@@ -104,19 +147,19 @@ async function collect(stream: ReadableStream<Uint8Array>, max: number, rawBody:
 }
 
 /** Decodes while reading, so the limit applies to the decoded bytes before they are kept. */
-async function decode(raw: ReadableStream<Uint8Array>, format: 'gzip' | 'deflate', max: number, rawBody: boolean): Promise<Uint8Array> {
+async function decode(raw: ReadableStream<Uint8Array>, format: 'gzip' | 'deflate', max: number): Promise<Uint8Array> {
   // The compressed bytes count too: a body over the limit before decoding is refused as one that is
   // over it after (Triton reads the whole compressed body into a buffer bounded the same way).
   let rawTotal = 0;
   const counted = raw.pipeThrough(new TransformStream<Uint8Array, Uint8Array>({
     transform(chunk, controller) {
       rawTotal += chunk.byteLength;
-      if (rawTotal > max) throw tooLarge(rawTotal, max, rawBody);
+      if (rawTotal > max) throw tooLarge(rawTotal, max, 'decompressed');
       controller.enqueue(chunk);
     },
   }));
   const decoded = counted.pipeThrough(new DecompressionStream(format) as unknown as ReadableWritablePair<Uint8Array, Uint8Array>);
-  return collect(decoded, max, rawBody, (err) => {
+  return collect(decoded, max, 'decompressed', (err) => {
     if (err instanceof TsiError) throw err;
     throw invalidArg(`failed to decompress the ${format} request body: ${(err as Error).message}`);
   });

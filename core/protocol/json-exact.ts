@@ -138,7 +138,9 @@ export function parseJsonExact(text: string): unknown {
       }
     }
     if (c === '"') return string();
-    for (const [word, v] of [['true', true], ['false', false], ['null', null]] as const) {
+    // NaN and the infinities as Triton's parser takes them (rapidjson's kParseNanAndInfFlag).
+    for (const [word, v] of [['true', true], ['false', false], ['null', null], ['NaN', NaN], ['Infinity', Infinity], ['-Infinity', -Infinity],
+      ['Inf', Infinity], ['-Inf', -Infinity]] as const) {
       if (text.startsWith(word, i)) {
         i += word.length;
         return v;
@@ -181,7 +183,18 @@ const isWide = (t: Record<string, unknown>) => t.datatype === 'INT64' || t.datat
  * integer JSON.parse may have rounded; everything else stays as JSON.parse read it.
  */
 export function parseInferJson(text: string): unknown {
-  const h: unknown = JSON.parse(text);
+  let h: unknown;
+  try {
+    h = JSON.parse(text);
+  } catch (err) {
+    // Triton writes (and reads) NaN, Infinity and -Infinity in tensor data; JSON.parse takes none.
+    if (!/NaN|Inf/.test(text)) throw err;
+    try {
+      return parseJsonExact(text);
+    } catch {
+      throw err;
+    }
+  }
   if (!isObj(h) || !lostDigits(h)) return h;
   const exact = parseJsonExact(text) as Record<string, unknown>;
   if (isObj(h.parameters)) h.parameters = exact.parameters;

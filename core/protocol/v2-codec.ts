@@ -15,7 +15,9 @@ import {
   INPUT_PARAMS, OUTPUT_PARAMS, REQUEST_PARAMS, RESERVED_PREFIX_MESSAGE, checkDatatype, checkJsonParam, checkJsonShape, describeValue,
   jsonKinds, type ParamRules, type ParamSite,
 } from './request-params.js';
-import { JSON_CHUNK, byteSize, concatBytes, elementCount, elementSize, fromBytes, fromJsonValues, jsonDataText, toBytes, toJsonValues } from '../tensor.js';
+import {
+  JSON_CHUNK, byteSize, concatBytes, elementCount, elementSize, fromBytes, fromJsonValues, jsonDataText, markRequestBuffer, toBytes, toJsonValues,
+} from '../tensor.js';
 import { putEntry, type InferInput, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput } from '../types.js';
 
 export const HEADER_LENGTH = 'Inference-Header-Content-Length';
@@ -187,6 +189,7 @@ export function decodeInferRequest(
   if (offset !== body.byteLength) {
     throw invalidArg(`unexpected additional input data for model '${model}': ${body.byteLength - offset} byte(s) of binary data were not claimed by any input's 'binary_data_size'`);
   }
+  markBody(body, inputs);
   const binaryDefault = parameters.binary_data_output === true;
   const encoding: OutputEncoding = { binaryDefault, binary: new Map() };
   const shmOutputs: DecodedRequest['shmOutputs'] = new Map();
@@ -240,6 +243,19 @@ function byteSizeFits(name: string, shape: readonly number[], size: number): voi
   }
 }
 
+/**
+ * A body that has its buffer to itself (short of the padding that aligns its tensor data) is the
+ * request's own: a backend may move it to another thread whole, with the inputs that view it, rather
+ * than copy each out (a 2 GiB tensor would be held twice). A body that is a view of a buffer others
+ * share (a pooled one) is left unmarked.
+ */
+function markBody(body: Uint8Array, inputs: readonly InferInput[]): void {
+  if (body.byteOffset >= 8 || body.buffer.byteLength - body.byteLength >= 8) return;
+  let views = 0;
+  for (const i of inputs) if (!Array.isArray(i.data) && (i.data as ArrayBufferView).buffer === body.buffer) views++;
+  markRequestBuffer(body.buffer, views);
+}
+
 /** Triton's raw binary request: the body is the single input's bytes; batch 1; outputs binary. */
 function decodeRawBinary(body: Uint8Array, modelName: string, modelVersion: string | undefined, config: ModelConfig): DecodedRequest {
   // Triton's texts (infer_request.cc), with its request-id prefix: a raw request has no id.
@@ -275,8 +291,10 @@ function decodeRawBinary(body: Uint8Array, modelName: string, modelVersion: stri
     data = fromBytes(dt, body);
   }
   const shape = (config.max_batch_size ?? 0) > 0 ? [1, ...dims] : dims;
+  const inputs = [{ name: cfg.name!, datatype: dt, shape, data }];
+  markBody(body, inputs);
   return {
-    request: { model_name: modelName, model_version: modelVersion, inputs: [{ name: cfg.name!, datatype: dt, shape, data }], parameters: {} },
+    request: { model_name: modelName, model_version: modelVersion, inputs, parameters: {} },
     encoding: { binaryDefault: true, binary: new Map() },
     shmInputs: [],
     shmOutputs: new Map(),
@@ -319,6 +337,14 @@ export function bodyBytes(parts: readonly (string | Uint8Array)[]): Uint8Array {
  * time (jsonDataText) and the header sent as pieces around it, never built whole as a JS array or a
  * string — the same bytes, at JSON.stringify's own cost.
  */
+/** Whether a floating-point tensor holds NaN or an infinity (JSON.stringify would write null). */
+function nonFinite(t: { datatype: string; data: unknown }): boolean {
+  if (t.datatype !== 'FP32' && t.datatype !== 'FP64') return false;
+  const d = t.data as Float32Array;
+  for (let i = 0; i < d.length; i++) if (!Number.isFinite(d[i]!)) return true;
+  return false;
+}
+
 export function encodeInferResponse(resp: InferResponse, encoding: OutputEncoding, skip?: ReadonlySet<string>): EncodedResponse {
   const binaries: Uint8Array[] = [];
   let chunked = false;
@@ -332,8 +358,9 @@ export function encodeInferResponse(resp: InferResponse, encoding: OutputEncodin
       const bytes = toBytes(t.data);
       params.binary_data_size = byteSize(t.data);
       binaries.push(bytes);
-    } else if (t.data.length > JSON_CHUNK || t.datatype === 'INT64' || t.datatype === 'UINT64') {
-      // 64-bit integers always through jsonDataText, which writes them exactly.
+    } else if (t.data.length > JSON_CHUNK || t.datatype === 'INT64' || t.datatype === 'UINT64' || nonFinite(t)) {
+      // 64-bit integers always through jsonDataText, which writes them exactly, and NaN and the
+      // infinities, which it writes as Triton does.
       data = jsonDataText(t.datatype, t.data, t.name);
       chunked = true;
     } else {

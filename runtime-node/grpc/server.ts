@@ -119,6 +119,11 @@ export interface GrpcOptions {
    * HTTP/2 before it stops reading further requests (on top of STREAM_LIMITS' byte bounds).
    */
   maxResponsePoolSize?: number;
+  /**
+   * Triton's test hook TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC (L0_client_timeout): every RPC but
+   * inference answers this much later, so clients' timeouts on them can be tested. Not for production.
+   */
+  responseDelayMs?: number;
 }
 
 /**
@@ -298,7 +303,10 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
     const denied = restriction(method, metadataValue(call.metadata), opts.restrictedProtocol);
     if (denied) return callback(denied);
     const decode = decoders[method]!;
-    Promise.resolve().then(() => fn(decode(call.request))).then((res) => callback(null, res), (err) => callback(toStatus(err)));
+    const delay = opts.responseDelayMs ?? 0;
+    const answered = Promise.resolve().then(() => fn(decode(call.request)));
+    (delay > 0 ? answered.finally(() => new Promise((r) => setTimeout(r, delay))) : answered)
+      .then((res) => callback(null, res), (err) => callback(toStatus(err)));
   };
   const noRepositoryName = (req: Obj) => {
     if (req.repository_name) throw new TsiError('UNSUPPORTED', `'repository_name' specification is not supported`);

@@ -241,6 +241,7 @@ export class Connection {
       this.bodyPaused = true;
       this.socket.pause();
     }, () => this.resumeBody());
+    if (this.remaining > 0) this.body.sized(this.remaining);
     this.responded = false;
     this.phase = 'body';
     const m = head.method === 'POST' && this.opts.infer ? INFER_PATH.exec(head.target) : null;
@@ -398,7 +399,7 @@ export class Connection {
       version: m[2],
       header: (name) => headers.get(name.toLowerCase()),
       headers: () => head.raw,
-      body: (limit) => body.read(limit, binaryStart(headers.get('inference-header-content-length'))),
+      body: (limit, kind) => body.read(limit, kind === 'decompressed' ? undefined : binaryStart(headers.get('inference-header-content-length')), kind),
       onCancel: (cancel) => {
         this.cancelInfer = cancel;
       },

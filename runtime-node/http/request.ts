@@ -5,7 +5,7 @@
  * control, so a slow reader holds a bounded amount of it here.
  */
 
-import { concatBytes, tooLarge } from '../../core/index.js';
+import { concatBytes, tooLarge, type BodyKind } from '../../core/index.js';
 
 /** node:http's cap on the request line and header section. */
 export const MAX_HEAD = 16 * 1024;
@@ -59,6 +59,8 @@ export function parseHead(text: string): Head {
 const SMALL = 4096;
 const BLOCK = 64 * 1024;
 const FEW = 8;
+/** A declared body at least this long is read into one buffer of its size, not joined at the end. */
+const PREALLOCATE = 1 << 20;
 
 /** The body of one request, as it arrives: collected for a reader, or streamed to the app. */
 export class Body {
@@ -74,8 +76,15 @@ export class Body {
   private total = 0;
   private limit = Infinity;
   private alignAt?: number;
-  /** A raw binary infer body: Triton words its size refusal differently. */
-  private raw = false;
+  /** Which of Triton's texts a refusal gets (core's tooLarge). */
+  private kind: BodyKind = false;
+  /** The Content-Length, when the body has one. */
+  private declared?: number;
+  /**
+   * A large declared body's one buffer, filled as the bytes arrive: joining pieces at the end would
+   * hold the body twice, and a gigabyte tensor would cost its size again before it reached a model.
+   */
+  private whole?: Uint8Array;
   private ended = false;
   private failure?: Error;
   private waiter?: { resolve: (b: Uint8Array) => void; reject: (e: Error) => void };
@@ -89,10 +98,15 @@ export class Body {
    */
   constructor(private readonly pause: () => void, private readonly resume: () => void) {}
 
+  /** The body's Content-Length (called before its bytes arrive). */
+  sized(length: number): void {
+    this.declared = length;
+  }
+
   /** `buf[start, end)`: copied straight into the block when it is small and kept, with no view made. */
   pushRange(buf: Buffer, start: number, end: number): void {
     const n = end - start;
-    if (this.discard || this.stream || n >= SMALL || this.chunks.length < FEW || this.total + n > this.limit) {
+    if (this.discard || this.stream || this.whole || n >= SMALL || this.chunks.length < FEW || this.total + n > this.limit) {
       this.push(buf.subarray(start, end));
       return;
     }
@@ -120,6 +134,10 @@ export class Body {
   }
 
   private keep(b: Uint8Array): void {
+    if (this.whole) {
+      this.whole.set(b, this.total - b.byteLength);
+      return;
+    }
     if (b.byteLength >= SMALL || this.chunks.length < FEW) {
       this.flush();
       this.chunks.push(b);
@@ -146,6 +164,7 @@ export class Body {
   }
 
   private drop(): void {
+    this.whole = undefined;
     this.chunks.length = 0;
     this.block = undefined;
     this.blockUsed = 0;
@@ -179,11 +198,22 @@ export class Body {
    * `alignAt`: the offset where binary tensor data starts, placed on an 8-byte boundary when the
    * chunks are joined (concatBytes).
    */
-  read(limit: number, alignAt?: number): Promise<Uint8Array> {
+  read(limit: number, alignAt: number | undefined, kind: BodyKind): Promise<Uint8Array> {
     this.limit = limit;
     this.alignAt = alignAt;
-    this.raw = alignAt === 0;
+    this.kind = kind;
     if (this.total > limit) this.drop();
+    else if (this.declared !== undefined && this.declared >= PREALLOCATE && this.declared <= limit && !this.whole) {
+      this.flush();
+      const pad = alignAt === undefined ? 0 : (8 - (alignAt % 8)) % 8;
+      this.whole = new Uint8Array(pad + this.declared).subarray(pad);
+      let off = 0;
+      for (const c of this.chunks) {
+        this.whole.set(c, off);
+        off += c.byteLength;
+      }
+      this.chunks = [];
+    }
     return new Promise((resolve, reject) => {
       this.waiter = { resolve, reject };
       this.settle();
@@ -212,9 +242,12 @@ export class Body {
     const w = this.waiter;
     if (!w) return;
     if (this.failure) w.reject(this.failure);
-    else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit, this.raw));
+    else if (this.total > this.limit) w.reject(tooLarge(this.total, this.limit, this.kind));
     else if (!this.ended) return;
-    else {
+    else if (this.whole) {
+      // Shorter than declared only if the client hung up, which fails the body instead.
+      w.resolve(this.whole.subarray(0, this.total));
+    } else {
       this.flush();
       w.resolve(concatBytes(this.chunks, this.alignAt));
     }

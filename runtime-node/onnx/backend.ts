@@ -12,7 +12,7 @@
 
 import { availableParallelism } from 'node:os';
 import {
-  TsiError, canTransfer, concatBatch, configTypeToDatatype, decodeString, encodeString, scatterByShapes, splitBatch,
+  TsiError, canTransfer, canTransferWhole, concatBatch, configTypeToDatatype, decodeString, encodeString, scatterByShapes, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
   type InstancePlacement, type InstanceSpec, type Logger, type ModelConfig, type ModelInput, type ModelOutput, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
 } from '../../core/index.js';
@@ -138,7 +138,18 @@ function ortType(t: Tensor): string {
   return type;
 }
 
-function toWire(t: Tensor, dims: number[], map: boolean): WireTensor | MappedWireTensor {
+/** How many of a batch's tensors view each buffer (a request body's binary inputs share one). */
+function viewsPerBuffer(batch: readonly { t: Tensor }[]): Map<ArrayBufferLike, number> {
+  const views = new Map<ArrayBufferLike, number>();
+  for (const { t } of batch) {
+    if (Array.isArray(t.data)) continue;
+    const b = (t.data as ArrayBufferView).buffer;
+    views.set(b, (views.get(b) ?? 0) + 1);
+  }
+  return views;
+}
+
+function toWire(t: Tensor, dims: number[], map: boolean, views: Map<ArrayBufferLike, number>): WireTensor | MappedWireTensor {
   const type = ortType(t);
   if (t.datatype === 'BYTES') {
     return { type: 'string', dims, data: (t.data as Uint8Array[]).map(decodeString) };
@@ -152,7 +163,10 @@ function toWire(t: Tensor, dims: number[], map: boolean): WireTensor | MappedWir
   }
   // Transfer needs a buffer of our own: copy views into shared buffers (HTTP bodies, one-request batches).
   // Buffers others still read (an ensemble tensor with several consumers, a cached response) are copied.
-  const own = d.byteOffset === 0 && d.byteLength === d.buffer.byteLength && d.buffer instanceof ArrayBuffer && canTransfer(d.buffer);
+  // A request body's buffer whose every tensor view is in this batch moves whole, views and all.
+  const own = d.buffer instanceof ArrayBuffer && (d.byteOffset === 0 && d.byteLength === d.buffer.byteLength
+    ? canTransfer(d.buffer)
+    : canTransferWhole(d.buffer, views.get(d.buffer) ?? 0));
   const data = own ? d : (d.slice() as typeof d);
   return { type: type as WireTensor['type'], dims, data: data as unknown as WireTensor['data'] };
 }
@@ -354,8 +368,9 @@ class OnnxInstance implements BackendInstance {
     if (feeds.length === batch.length && fetchIndex.length === fetches.length && this.channel.submit(seq, id, postedAt, feeds, fetchIndex)) return;
     const wire: Record<string, WireTensor | MappedWireTensor> = {};
     const transfer = new Set<ArrayBuffer>();
+    const views = viewsPerBuffer(batch);
     for (const { t, dims } of batch) {
-      const w = toWire(t, dims, this.mapInputs);
+      const w = toWire(t, dims, this.mapInputs, views);
       wire[t.name] = w;
       if ('address' in w && !this.mappedSent) {
         this.mappedSent = true;

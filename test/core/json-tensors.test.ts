@@ -42,7 +42,14 @@ const INT_TYPES: [DataType, (v: number[]) => NumericArray, fc.Arbitrary<number>]
   ['UINT32', (v) => Uint32Array.from(v), fc.integer({ min: 0, max: 4294967295 })],
 ];
 
-const plain = (dt: DataType, data: TensorData) => stringifyJson(toJsonValues(dt, data));
+// NaN and the infinities as Triton writes them (NaN, Infinity, -Infinity), where JSON.stringify writes null.
+const MARK = '\u0000';
+const marked = (v: unknown): unknown => (typeof v === 'number' && !Number.isFinite(v) ? `${MARK}${Number.isNaN(v) ? 'NaN' : v > 0 ? 'Infinity' : '-Infinity'}${MARK}` : v);
+const unmark = (text: string): string => text.replace(/"\\u0000(NaN|-?Infinity)\\u0000"/g, '$1');
+const plain = (dt: DataType, data: TensorData) => {
+  const values = toJsonValues(dt, data);
+  return Array.isArray(values) && (dt === 'FP32' || dt === 'FP64') ? unmark(stringifyJson(values.map(marked))) : stringifyJson(values);
+};
 
 describe('JSON tensor data: written by chunks, byte for byte JSON.stringify', () => {
   it('FP32 and FP64', () => {
@@ -95,7 +102,8 @@ function reference(resp: InferResponse, encoding: OutputEncoding, skip: Readonly
     } else if (encoding.binary.get(t.name) ?? encoding.binaryDefault) {
       params.binary_data_size = (t.data as NumericArray).byteLength;
     } else {
-      o.data = toJsonValues(t.datatype, t.data);
+      const values = toJsonValues(t.datatype, t.data);
+      o.data = Array.isArray(values) ? values.map(marked) : values;
     }
     if (Object.keys(params).length > 0) o.parameters = params;
     return o;
@@ -106,7 +114,7 @@ function reference(resp: InferResponse, encoding: OutputEncoding, skip: Readonly
   head.model_version = resp.model_version;
   if (resp.parameters) head.parameters = resp.parameters;
   head.outputs = outputs;
-  return JSON.stringify(head);
+  return unmark(JSON.stringify(head));
 }
 
 describe('encodeInferResponse: the JSON header is JSON.stringify of the response', () => {

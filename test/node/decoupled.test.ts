@@ -227,6 +227,21 @@ describe('decoupled models over gRPC ModelStreamInfer', () => {
   });
 });
 
+/** A server of `repo` with gRPC, and a gRPC client of it, for one describe block. */
+function serveWithGrpc(repo: { path: string; cleanup: () => void }): { s: TestServer; c: GrpcTestClient } {
+  const served = {} as { s: TestServer; c: GrpcTestClient };
+  beforeAll(async () => {
+    served.s = await startTestServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
+    served.c = grpcClient(`127.0.0.1:${served.s.grpc!.port}`);
+  });
+  afterAll(async () => {
+    served.c?.close();
+    await served.s?.stop();
+    repo.cleanup();
+  });
+  return served;
+}
+
 /**
  * Triton's NonDecoupledTest (L0_decoupled): the built-in repeat backend under `decoupled: false`. It
  * sends its one response and then the final flag on its own; the request gets that response (HTTP,
@@ -239,17 +254,7 @@ input [{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_t
 output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }]\n`,
     'repeat_int32/1/.keep': '',
   });
-  let s: TestServer;
-  let c: GrpcTestClient;
-  beforeAll(async () => {
-    s = await startTestServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
-    c = grpcClient(`127.0.0.1:${s.grpc!.port}`);
-  });
-  afterAll(async () => {
-    c?.close();
-    await s?.stop();
-    repo.cleanup();
-  });
+  const served = serveWithGrpc(repo);
   // Triton's matrix (IN, DELAY, WAIT), its delays cut from seconds to milliseconds.
   const MATRIX: [number[], number[], number][] = [[[1], [0], 0], [[1], [40], 20], [[1], [20], 40]];
   const json = (inp: number[], delay: number[], wait: number) => ({
@@ -271,19 +276,51 @@ output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_ty
 
   it('answers once with OUT = IN and IDX = 0 over HTTP, gRPC and a gRPC stream', async () => {
     for (const [inp, delay, wait] of MATRIX) {
-      const h = await postJson(`${s.url}/v2/models/repeat_int32/infer`, json(inp, delay, wait));
+      const h = await postJson(`${served.s.url}/v2/models/repeat_int32/infer`, json(inp, delay, wait));
       expect(h.status, JSON.stringify(h.body)).toBe(200);
       expect(Object.fromEntries(h.body.outputs.map((o: Obj) => [o.name, o.data[0]]))).toEqual({ OUT: 1, IDX: 0 });
-      expect(outs(await c.call('ModelInfer', proto(inp, delay, wait)))).toEqual({ OUT: 1, IDX: 0 });
-      const streamed = await streamAll(c, [proto(inp, delay, wait)]);
+      expect(outs(await served.c.call('ModelInfer', proto(inp, delay, wait)))).toEqual({ OUT: 1, IDX: 0 });
+      const streamed = await streamAll(served.c, [proto(inp, delay, wait)]);
       expect(streamed).toHaveLength(1);
       expect(outs(streamed[0]!.infer_response)).toEqual({ OUT: 1, IDX: 0 });
     }
-    expect((await c.call('ModelReady', { name: 'repeat_int32' })).ready).toBe(true);
+    expect((await served.c.call('ModelReady', { name: 'repeat_int32' })).ready).toBe(true);
   });
 
   it("refuses a second response with Triton's text", async () => {
-    const h = await postJson(`${s.url}/v2/models/repeat_int32/infer`, json([1, 2], [0, 0], 0));
+    const h = await postJson(`${served.s.url}/v2/models/repeat_int32/infer`, json([1, 2], [0, 0], 0));
     expect(h).toMatchObject({ status: 500, body: { error: 'expected a single response, got 2' } });
+  });
+});
+
+/**
+ * Triton's square test backend (L0_decoupled's square_int32, L0_response_statistics): IN = n gets n
+ * responses OUT = n on a gRPC stream, then the final flag; a non-decoupled config is refused at load.
+ */
+describe('the square backend', () => {
+  const config = (decoupled: boolean) => `backend: "square"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: ${decoupled} }
+input [{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }]\noutput [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]\n`;
+  const repo = tempRepo({
+    'square_int32/config.pbtxt': config(true),
+    'square_int32/1/.keep': '',
+    'square_plain/config.pbtxt': config(false),
+    'square_plain/1/.keep': '',
+  });
+  const served = serveWithGrpc(repo);
+  const request = (n: number) => ({ model_name: 'square_int32', inputs: [{ name: 'IN', datatype: 'INT32', shape: [1], contents: { int_contents: [n] } }] });
+
+  it('streams IN = n as n responses OUT = n', async () => {
+    for (const n of [0, 1, 4]) {
+      const got = await streamAll(served.c, [request(n)]);
+      expect(got.map((m) => m.error_message)).toEqual(Array(n).fill(''));
+      expect(got.map((m) => m.infer_response.raw_output_contents[0].readInt32LE(0))).toEqual(Array(n).fill(n));
+    }
+  });
+
+  it('refuses a config that is not decoupled', async () => {
+    const index = await postJson(`${served.s.url}/v2/repository/index`, {});
+    const plain = index.body.find((m: Obj) => m.name === 'square_plain');
+    expect(plain.state).toBe('UNAVAILABLE');
+    expect(plain.reason).toContain('square backend only supports models with decoupled transaction policy');
   });
 });

@@ -282,3 +282,33 @@ describe('trace extension', () => {
     expect(traces(join(dir, 'trace.json.1')).map((t) => t.request_id)).toEqual(['h4']);
   });
 });
+
+/**
+ * Triton's TraceManager keeps the start-up setting (global_default_, from --trace-config) apart from the
+ * global one: clearing a global field (`null`) goes back to the start-up value, not the built-in
+ * default (L0_trace trace_endpoint_test, whose tearDown clears every field).
+ */
+describe('trace extension: clearing a global field', () => {
+  let s: TestServer | undefined;
+  let dir: string;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'tsi-trace-'));
+    s = await startTestServer({
+      modelRepositories: [MODELS], trace: { file: join(dir, 'trace.json'), level: ['TIMESTAMPS'], rate: 6, count: 5, logFrequency: 3 },
+    });
+  });
+  afterAll(async () => {
+    await s?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('restores the start-up values', async () => {
+    const started = { trace_level: ['TIMESTAMPS'], trace_rate: '6', trace_count: '5', log_frequency: '3' };
+    expect((await getJson(`${s!.url}/v2/trace/setting`)).body).toMatchObject(started);
+    const set = await postJson(`${s!.url}/v2/trace/setting`, { trace_level: ['OFF'], trace_rate: '2', trace_count: '1', log_frequency: '9' });
+    expect(set.body).toMatchObject({ trace_level: ['OFF'], trace_rate: '2', trace_count: '1', log_frequency: '9' });
+    const cleared = await postJson(`${s!.url}/v2/trace/setting`, { trace_level: null, trace_rate: null, trace_count: null, log_frequency: null });
+    expect(cleared.status).toBe(200);
+    expect(cleared.body).toMatchObject(started);
+  });
+});

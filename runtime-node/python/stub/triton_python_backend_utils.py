@@ -21,5 +21,5 @@ from tsi_pb_base import (  # noqa: F401 (names the stub's own modules read throu
 from tsi_requests import (  # noqa: F401
     InferenceRequest, InferenceResponse, InferenceResponseSender, ResponseIterator, _parameters_json,
 )
-from tsi_observability import Logger, Metric, MetricFamily  # noqa: F401
+from tsi_observability import Logger, LogLevel, Metric, MetricFamily  # noqa: F401
 from tsi_model_config import ModelConfig  # noqa: F401

@@ -3,6 +3,7 @@
 # Creating a family or a metric and reading a value ask tsi and wait (so its errors are raised
 # here, as Triton raises them); increment/set/observe are checked here and sent without waiting.
 
+import enum
 import sys
 
 import tsi_pb_base as pb
@@ -12,15 +13,28 @@ from tsi_pb_base import TritonModelException, _require_runtime
 _OWN_FILES = (__file__, pb.__file__)
 
 
-class Logger:
-    """Logs into tsi's log, tagged with the model, the instance and the calling line."""
+class LogLevel(enum.IntEnum):
+    """pb_utils.LogLevel: Logger.log's level is one of these, as in Triton (a plain int is refused)."""
     INFO = 0
     WARNING = 1
     ERROR = 2
     VERBOSE = 3
 
+
+class Logger:
+    """Logs into tsi's log, tagged with the model, the instance and the calling line."""
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+
     @staticmethod
-    def log(message, level=0):
+    def log(message, level=LogLevel.INFO):
+        # Triton's binding takes a str and a LogLevel and raises TypeError for anything else.
+        if not isinstance(message, str):
+            raise TypeError("Logger.log(message, level): message must be a str, got %s" % type(message).__name__)
+        if not isinstance(level, LogLevel):
+            raise TypeError("Logger.log(message, level): level must be a pb_utils.LogLevel, got %s" % type(level).__name__)
         f = sys._getframe(1)
         while f is not None and f.f_code.co_filename in _OWN_FILES:
             f = f.f_back

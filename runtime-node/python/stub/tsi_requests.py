@@ -30,8 +30,11 @@ def _parameters_json(parameters):
 class InferenceResponse:
     """`InferenceResponse(output_tensors=[...], error=None, parameters=None)`."""
 
-    def __init__(self, output_tensors=None, error=None, parameters=None):
-        tensors = list(output_tensors) if output_tensors is not None else []
+    def __init__(self, output_tensors=(), error=None, parameters=None):
+        # As Triton's pybind11 binding: left out, no tensors; None (or any non-list) is a TypeError.
+        if not isinstance(output_tensors, (list, tuple)):
+            raise TypeError("InferenceResponse(output_tensors=...) takes a list of pb_utils.Tensor, got %s" % type(output_tensors).__name__)
+        tensors = list(output_tensors)
         for t in tensors:
             if not isinstance(t, Tensor):
                 raise TritonModelException("Output tensor for inference response should not be empty.")
@@ -100,6 +103,14 @@ class InferenceResponseSender:
             return not was
 
 
+def _text(what, value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if not isinstance(value, str):
+        raise TypeError("InferenceRequest(%s=...) takes a str, got %s" % (what, type(value).__name__))
+    return value
+
+
 class InferenceRequest:
     """A request: one of those `execute` receives, or a BLS request a model builds to call another
     model of the server: `InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])`."""
@@ -109,6 +120,12 @@ class InferenceRequest:
                  parameters=None):
         if inputs is None or requested_output_names is None or model_name is None:
             raise TypeError("InferenceRequest(): 'model_name', 'inputs' and 'requested_output_names' are required")
+        # As Triton's pybind11 binding converts them: str or bytes for strings (a BLS model may pass
+        # model_name as bytes), anything else a TypeError.
+        model_name = _text("model_name", model_name)
+        request_id = _text("request_id", request_id)
+        if correlation_id is None:
+            raise TypeError("InferenceRequest(correlation_id=...) takes an int or a str, got NoneType")
         if not isinstance(correlation_id, (int, str)) or isinstance(correlation_id, bool):
             raise TritonModelException("Correlation ID must be integer or string")
         inputs = list(inputs)
@@ -117,7 +134,7 @@ class InferenceRequest:
                 raise TritonModelException(
                     "Input tensor for request with id '%s' and model name '%s' should not be empty."
                     % (request_id, model_name))
-        names = list(requested_output_names)
+        names = [_text("requested_output_names", n) for n in requested_output_names]
         for n in names:
             if not n:
                 raise TritonModelException(
