@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { GraphBuilder } from '../../scripts/onnx-builder.js';
+import { GraphBuilder } from '../../graph/onnx-builder.js';
 import { ROOT, tempRepo } from '../helpers/server.js';
 
 const BIN = join(ROOT, 'bin', 'tsi-node.js');
