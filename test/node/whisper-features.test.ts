@@ -1,0 +1,110 @@
+/**
+ * Whisper's input features, computed by core/speech/audio.ts, against transformers.js's
+ * `WhisperFeatureExtractor` on the same 16 kHz samples: espeak-ng speech (real audio made here) and a
+ * generated chirp with noise, at 80 and 128 mels, within 1e-4 everywhere. Also: the WAV decoder reads
+ * every PCM layout the route accepts to the same samples, and names what is accepted when refusing.
+ */
+
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { WhisperFeatureExtractor } from '@huggingface/transformers';
+import { audioSamples, decodeAudio, encodeWav, logMel, resample, SAMPLE_RATE, WINDOW_FRAMES } from '../../core/speech/audio.js';
+import { describeWith } from '../helpers/capability.js';
+
+const espeak = (() => { try { execFileSync('espeak-ng', ['--version'], { stdio: 'ignore' }); return undefined; } catch { return 'espeak-ng is not installed'; } })();
+
+/** espeak-ng speech as WAV bytes (22050 Hz 16-bit mono, as espeak-ng writes it). */
+export function speechWav(text: string): Uint8Array {
+  const dir = mkdtempSync(join(tmpdir(), 'tsi-speech-'));
+  try {
+    const path = join(dir, 'speech.wav');
+    execFileSync('espeak-ng', ['-w', path, text]);
+    return new Uint8Array(readFileSync(path));
+  } finally { rmSync(dir, { recursive: true, force: true }); }
+}
+
+/** A chirp from 100 Hz to 6 kHz with seeded noise: every mel band sees energy. */
+export function chirp(seconds: number, seed = 1): Float32Array {
+  const n = Math.round(seconds * SAMPLE_RATE);
+  const x = new Float32Array(n);
+  let s = seed >>> 0;
+  for (let i = 0; i < n; i++) {
+    s = (s * 1664525 + 1013904223) >>> 0;
+    const t = i / SAMPLE_RATE;
+    x[i] = 0.4 * Math.sin(2 * Math.PI * (100 * t + (5900 / (2 * seconds)) * t * t)) + 0.05 * (s / 2 ** 32 - 0.5);
+  }
+  return x;
+}
+
+async function reference(samples: Float32Array, mels: number): Promise<Float32Array> {
+  const fe = new WhisperFeatureExtractor({
+    feature_size: mels, sampling_rate: SAMPLE_RATE, hop_length: 160, n_fft: 400, chunk_length: 30, n_samples: 480000, nb_max_frames: 3000,
+  });
+  const { input_features } = await fe(samples);
+  return input_features.data as Float32Array;
+}
+
+function maxDiff(a: Float32Array, b: Float32Array): number {
+  expect(a.length).toBe(b.length);
+  let d = 0;
+  for (let i = 0; i < a.length; i++) d = Math.max(d, Math.abs(a[i]! - b[i]!));
+  return d;
+}
+
+describe('Whisper log-mel features', () => {
+  for (const mels of [80, 128]) {
+    it(`equal transformers.js's WhisperFeatureExtractor on a chirp, ${mels} mels`, async () => {
+      const x = chirp(7.3);
+      const ours = logMel(x, mels);
+      expect(ours.length).toBe(mels * WINDOW_FRAMES);
+      expect(maxDiff(ours, await reference(x, mels))).toBeLessThan(1e-4);
+    });
+  }
+
+  it('cut to the first 30 s of longer audio, as the extractor does', async () => {
+    const x = chirp(31);
+    expect(maxDiff(logMel(x, 80), await reference(x, 80))).toBeLessThan(1e-4);
+  });
+
+  describeWith(!!process.env.CI, 'espeak-ng', espeak)('on speech', () => {
+    it('equal transformers.js on espeak-ng speech resampled to 16 kHz', async () => {
+      const { samples, seconds } = audioSamples(speechWav('The quick brown fox jumps over the lazy dog. Speech to text.'));
+      expect(seconds).toBeGreaterThan(1);
+      expect(maxDiff(logMel(samples, 80), await reference(samples, 80))).toBeLessThan(1e-4);
+      expect(maxDiff(logMel(samples, 128), await reference(samples, 128))).toBeLessThan(1e-4);
+    });
+  });
+});
+
+describe('WAV decoding', () => {
+  const x = chirp(0.5);
+  it('reads 8, 16, 24, 32-bit PCM and float32, mono and stereo, to the same samples', () => {
+    for (const [opts, tol] of [[{ bits: 8 }, 1 / 64], [{ bits: 16 }, 1e-4], [{ bits: 24 }, 1e-6], [{ bits: 32 }, 1e-6], [{ float: true }, 0]] as const) {
+      for (const channels of [1, 2]) {
+        const a = decodeAudio(encodeWav(x, SAMPLE_RATE, { ...opts, channels }));
+        expect(a.channels).toBe(channels);
+        expect(a.samples.length).toBe(x.length);
+        expect(maxDiff(a.samples, x)).toBeLessThanOrEqual(tol);
+      }
+    }
+  });
+
+  it('resamples 48 kHz to 16 kHz keeping a 1 kHz tone', () => {
+    const n = 48000;
+    const tone = Float32Array.from({ length: n }, (_, i) => Math.sin((2 * Math.PI * 1000 * i) / 48000));
+    const y = resample(tone, 48000);
+    expect(y.length).toBe(16000);
+    let d = 0;
+    for (let i = 100; i < y.length - 100; i++) d = Math.max(d, Math.abs(y[i]! - Math.sin((2 * Math.PI * 1000 * i) / 16000)));
+    expect(d).toBeLessThan(0.01);
+  });
+
+  it('refuses other formats naming the format and what is accepted', () => {
+    const flac = new TextEncoder().encode('fLaC\0\0\0\x22 and the rest of a flac file');
+    expect(() => decodeAudio(flac, "file 'a.flac'")).toThrow(/file 'a.flac': it is FLAC, not WAV; accepted: WAV/);
+    expect(() => decodeAudio(new Uint8Array(3))).toThrow(/too short/);
+  });
+});
