@@ -16,6 +16,7 @@ import { errorReply, errorResponse, json, toResponse, type HttpReply } from './h
 import { generate } from './generate.js';
 import { completions, getModel, listModels } from '../llm/index.js';
 import { embeddings } from './openai-embeddings.js';
+import { audioRoute } from './openai-audio.js';
 import { classify, rerank, score } from './openai-scoring.js';
 import type { InferenceServer } from '../server.js';
 import { attachTrace, traceContextOf } from '../trace.js';
@@ -154,6 +155,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   route('/v1/completions', { POST: (c) => completions(server, c.req.raw, false, maxInput, ext.traces) });
   route('/v1/chat/completions', { POST: (c) => completions(server, c.req.raw, true, maxInput, ext.traces) });
   route('/v1/embeddings', { POST: (c) => embeddings(server, c.req.raw, maxInput) });
+  route('/v1/audio/transcriptions', { POST: (c) => audioRoute(server, c.req.raw, false, maxInput) });
+  route('/v1/audio/translations', { POST: (c) => audioRoute(server, c.req.raw, true, maxInput) });
   route('/v1/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });
   route('/v2/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });
   route('/v1/score', { POST: (c) => score(server, c.req.raw, maxInput) });

@@ -234,20 +234,35 @@ const filterCache = new Map<number, Float64Array[]>();
 export function logMel(samples: Float32Array, mels = 80, filters?: Float64Array[]): Float32Array {
   const wave = new Float32Array(WINDOW_SAMPLES);
   wave.set(samples.length > WINDOW_SAMPLES ? samples.subarray(0, WINDOW_SAMPLES) : samples);
+  return spectrogram(wave, WINDOW_FRAMES, mels, filters);
+}
+
+/**
+ * The features of a whole recording longer than a window, `[mels][frames]` with frames =
+ * floor(samples / 160), normalised by the recording's maximum: what long-form decoding slices its
+ * 30 s windows from (as transformers.js's seek loop and Whisper's `transcribe` do).
+ */
+export function logMelWhole(samples: Float32Array, mels = 80, filters?: Float64Array[]): { features: Float32Array; frames: number } {
+  const frames = Math.floor(samples.length / HOP);
+  return { features: spectrogram(samples, frames, mels, filters), frames };
+}
+
+function spectrogram(wave: Float32Array, frames: number, mels: number, filters?: Float64Array[]): Float32Array {
   const bank = filters ?? filterCache.get(mels) ?? (filterCache.set(mels, melFilters(mels)), filterCache.get(mels)!);
   const fft = ffts.get(N_FFT) ?? (ffts.set(N_FFT, new Fft(N_FFT)), ffts.get(N_FFT)!);
   const pad = N_FFT / 2;
+  const n = wave.length;
   // Reflect padding (numpy's 'reflect': the edge sample is not repeated).
-  const at = (i: number) => (i < 0 ? wave[-i]! : i >= WINDOW_SAMPLES ? wave[2 * (WINDOW_SAMPLES - 1) - i]! : wave[i]!);
+  const at = (i: number) => (i < 0 ? wave[-i]! : i >= n ? wave[2 * (n - 1) - i]! : wave[i]!);
   const window = new Float64Array(N_FFT);
   for (let i = 0; i < N_FFT; i++) window[i] = 0.5 - 0.5 * Math.cos((2 * Math.PI * i) / N_FFT); // periodic Hann
   const bins = N_FFT / 2 + 1;
   const re = new Float64Array(N_FFT), im = new Float64Array(N_FFT);
   const oRe = new Float64Array(N_FFT), oIm = new Float64Array(N_FFT);
   const power = new Float64Array(bins);
-  const out = new Float32Array(mels * WINDOW_FRAMES);
+  const out = new Float32Array(mels * frames);
   let max = -Infinity;
-  for (let f = 0; f < WINDOW_FRAMES; f++) {
+  for (let f = 0; f < frames; f++) {
     const start = f * HOP - pad;
     for (let i = 0; i < N_FFT; i++) { re[i] = at(start + i) * window[i]!; im[i] = 0; }
     fft.run(re, im, oRe, oIm);
@@ -257,7 +272,7 @@ export function logMel(samples: Float32Array, mels = 80, filters?: Float64Array[
       let acc = 0;
       for (let k = 0; k < bins; k++) acc += row[k]! * power[k]!;
       const v = Math.log10(Math.max(acc, 1e-10));
-      out[m * WINDOW_FRAMES + f] = v;
+      out[m * frames + f] = v;
       if (v > max) max = v;
     }
   }

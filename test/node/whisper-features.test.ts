@@ -5,39 +5,11 @@
  * every PCM layout the route accepts to the same samples, and names what is accepted when refusing.
  */
 
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { WhisperFeatureExtractor } from '@huggingface/transformers';
-import { audioSamples, decodeAudio, encodeWav, logMel, resample, SAMPLE_RATE, WINDOW_FRAMES } from '../../core/speech/audio.js';
+import { audioSamples, decodeAudio, encodeWav, logMel, logMelWhole, resample, SAMPLE_RATE, WINDOW_FRAMES } from '../../core/speech/audio.js';
 import { describeWith } from '../helpers/capability.js';
-
-const espeak = (() => { try { execFileSync('espeak-ng', ['--version'], { stdio: 'ignore' }); return undefined; } catch { return 'espeak-ng is not installed'; } })();
-
-/** espeak-ng speech as WAV bytes (22050 Hz 16-bit mono, as espeak-ng writes it). */
-export function speechWav(text: string): Uint8Array {
-  const dir = mkdtempSync(join(tmpdir(), 'tsi-speech-'));
-  try {
-    const path = join(dir, 'speech.wav');
-    execFileSync('espeak-ng', ['-w', path, text]);
-    return new Uint8Array(readFileSync(path));
-  } finally { rmSync(dir, { recursive: true, force: true }); }
-}
-
-/** A chirp from 100 Hz to 6 kHz with seeded noise: every mel band sees energy. */
-export function chirp(seconds: number, seed = 1): Float32Array {
-  const n = Math.round(seconds * SAMPLE_RATE);
-  const x = new Float32Array(n);
-  let s = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    const t = i / SAMPLE_RATE;
-    x[i] = 0.4 * Math.sin(2 * Math.PI * (100 * t + (5900 / (2 * seconds)) * t * t)) + 0.05 * (s / 2 ** 32 - 0.5);
-  }
-  return x;
-}
+import { chirp, espeakMissing, speechWav } from '../helpers/audio.js';
 
 async function reference(samples: Float32Array, mels: number): Promise<Float32Array> {
   const fe = new WhisperFeatureExtractor({
@@ -69,7 +41,16 @@ describe('Whisper log-mel features', () => {
     expect(maxDiff(logMel(x, 80), await reference(x, 80))).toBeLessThan(1e-4);
   });
 
-  describeWith(!!process.env.CI, 'espeak-ng', espeak)('on speech', () => {
+  it('of a whole recording longer than 30 s equal the extractor run with its length (the long-form features)', async () => {
+    const x = chirp(33, 7);
+    const fe = new WhisperFeatureExtractor({ feature_size: 80, sampling_rate: SAMPLE_RATE, hop_length: 160, n_fft: 400, chunk_length: 30, n_samples: x.length, nb_max_frames: 1e9 });
+    const { input_features } = await fe(x, { max_length: x.length });
+    const { features, frames } = logMelWhole(x, 80);
+    expect(frames).toBe(input_features.dims[2]);
+    expect(maxDiff(features, input_features.data as Float32Array)).toBeLessThan(1e-4);
+  });
+
+  describeWith(!!process.env.CI, 'espeak-ng', espeakMissing)('on speech', () => {
     it('equal transformers.js on espeak-ng speech resampled to 16 kHz', async () => {
       const { samples, seconds } = audioSamples(speechWav('The quick brown fox jumps over the lazy dog. Speech to text.'));
       expect(seconds).toBeGreaterThan(1);
