@@ -120,6 +120,12 @@ describe('whisper: tokens equal transformers.js', () => {
     }
   }
 
+  it("Triton's infer takes the samples too (audio_pcm, FP32 at 16 kHz): the same tokens as the WAV file", async () => {
+    const x = clip(4.5, 1);
+    const r = await http.infer('whisper', [{ name: 'audio_pcm', datatype: 'FP32', shape: [1, x.length], data: x }], { parameters: { timestamps: true } });
+    expect(Array.from(r.data<Int32Array>('tokens'))).toEqual(await want({ name: 'short 4.5 s', x }, true));
+  }, 60_000);
+
   it('the long clip spans several windows (the seek loop ran)', async () => {
     const long = clips()[3]!;
     const r = await http.infer('whisper', [{ name: 'audio', datatype: 'BYTES', shape: [1, 1], data: [encodeWav(long.x)] }], { parameters: { timestamps: true } });
