@@ -6,11 +6,12 @@
  * log10 of max(x, 1e-10), clamped to the window's maximum minus 8, then (x + 4) / 4; the last frame
  * dropped). Pure arithmetic on typed arrays, so the page and Node compute the same features.
  *
- * Only WAV is decoded here; other containers are refused with a message naming what is accepted, so a
- * client learns to convert instead of guessing (`AUDIO_ACCEPTED`).
+ * WAV is decoded here and FLAC by flac.ts; other containers are refused with a message naming what is
+ * accepted, so a client learns to convert instead of guessing (`AUDIO_ACCEPTED`).
  */
 
 import { TsiError } from '../errors.js';
+import { decodeFlac } from './flac.js';
 
 export const SAMPLE_RATE = 16000;
 export const N_FFT = 400;
@@ -19,7 +20,7 @@ export const HOP = 160;
 export const WINDOW_SAMPLES = 30 * SAMPLE_RATE;
 export const WINDOW_FRAMES = WINDOW_SAMPLES / HOP;
 
-export const AUDIO_ACCEPTED = 'WAV (RIFF/RIFX or WAVE_FORMAT_EXTENSIBLE: PCM 8, 16, 24 or 32-bit integers, 32 or 64-bit floats, any channel count, any sample rate)';
+export const AUDIO_ACCEPTED = 'WAV (RIFF/RIFX or WAVE_FORMAT_EXTENSIBLE: PCM 8, 16, 24 or 32-bit integers, 32 or 64-bit floats) and FLAC, any channel count and sample rate';
 
 export interface DecodedAudio {
   /** Mono samples in [-1, 1]. */
@@ -39,14 +40,21 @@ function sniff(b: Uint8Array): string {
   return 'an unknown format';
 }
 
-/** Decodes a WAV file to mono float samples; `what` names the upload in errors. */
+/** Decodes a WAV or FLAC file to mono float samples; `what` names the upload in errors. */
 export function decodeAudio(bytes: Uint8Array, what = 'the audio file'): DecodedAudio {
   const refuse = (why: string) => new TsiError('INVALID_ARG', `${what}: ${why}; accepted: ${AUDIO_ACCEPTED}`);
   if (bytes.length < 12) throw refuse(`${bytes.length} bytes is too short for an audio file`);
   const head = String.fromCharCode(...bytes.subarray(0, 4));
+  if (head === 'fLaC') {
+    try {
+      return decodeFlac(bytes, what);
+    } catch (err) {
+      throw refuse((err as Error).message.slice(what.length + 2));
+    }
+  }
   const little = head === 'RIFF';
   if ((!little && head !== 'RIFX') || String.fromCharCode(...bytes.subarray(8, 12)) !== 'WAVE') {
-    throw refuse(`it is ${sniff(bytes)}, not WAV`);
+    throw refuse(`it is ${sniff(bytes)}, not WAV or FLAC`);
   }
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let fmt: { tag: number; channels: number; rate: number; bits: number; align: number } | undefined;

@@ -4,7 +4,7 @@
  * decoding, log-mel features and decoding core's. `/v1/audio/transcriptions` through the page's
  * handler (a multipart upload, as the official clients send it) answers what the Node server answers
  * for the same file: the text, and with verbose_json the same segments; two uploads at once are
- * batched and still answer the same; a FLAC file is refused naming what is accepted.
+ * batched and still answer the same; an Ogg file is refused naming what is accepted.
  */
 
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -56,9 +56,9 @@ describe('whisper in the page', () => {
     expect(await Promise.all(wavs.map((w) => inPage(w, 'verbose_json')))).toEqual(want);
   });
 
-  it('refuses a FLAC file naming what is accepted', async () => {
-    const r = await page.fetch('/v1/audio/transcriptions', { method: 'POST', body: form(new TextEncoder().encode('fLaC\0\0\0\x22 rest'), 'json', 'a.flac') });
+  it('refuses an Ogg file naming what is accepted', async () => {
+    const r = await page.fetch('/v1/audio/transcriptions', { method: 'POST', body: form(new TextEncoder().encode('OggS\0\x02 rest of an ogg page'), 'json', 'a.ogg') });
     expect(r.status).toBe(400);
-    expect((await r.json()).error.message).toMatch(/it is FLAC, not WAV; accepted: WAV/);
+    expect((await r.json()).error.message).toMatch(/it is Ogg, not WAV or FLAC; accepted: WAV/);
   });
 });

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { WhisperFeatureExtractor } from '@huggingface/transformers';
 import { audioSamples, decodeAudio, encodeWav, logMel, logMelWhole, resample, SAMPLE_RATE, WINDOW_FRAMES } from '../../core/speech/audio.js';
 import { describeWith } from '../helpers/capability.js';
-import { chirp, espeakMissing, speechWav } from '../helpers/audio.js';
+import { chirp, espeakMissing, flacMissing, flacOf, speechWav, stereoWav } from '../helpers/audio.js';
 
 async function reference(samples: Float32Array, mels: number): Promise<Float32Array> {
   const fe = new WhisperFeatureExtractor({
@@ -84,8 +84,52 @@ describe('WAV decoding', () => {
   });
 
   it('refuses other formats naming the format and what is accepted', () => {
-    const flac = new TextEncoder().encode('fLaC\0\0\0\x22 and the rest of a flac file');
-    expect(() => decodeAudio(flac, "file 'a.flac'")).toThrow(/file 'a.flac': it is FLAC, not WAV; accepted: WAV/);
+    const ogg = new TextEncoder().encode('OggS\0\x02 and the rest of an ogg file');
+    expect(() => decodeAudio(ogg, "file 'a.ogg'")).toThrow(/file 'a.ogg': it is Ogg, not WAV or FLAC; accepted: WAV .* and FLAC/);
     expect(() => decodeAudio(new Uint8Array(3))).toThrow(/too short/);
+    // A FLAC whose STREAMINFO says 34 bytes and holds 8.
+    const cut = Uint8Array.from([...'fLaC'].map((c) => c.charCodeAt(0)).concat([0x80, 0, 0, 0x22, 0, 0, 0, 0, 0, 0, 0, 0]));
+    expect(() => decodeAudio(cut, 'x')).toThrow(/^x: the FLAC stream ends inside a frame; accepted: WAV/);
+  });
+});
+
+describeWith(!!process.env.CI, 'the flac encoder', flacMissing)('FLAC decoding', () => {
+  // The reference flac encoder's choices: fixed predictors (-0), LPC up to order 12 (-8), stereo
+  // decorrelation, 24-bit and 8-bit samples, other rates; each decodes to the WAV's samples exactly.
+  const cases: [string, Float32Array, Parameters<typeof encodeWav>[2], number, string[]][] = [
+    ['16-bit mono, fixed predictors', chirp(1.3, 3), { bits: 16 }, 16000, ['-0']],
+    ['16-bit mono, LPC', chirp(1.3, 4), { bits: 16 }, 16000, ['-8']],
+    ['16-bit stereo, mid/side', chirp(0.9, 5), { bits: 16, channels: 2 }, 44100, ['-5']],
+    ['24-bit stereo, LPC exhaustive', chirp(0.7, 6), { bits: 24, channels: 2 }, 48000, ['-8', '-e']],
+    ['8-bit mono', chirp(0.5, 7), { bits: 8 }, 8000, ['-3']],
+  ];
+  for (const [name, bits, flags] of [['16-bit stereo, channels apart, mid/side chosen per frame', 16, ['-8', '-M']], ['24-bit stereo, channels apart, exhaustive', 24, ['-8', '-e', '-m']]] as const) {
+    it(name, () => {
+      const left = chirp(0.8, 8);
+      const right = chirp(0.8, 9).map((v, i) => 0.7 * v + 0.3 * left[i]!);
+      const wav = stereoWav(left, right, 44100, bits);
+      const a = decodeAudio(flacOf(wav, [...flags]));
+      const b = decodeAudio(wav);
+      expect(a.channels).toBe(2);
+      expect(maxDiff(a.samples, b.samples)).toBe(0);
+    });
+  }
+  for (const [name, x, opts, rate, flags] of cases) {
+    it(name, () => {
+      const wav = encodeWav(x, rate, opts);
+      const flac = flacOf(wav, flags);
+      const a = decodeAudio(flac);
+      const b = decodeAudio(wav);
+      expect(a.sampleRate).toBe(rate);
+      expect(a.channels).toBe(b.channels);
+      expect(a.samples.length).toBe(b.samples.length);
+      expect(maxDiff(a.samples, b.samples)).toBe(0);
+    });
+  }
+
+  it('espeak-ng speech as FLAC gives the WAV\'s features', (ctx) => {
+    if (espeakMissing) return ctx.skip(espeakMissing);
+    const wav = speechWav('Lossless audio decodes to the same samples.');
+    expect(maxDiff(audioSamples(flacOf(wav, ['-8'])).samples, audioSamples(wav).samples)).toBe(0);
   });
 });

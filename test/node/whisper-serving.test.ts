@@ -18,7 +18,8 @@ import { HttpClient } from '../../client/index.js';
 import { audioSamples, encodeWav, SAMPLE_RATE } from '../../core/speech/audio.js';
 import { writeWhisperFolder } from '../../scripts/whisper-model.js';
 import { MODELS, startTestServer, type TestServer } from '../helpers/server.js';
-import { chirp, espeakMissing, speechWav } from '../helpers/audio.js';
+import { chirp, espeakMissing, flacMissing, flacOf, speechWav } from '../helpers/audio.js';
+import { requireCapability } from '../helpers/capability.js';
 
 let server: TestServer;
 let repo: string;
@@ -155,6 +156,14 @@ describe('/v1/audio/transcriptions with the official openai client', () => {
     expect(verbose.segments!.map((s) => s.text).join('').trim().length).toBeGreaterThan(0);
   }, 120_000);
 
+  it('a FLAC upload transcribes as the WAV it was made from', async (ctx) => {
+    requireCapability(ctx, !!process.env.CI, 'the flac encoder', flacMissing);
+    const w = wav();
+    const fromWav = await client.audio.transcriptions.create({ model: 'whisper', file: await toFile(w, 'a.wav'), response_format: 'verbose_json' });
+    const fromFlac = await client.audio.transcriptions.create({ model: 'whisper', file: await toFile(flacOf(w, ['-8']), 'a.flac'), response_format: 'verbose_json' });
+    expect(fromFlac).toEqual(fromWav);
+  }, 60_000);
+
   it('translations go through the translate task token', async () => {
     const t = await client.audio.translations.create({ model: 'whisper', file: await toFile(wav(), 'a.wav') });
     expect(typeof t.text).toBe('string');
@@ -162,10 +171,10 @@ describe('/v1/audio/transcriptions with the official openai client', () => {
 
   it('a malformed file, another format, a bad field and an unknown model are 400/404s naming what is accepted', async () => {
     const refuse = async (p: Promise<unknown>) => p.then(() => { throw new Error('accepted'); }, (e: any) => e);
-    const flac = new TextEncoder().encode('fLaC\0\0\0\x22 not really');
-    let e = await refuse(client.audio.transcriptions.create({ model: 'whisper', file: await toFile(flac, 'a.flac') }));
+    const ogg = new TextEncoder().encode('OggS\0\x02 not really');
+    let e = await refuse(client.audio.transcriptions.create({ model: 'whisper', file: await toFile(ogg, 'a.ogg') }));
     expect(e.status).toBe(400);
-    expect(e.message).toMatch(/'file' \(a\.flac\): it is FLAC, not WAV; accepted: WAV/);
+    expect(e.message).toMatch(/'file' \(a\.ogg\): it is Ogg, not WAV or FLAC; accepted: WAV .* and FLAC/);
     e = await refuse(client.audio.transcriptions.create({ model: 'whisper', file: await toFile(new Uint8Array([82, 73, 70, 70, 0, 0, 0, 0, 87, 65, 86, 69, 1]), 'bad.wav') }));
     expect(e.status).toBe(400);
     expect(e.message).toMatch(/fmt chunk.*accepted: WAV/);
