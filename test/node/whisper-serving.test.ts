@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HttpClient } from '../../client/index.js';
 import { audioSamples, encodeWav, SAMPLE_RATE } from '../../core/speech/audio.js';
 import { writeWhisperFolder } from '../../scripts/whisper-model.js';
-import { MODELS, startTestServer, type TestServer } from '../helpers/server.js';
+import { MODELS, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { chirp, espeakMissing, flacMissing, flacOf, speechWav } from '../helpers/audio.js';
 import { requireCapability } from '../helpers/capability.js';
 
@@ -125,6 +125,15 @@ describe('whisper: tokens equal transformers.js', () => {
     const x = clip(4.5, 1);
     const r = await http.infer('whisper', [{ name: 'audio_pcm', datatype: 'FP32', shape: [1, x.length], data: x }], { parameters: { timestamps: true } });
     expect(Array.from(r.data<Int32Array>('tokens'))).toEqual(await want({ name: 'short 4.5 s', x }, true));
+  }, 60_000);
+
+  it("Triton's generate takes the samples as a JSON array and the options as fields", async () => {
+    const x = clip(4.5, 1);
+    const r = await postJson(`${server.url}/v2/models/whisper/generate`, { audio_pcm: Array.from(x), timestamps: true, language: 'en' });
+    expect(r.status).toBe(200);
+    expect(r.body.tokens).toEqual(await want({ name: 'short 4.5 s', x }, true));
+    expect(typeof r.body.text).toBe('string');
+    expect(JSON.parse(r.body.segments).segments.length).toBeGreaterThan(0);
   }, 60_000);
 
   it('the long clip spans several windows (the seek loop ran)', async () => {
