@@ -257,7 +257,7 @@ export function jobOf(req: BackendRequest, model: string): WhisperJob {
   if (task !== 'transcribe' && task !== 'translate') throw new TsiError('INVALID_ARG', `model '${model}': parameter 'task' must be 'transcribe' or 'translate', got '${task}'`);
   const ts = p.timestamps;
   const temperature = p.temperature === undefined ? 0 : Number(p.temperature);
-  if (!(temperature >= 0 && temperature <= 2)) throw new TsiError('INVALID_ARG', `model '${model}': parameter 'temperature' must be between 0 and 1, got '${String(p.temperature)}'`);
+  if (!(temperature >= 0 && temperature <= 2)) throw new TsiError('INVALID_ARG', `model '${model}': parameter 'temperature' must be between 0 and 2, got '${String(p.temperature)}'`);
   return {
     samples, task, language: str('language'), prompt: str('prompt'), temperature,
     timestamps: ts === true || ts === 'true' || ts === 1,
