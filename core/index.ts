@@ -63,6 +63,7 @@ export {
   createEmbeddingBackend, EMBEDDING_INPUTS, EMBEDDING_OUTPUTS, POOLINGS, type Pooling,
   createClassifierBackend, activate, activationOf, ACTIVATIONS, CLASSIFIER_INPUTS, CLASSIFIER_OUTPUTS, type Activation,
 } from './encoders/index.js';
+export { createWhisperBackend, WHISPER_INPUTS, WHISPER_OUTPUTS, AUDIO_ACCEPTED, audioSamples, decodeAudio, encodeWav, logMel, type Segment } from './speech/index.js';
 export {
   createLlmBackend, llmModelOf, KvBatch, Tokenizer, TextStream, ChatTemplate, LlmStats, layoutOf, kvBytesPerToken, VARIANTS, VARIANT_RULES, allGpu,
   type DecoderRuntime, type DecoderSession, type DecoderLayout, type StepRequest, type StepResult, type LlmModelInfo, type TensorKit, type KvArray, type KvGroup, type MemoryFacts, type VariantRule,

@@ -10,7 +10,7 @@
  */
 
 import {
-  BackendRegistry, createEmbeddingBackend, createClassifierBackend, InferenceServer, TsiError, createHttpApp, createLogger,
+  BackendRegistry, createEmbeddingBackend, createClassifierBackend, createWhisperBackend, InferenceServer, TsiError, createHttpApp, createLogger,
   type Backend, type HttpOptions, type IndexEntry, type InferRequest, type InferResponse, type LoadOverrides,
   type Logger, type ModelControlMode, type RepositorySource,
 } from '../core/index.js';
@@ -237,6 +237,7 @@ export async function createServer(opts: BrowserServerOptions): Promise<BrowserS
   backends.register('javascript', () => createJsBackend({ log }));
   backends.register('llm', () => createWebLlmBackend({ log, ort: opts.ort, device: opts.device, numThreads: opts.numThreads }));
   backends.register('embedding', () => createEmbeddingBackend(() => backends.get('onnxruntime')!));
+  backends.register('whisper', () => createWhisperBackend(() => backends.get('onnxruntime')!));
   backends.register('classifier', () => createClassifierBackend(() => backends.get('onnxruntime')!));
   for (const [name, factory] of Object.entries(opts.backends ?? {})) backends.register(name, factory);
   const core = new InferenceServer({

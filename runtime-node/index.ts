@@ -9,7 +9,7 @@ import { openSync, readFileSync, writeSync } from 'node:fs';
 import { deflate, gzip } from 'node:zlib';
 import { availableParallelism, totalmem } from 'node:os';
 import {
-  BackendRegistry, createEmbeddingBackend, createClassifierBackend, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
+  BackendRegistry, createEmbeddingBackend, createClassifierBackend, createWhisperBackend, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
   createLogger, headerForwardPattern, type ConfigurableLogger, type LogFormat, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
@@ -252,6 +252,7 @@ export function createNodeBackends(log: Logger, backendConfig: NodeServerOptions
   backends.register('llm', async () => (await import('./llm/index.js')).createNodeLlmBackend({ cores: usableCores() }));
   // Runs its encoder on the onnxruntime backend above (its worker threads and sessions).
   backends.register('embedding', () => createEmbeddingBackend(() => backends.get('onnxruntime')!));
+  backends.register('whisper', () => createWhisperBackend(() => backends.get('onnxruntime')!));
   backends.register('classifier', () => createClassifierBackend(() => backends.get('onnxruntime')!));
   return backends;
 }

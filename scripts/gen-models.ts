@@ -17,6 +17,7 @@ import { ElemType, GraphBuilder, attrFloat, fillUniform, type Dim, type ElemType
 import { decoderModel } from './llm-model.js';
 import { encoderModel } from './embedding-model.js';
 import { CROSS_ENCODER_MODELS } from './cross-encoder-model.js';
+import { writeWhisperFolder } from './whisper-model.js';
 
 /** Triton datatypes and the ONNX element type each maps to (Triton's BYTES is ONNX's STRING). */
 export type Datatype =
@@ -333,6 +334,15 @@ export const DEFAULT_MODELS: Readonly<Record<string, () => Uint8Array>> = {
 };
 
 /**
+ * The default repository's models that are whole generated folders rather than one model.onnx:
+ * model name → writer of its version-1 folder (config.pbtxt stays committed).
+ */
+export const FOLDER_MODELS: Readonly<Record<string, (dir: string) => Promise<void>>> = {
+  // The whisper backend's test model: onnx-community's layout, its tokenizer built on tiny_gpt's committed one (whisper-model.ts).
+  whisper: (dir) => writeWhisperFolder(dir, join(packageRoot(), 'models', 'tiny_gpt', '1', 'tokenizer.json')),
+};
+
+/**
  * Writes `<repoDir>/<model>/1/model.onnx` for the default models (or just those in `only`). A full run
  * also deletes a `model.onnx` left beside a `model.js` by an earlier generation (a model that has
  * become JavaScript), so a stale ONNX file never passes for the model.
@@ -340,10 +350,17 @@ export const DEFAULT_MODELS: Readonly<Record<string, () => Uint8Array>> = {
 export async function generateModels(
   repoDir: string, opts: { only?: string[]; log?: (s: string) => void } = {},
 ): Promise<void> {
-  const names = opts.only ?? Object.keys(DEFAULT_MODELS);
+  const names = opts.only ?? [...Object.keys(DEFAULT_MODELS), ...Object.keys(FOLDER_MODELS)];
   for (const name of names) {
+    const folder = FOLDER_MODELS[name];
+    if (folder) {
+      const t0 = performance.now();
+      await folder(join(repoDir, name, '1'));
+      opts.log?.(`${name}/1/  ${(performance.now() - t0).toFixed(0)} ms`);
+      continue;
+    }
     const build = DEFAULT_MODELS[name];
-    if (!build) throw new Error(`unknown default model '${name}' (known: ${Object.keys(DEFAULT_MODELS).join(', ')})`);
+    if (!build) throw new Error(`unknown default model '${name}' (known: ${[...Object.keys(DEFAULT_MODELS), ...Object.keys(FOLDER_MODELS)].join(', ')})`);
     const t0 = performance.now();
     const bytes = build();
     const dir = join(repoDir, name, '1');
@@ -356,7 +373,7 @@ export async function generateModels(
 
 async function removeStaleOnnx(repoDir: string): Promise<void> {
   for (const entry of await readdir(repoDir, { withFileTypes: true })) {
-    if (!entry.isDirectory() || entry.name in DEFAULT_MODELS) continue;
+    if (!entry.isDirectory() || entry.name in DEFAULT_MODELS || entry.name in FOLDER_MODELS) continue;
     const dir = join(repoDir, entry.name, '1');
     if (existsSync(join(dir, 'model.js')) && existsSync(join(dir, 'model.onnx'))) await rm(join(dir, 'model.onnx'));
   }
@@ -385,5 +402,5 @@ if (isMain()) {
   const t0 = performance.now();
   const repo = join(packageRoot(), 'models');
   await generateModels(repo, { log: (s) => console.log(s) });
-  console.log(`generated ${Object.keys(DEFAULT_MODELS).length} models in ${repo} (${(performance.now() - t0).toFixed(0)} ms)`);
+  console.log(`generated ${Object.keys(DEFAULT_MODELS).length + Object.keys(FOLDER_MODELS).length} models in ${repo} (${(performance.now() - t0).toFixed(0)} ms)`);
 }

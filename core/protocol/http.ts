@@ -16,6 +16,7 @@ import { errorReply, errorResponse, json, toResponse, type HttpReply } from './h
 import { generate } from './generate.js';
 import { completions, getModel, listModels } from '../llm/index.js';
 import { embeddings } from './openai-embeddings.js';
+import { audioRoute } from './openai-audio.js';
 import { classify, rerank, score } from './openai-scoring.js';
 import { createResponse, deleteResponse, getResponse } from './openai-responses.js';
 import { countTokens, messages } from './anthropic-messages.js';
@@ -167,6 +168,8 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
   route('/tokenize', { POST: (c) => tokenize(server, c.req.raw, maxInput) });
   route('/detokenize', { POST: (c) => detokenize(server, c.req.raw, maxInput) });
   route('/v1/embeddings', { POST: (c) => embeddings(server, c.req.raw, maxInput) });
+  route('/v1/audio/transcriptions', { POST: (c) => audioRoute(server, c.req.raw, false, maxInput) });
+  route('/v1/audio/translations', { POST: (c) => audioRoute(server, c.req.raw, true, maxInput) });
   route('/v1/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });
   route('/v2/rerank', { POST: (c) => rerank(server, c.req.raw, maxInput) });
   route('/v1/score', { POST: (c) => score(server, c.req.raw, maxInput) });

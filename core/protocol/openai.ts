@@ -21,6 +21,7 @@ import type { ChatMessage } from '../llm/chat.js';
 import { CHAT, COMPLETION, bad, openAiError, readOpenAiBody, streamed, whole, type Answer, type Wants } from './openai-answer.js';
 import { MAX_N, MAX_TOP_LOGPROBS, readGenerationRequest } from '../llm/params.js';
 import { isEmbeddingModel } from './openai-embeddings.js';
+import { isWhisperModel } from './openai-audio.js';
 import { isClassifierModel } from './openai-scoring.js';
 import { TOOL_PARSERS, planTools, templateMessage, type ToolParser, type ToolPlan } from '../llm/tools.js';
 import { planReasoning, reasoningParserOf, templateVariables, type ReasoningParser } from '../llm/reasoning.js';
@@ -58,7 +59,7 @@ export function llmModels(server: InferenceServer): { name: string; info: LlmMod
 /** Ready `llm`, `embedding` and `classifier` models, by name. */
 function servedModels(server: InferenceServer): string[] {
   const names = new Set(llmModels(server).map((m) => m.name));
-  for (const e of server.repositoryIndex(true)) if (isEmbeddingModel(server, e.name) || isClassifierModel(server, e.name)) names.add(e.name);
+  for (const e of server.repositoryIndex(true)) if (isEmbeddingModel(server, e.name) || isClassifierModel(server, e.name) || isWhisperModel(server, e.name)) names.add(e.name);
   return [...names];
 }
 

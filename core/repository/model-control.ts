@@ -120,7 +120,7 @@ export interface ModelCodePolicy {
 export const CODE_UPLOAD_FLAG = '--allow-model-code-upload';
 // llm reads ONNX weights, JSON and a chat template that @huggingface/jinja interprets in its own
 // sandbox (no host objects, no imports): data, like onnxruntime's.
-const DATA_BACKENDS = ['onnxruntime', 'llm'];
+const DATA_BACKENDS = ['onnxruntime', 'llm', 'whisper'];
 /**
  * Files some backend imports or executes: Python sources and bytecode, JavaScript modules, native
  * libraries (Python extensions, Node addons, custom-op libraries).

@@ -2,7 +2,9 @@
  * `tsi-node pull`: fetches a model folder from the Hugging Face Hub (with `@huggingface/hub`, at
  * `HF_ENDPOINT` with `HF_TOKEN` when set) into a model repository, as the `llm` backend serves it
  * (a causal LM) or the `classifier` backend (a `*ForSequenceClassification` export: a cross-encoder
- * reranker such as ms-marco MiniLM or bge-reranker, or a text classifier):
+ * reranker such as ms-marco MiniLM or bge-reranker, or a text classifier) or the `whisper` backend
+ * (a Whisper export: onnx/encoder_model<suffix>.onnx and onnx/decoder_model_merged<suffix>.onnx of one
+ * precision, with preprocessor_config.json):
  * `<repository>/<name>/1/` holds the folder and `<repository>/<name>/config.pbtxt` names the backend
  * and the variant (a classifier's also turns on the dynamic batcher, which gathers a rerank's pairs).
  *
@@ -119,14 +121,37 @@ function planVisionFiles(files: ListFileEntry[], graphs: string[], variant: stri
   return { variant: chosen, reason, present, files: files.filter((e) => SMALL.test(e.path) || weights.test(e.path)) };
 }
 
+/**
+ * A Whisper repo's files (onnx/encoder_model<suffix>.onnx and onnx/decoder_model_merged<suffix>.onnx
+ * for one precision), or undefined when the repo is not a Whisper export. Variants are named as the
+ * decoder-only ones (`model` is fp32, `model_q4` the `_q4` pair…), so the same orders choose.
+ */
+export function planWhisperFiles(
+  entries: ListFileEntry[], variant: string | undefined, rule: VariantRule = VARIANT_RULES.cpu,
+): { variant: string; reason: string; present: string[]; files: ListFileEntry[] } | undefined {
+  const files = entries.filter((e) => e.type === 'file');
+  const suffixes = (part: string) => new Set(files.map((e) => new RegExp(`^onnx/${part}(_[^/.]+)?\\.onnx$`).exec(e.path)).filter((m) => m).map((m) => m![1] ?? ''));
+  const enc = suffixes('encoder_model');
+  const dec = suffixes('decoder_model_merged');
+  if (enc.size === 0 || dec.size === 0) return undefined;
+  const present = [...enc].filter((s) => dec.has(s)).map((s) => `model${s}`).sort();
+  const chosen = variant ? variantName(variant) : rule.order.find((v) => present.includes(v)) ?? present[0];
+  const reason = variant ? 'asked for' : `the best present for ${rule.device}: ${rule.why}`;
+  if (!chosen || !present.includes(chosen)) return { variant: chosen ?? '', reason, present, files: [] };
+  const suffix = chosen.slice('model'.length).replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const weights = new RegExp(`^onnx/(encoder_model|decoder_model_merged)${suffix}\\.onnx(_data(_\\d+)?)?$`);
+  return { variant: chosen, reason, present, files: files.filter((e) => SMALL.test(e.path) || weights.test(e.path)) };
+}
+
 /** The backends a pulled folder is served by. */
-export type PulledKind = 'llm' | 'classifier';
+export type PulledKind = 'llm' | 'classifier' | 'whisper';
 
 /** Checks the small files as the backend will at load; throws saying why the folder cannot be served. */
 async function checkServable(repo: string, dir: string, vision: boolean): Promise<PulledKind> {
   if (!existsSync(join(dir, 'config.json'))) throw refuse(repo, 'it has no config.json');
   const config = JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as { architectures?: string[]; model_type?: string; is_encoder_decoder?: boolean };
   const arch = config.architectures?.[0];
+  if (config.model_type === 'whisper') return checkTokenizer(repo, dir, 'whisper');
   // An encoder with a sequence-classification head (BertForSequenceClassification, XLMRobertaFor...).
   const kind: PulledKind = !config.is_encoder_decoder && arch?.endsWith('ForSequenceClassification') ? 'classifier' : 'llm';
   if (vision && !VISION_FAMILIES.includes(config.model_type ?? '')) {
@@ -135,6 +160,10 @@ async function checkServable(repo: string, dir: string, vision: boolean): Promis
   if (kind === 'llm' && !vision && (config.is_encoder_decoder || (arch && NOT_DECODER.test(arch) && !arch.endsWith('ForCausalLM')))) {
     throw refuse(repo, `architecture ${arch ?? config.model_type ?? '(none)'} is neither a decoder-only causal LM (the llm backend serves *ForCausalLM exports with past key values) nor a *ForSequenceClassification encoder (the classifier backend)`);
   }
+  return checkTokenizer(repo, dir, kind);
+}
+
+async function checkTokenizer(repo: string, dir: string, kind: PulledKind): Promise<PulledKind> {
   if (!existsSync(join(dir, 'tokenizer.json'))) throw refuse(repo, `it has no tokenizer.json (the ${kind} backend reads the Hugging Face tokenizers format)`);
   const tokConfig = existsSync(join(dir, 'tokenizer_config.json')) ? await readFile(join(dir, 'tokenizer_config.json'), 'utf8') : undefined;
   try {
@@ -147,7 +176,8 @@ async function checkServable(repo: string, dir: string, vision: boolean): Promis
 
 /** The config.pbtxt a pulled folder is served by. */
 function configText(kind: PulledKind, variant: string, gpu: boolean): string {
-  const head = kind === 'classifier' ? 'backend: "classifier"\nmax_batch_size: 64\ndynamic_batching {}\n' : 'backend: "llm"\n';
+  const head = kind === 'classifier' ? 'backend: "classifier"\nmax_batch_size: 64\ndynamic_batching {}\n'
+    : kind === 'whisper' ? 'backend: "whisper"\nmax_batch_size: 16\ndynamic_batching {}\n' : 'backend: "llm"\n';
   return `${head}parameters { key: "variant" value { string_value: "${variant}" } }\n${gpu ? 'instance_group [{ kind: KIND_GPU }]\n' : ''}`;
 }
 
@@ -213,7 +243,8 @@ export async function pullModel(o: PullOptions): Promise<PullResult> {
   const entries: ListFileEntry[] = [];
   for await (const e of listFiles({ repo: o.repo, recursive: true, revision: commit, hubUrl, accessToken })) entries.push(e);
   const gpu = o.device === 'gpu';
-  const plan = planFiles(entries, o.variant, gpu ? VARIANT_RULES.gpu : VARIANT_RULES.cpu);
+  const rule = gpu ? VARIANT_RULES.gpu : VARIANT_RULES.cpu;
+  const plan = planWhisperFiles(entries, o.variant, rule) ?? planFiles(entries, o.variant, rule);
   if (plan.present.length === 0) throw refuse(o.repo, 'it has no ONNX export under onnx/ (tsi serves the onnx-community layout: onnx/model*.onnx)');
   if (plan.files.length === 0) throw refuse(o.repo, `variant '${plan.variant}' is not in onnx/ (present: ${plan.present.join(', ')})`);
 

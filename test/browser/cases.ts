@@ -61,6 +61,8 @@ export function modelCases(seqBase = 1000): Record<string, V2Request[]> {
     simple_sequence: seq('simple_sequence', seqBase + 1, [3, 4, -2]),
     simple_dyna_sequence: seq('simple_dyna_sequence', seqBase + 2, [5, 6]),
     mlp_batch: [infer('mlp_batch', { inputs: [input('INPUT', 'FP32', [2, 1024], floats(2048, 11))] })],
+    // Half a second of 16 kHz samples (a WAV file as BYTES does not travel in JSON), with timestamps.
+    whisper: [infer('whisper', { inputs: [input('audio_pcm', 'FP32', [1, 8000], floats(8000, 12))], parameters: { timestamps: true } })],
   };
 }
 

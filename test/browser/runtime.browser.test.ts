@@ -76,7 +76,9 @@ describe('the page serves the default repository', () => {
   });
 
   for (const [device, seqBase] of [['wasm', 1000], ['webgpu', 2000]] as const) {
-    for (const m of MODELS) {
+    // The tiny Whisper's encoder (1500 positions) takes minutes on SwiftShader's WebGPU: whisper is
+    // compared on wasm here and in whisper.browser.test.ts.
+    for (const m of MODELS.filter((x) => device === 'wasm' || x.config.backend !== 'whisper')) {
       // Decoupled models answer /infer with an error on both sides; that error must match too.
       const decoupled = m.config.model_transaction_policy?.decoupled === true;
       it(`${m.name} on ${device}: same ${decoupled ? 'refusal' : 'answers'} as the Node server`, async (ctx) => {

@@ -17,6 +17,8 @@ import { VARIANT_RULES } from '../../core/llm/model-folder.js';
 import { tinySpec, writeFamilyFolder } from '../../scripts/llm-families.js';
 import { startFakeHub, type FakeHub } from '../helpers/fake-hub.js';
 import { MODELS, postJson, startTestServer } from '../helpers/server.js';
+import { encodeWav } from '../../core/speech/audio.js';
+import { chirp } from '../helpers/audio.js';
 
 const root = join(tmpdir(), `tsi-pull-${process.pid}`);
 const source = join(root, 'hub', 'llama');
@@ -165,6 +167,36 @@ describe('tsi-node pull', () => {
       expect(a.status).toBe(200);
       expect(a.body.results).toHaveLength(3);
       expect(a.body.results).toEqual(b.body.results);
+    } finally {
+      await server.stop();
+    }
+  }, 60_000);
+
+  it('pulls a Whisper repo (encoder and merged decoder of one precision) with a whisper config that serves it', async () => {
+    // The default repository's tiny Whisper, with a second precision's pair that must not come down.
+    const folder = join(root, 'hub', 'whisper');
+    cpSync(join(MODELS, 'whisper', '1'), folder, { recursive: true });
+    for (const part of ['encoder_model', 'decoder_model_merged']) cpSync(join(folder, 'onnx', `${part}.onnx`), join(folder, 'onnx', `${part}_fp16.onnx`));
+    hub.add('onnx-community/whisper-tiny-test', folder);
+    const repository = join(root, 'speech');
+    const r = await pullModel({ repo: 'onnx-community/whisper-tiny-test', repository, hubUrl: hub.url });
+    expect(r).toMatchObject({ name: 'whisper-tiny-test', kind: 'whisper', variant: 'model' });
+    expect(readdirSync(join(repository, 'whisper-tiny-test', '1', 'onnx')).sort()).toEqual(['decoder_model_merged.onnx', 'encoder_model.onnx']);
+    expect(existsSync(join(repository, 'whisper-tiny-test', '1', 'preprocessor_config.json'))).toBe(true);
+    expect(readFileSync(join(repository, 'whisper-tiny-test', 'config.pbtxt'), 'utf8'))
+      .toBe('backend: "whisper"\nmax_batch_size: 16\ndynamic_batching {}\nparameters { key: "variant" value { string_value: "model" } }\n');
+    const server = await startTestServer({ modelRepositories: [repository, MODELS], modelControlMode: 'explicit', loadModels: ['whisper-tiny-test', 'whisper'] });
+    try {
+      const wav = encodeWav(chirp(2.5, 9));
+      const ask = async (model: string) => {
+        const form = new FormData();
+        form.set('model', model);
+        form.set('file', new Blob([wav as BlobPart]), 'a.wav');
+        const res = await fetch(`${server.url}/v1/audio/transcriptions`, { method: 'POST', body: form });
+        expect(res.status).toBe(200);
+        return res.json();
+      };
+      expect(await ask('whisper-tiny-test')).toEqual(await ask('whisper'));
     } finally {
       await server.stop();
     }
