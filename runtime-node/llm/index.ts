@@ -30,7 +30,7 @@ import {
 import { candidateProviders, vulkanHint } from '../gpu/index.js';
 import { WEBGPU_LOCK } from '../gpu/lock.js';
 import { placementOf } from '../onnx/backend.js';
-import { sessionOptions } from '../onnx/session-options.js';
+import { NO_SPINNING, sessionOptions } from '../onnx/session-options.js';
 import { readOnnxIo } from '../onnx/info.js';
 import { startWorkerInstance, stopWorker } from '../worker-instance.js';
 import type { AutoTokens, DeviceUse, PrefillPart } from '../../core/llm/decoder.js';
@@ -56,17 +56,20 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
     },
     async open({ ctx, spec, path, layout, instanceCount, vision }) {
       const local = ctx.files.localPath?.(path);
+      const cores = opts.cores ?? availableParallelism();
       const gpu = spec.kind === 'KIND_GPU';
       const separate = separatePrefill(ctx.config, gpu);
       const { providers, notes } = candidateProviders(ctx.config, spec, 'llm');
       const init: DecoderInit = {
         modelPath: local,
         modelBytes: local ? undefined : await ctx.files.read(path),
-        // One core fewer for the decoders when the config sets no thread count: here the main thread has
-        // per-token work of its own (sampling every row's logits, detokenizing, streaming each token to its
-        // client), and decoder threads that take every core stall it. On 2 cores, 1 decoder thread served
-        // 32 streams ~1.8× faster than 2.
-        sessionOptions: sessionOptions(ctx.config, instanceCount, opts.cores ?? availableParallelism(), 1),
+        // Every inference core for the decoders when the config sets no thread count (split among the
+        // model's instances; docs/many-models.md): a greedy or plainly sampled decode runs back to back in
+        // the worker, its tokens chosen there (auto-decode.ts), so the server's thread only detokenizes
+        // and streams, beside the next step rather than before it, and the decoding worker runs niced
+        // (DECODE_NICE), so what the server's thread does need it gets first. Before the worker chose
+        // the tokens, one core was kept back for the server's sampling; see decoderThreads.
+        sessionOptions: sessionOptions(ctx.config, instanceCount, cores, 0),
         providers,
         gpuLock: WEBGPU_LOCK,
         layout,
@@ -79,6 +82,7 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       const name = ctx.config.name ?? 'llm';
       const decodeThreads = threadCount(ctx.config, 'decode_thread_count');
       if (decodeThreads) init.sessionOptions = { ...init.sessionOptions, intraOpNumThreads: decodeThreads };
+      if (!decodeSpinning(ctx.config, init.sessionOptions.intraOpNumThreads! * instanceCount, cores)) init.sessionOptions = { ...init.sessionOptions, extra: NO_SPINNING };
       const prefillThreads = threadCount(ctx.config, 'prefill_thread_count') ?? init.sessionOptions.intraOpNumThreads;
       const start = (i: DecoderInit) => startWorkerInstance<DecoderWorkerReply>('llm/decoder-worker', i, `failed to create the decoder session of '${name}'`);
       // The prefill session takes the decoder's threads too (a prompt is the most parallel work
@@ -96,7 +100,8 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       const failures = ready.failures.map((f) => (f.startsWith('webgpu:') && /adapter/i.test(f) ? `${f} (${vulkanHint()})` : f));
       const placement = await placementOf(spec, ready.provider, [...notes, ...failures]);
       const where = `${name} (${spec.name})`;
-      ctx.log.verbose(1, `${where}: decoder session ${init.sessionOptions.intraOpNumThreads} intra-op thread(s)${separate ? `, prefill session ${prefillThreads}` : ''}`);
+      const sleeps = init.sessionOptions.extra === NO_SPINNING ? ' (sleeping when idle, not spinning)' : '';
+      ctx.log.verbose(1, `${where}: decoder session ${init.sessionOptions.intraOpNumThreads} intra-op thread(s)${sleeps}${separate ? `, prefill session ${prefillThreads}` : ''}`);
       const skipped = placement.notes!.length > 0 ? `; ${placement.notes!.join('; ')}` : '';
       if (spec.kind === 'KIND_GPU' && placement.kind !== 'KIND_GPU') {
         ctx.log.warn(`${where}: KIND_GPU instance runs on the CPU: no GPU execution provider could be used${skipped}`);
@@ -133,6 +138,27 @@ function threadCount(config: ModelConfig, key: string): number | undefined {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 1) throw new TsiError('INVALID_ARG', `model '${config.name ?? ''}': config parameter ${key} must be a whole number of threads >= 1, not '${v}'`);
   return n;
+}
+
+/**
+ * Whether a decoding session's idle intra-op threads spin (`decode_spinning`, else the rule): only
+ * while the model's decoders leave a core free. onnxruntime's pool threads spin between parallel loops
+ * and after a run; on cores the decoders take whole, a spinning thread holds the core the server's
+ * thread (detokenizing, streaming), the prefill worker or a neighbour wants next, and the loop it
+ * waits in stalls for a thread that the scheduler put aside (on 2 shared cores: 2 spinning threads
+ * made 0.6× the tokens/s of 1 thread, 2 sleeping ones 1.1×; docs/performance.md, bench:llm-threads).
+ */
+export function decodeSpinning(config: ModelConfig, decoderThreads: number, cores: number): boolean {
+  return flag(config, 'decode_spinning', decoderThreads < cores);
+}
+
+/** A true/false config parameter, `dflt` when unset. */
+function flag(config: ModelConfig, key: string, dflt: boolean): boolean {
+  const v = config.parameters?.[key]?.string_value?.trim().toLowerCase();
+  if (v === undefined || v === '') return dflt;
+  if (v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  throw new TsiError('INVALID_ARG', `model '${config.name ?? ''}': config parameter ${key} must be true or false, not '${v}'`);
 }
 
 /** Whether prefills run in a worker of their own: by default on the CPU, not on a GPU (see the file's head). */
