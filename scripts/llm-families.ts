@@ -40,6 +40,14 @@ export interface FamilySpec {
   eos: number;
   /** Llama 3's rope scaling (factor 8, as Llama 3.1/3.2 ship it). */
   llama3Rope?: boolean;
+  /**
+   * Init scaled as trained models keep their activations: each projection's weights of std 1/√K (so
+   * attention stays soft instead of picking one position by a hair), and the residual branches'
+   * output projections (o_proj, down_proj) by a further 1/√(2·layers), GPT-2's init for depth.
+   * Without it a deep random model is near chaos and greedy margins vanish, so two engines on the
+   * same weights cannot be compared token by token (bench/llm-llamacpp.ts).
+   */
+  scaledInit?: boolean;
 }
 
 /** The families as tests build them: GQA everywhere (2 KV heads for 4 query heads). */
@@ -105,9 +113,17 @@ function toHalf(src: Float32Array): Uint16Array {
   return out;
 }
 
+/** IEEE half bits → float32 (normal, subnormal, zero; no infinities occur here). */
+function fromHalf(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1, e = (h >>> 10) & 0x1f, m = h & 0x3ff;
+  return sign * (e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15));
+}
+
 /**
  * int4 block quantization of W [K, N] (x @ W) as MatMulNBits stores it: B [N, K/32, 16] bytes, two
- * weights a byte (low nibble first), symmetric around the default zero point 8; scales [N, K/32].
+ * weights a byte (low nibble first), symmetric around the default zero point 8; scales [N, K/32],
+ * each one a value fp16 holds exactly, so GGUF's Q4_0 blocks ((q - 8) · fp16 d) hold the very same
+ * int4 weights (bench/gguf.ts).
  */
 function quantize4(w: Float32Array, K: number, N: number): { b: Uint8Array; scales: Float32Array } {
   const BS = 32, blocks = K / BS;
@@ -117,7 +133,7 @@ function quantize4(w: Float32Array, K: number, N: number): { b: Uint8Array; scal
     for (let blk = 0; blk < blocks; blk++) {
       let max = 0;
       for (let j = 0; j < BS; j++) max = Math.max(max, Math.abs(w[(blk * BS + j) * N + n]!));
-      const scale = max / 7 || 1;
+      const scale = fromHalf(toHalf(Float32Array.of(max / 7 || 1))[0]!);
       scales[n * blocks + blk] = scale;
       for (let j = 0; j < BS; j++) {
         const q = Math.max(0, Math.min(15, Math.round(w[(blk * BS + j) * N + n]! / scale) + 8));
@@ -202,13 +218,15 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
   const kvType = half ? 'FLOAT16' : 'FLOAT';
   const scale = f32('attn_scale', 1 / Math.sqrt(hd));
   const qbias = family === 'qwen2';
+  /** A [K, N] projection's uniform range: the family's own, or scaledInit's (std 1/√K, less on a residual branch's output). */
+  const range = (K: number, own: number, residualOut = false) => (spec.scaledInit ? Math.sqrt(3 / K) / (residualOut ? Math.sqrt(2 * layers) : 1) : own);
 
   for (let l = 0; l < layers; l++) {
     const p = `model.layers.${l}`;
     const h = rmsNorm(x, `${p}.input_layernorm`);
-    const q = rope(toHeads(linear(h, `${p}.self_attn.q_proj`, D, H * hd, 0.5, qbias ? rand(H * hd, 0.1) : undefined), H), `${p}.q`);
-    const k = rope(toHeads(linear(h, `${p}.self_attn.k_proj`, D, KVH * hd, 0.5, qbias ? rand(KVH * hd, 0.1) : undefined), KVH), `${p}.k`);
-    const v = toHeads(linear(h, `${p}.self_attn.v_proj`, D, KVH * hd, 0.5, qbias ? rand(KVH * hd, 0.1) : undefined), KVH);
+    const q = rope(toHeads(linear(h, `${p}.self_attn.q_proj`, D, H * hd, range(D, 0.5), qbias ? rand(H * hd, 0.1) : undefined), H), `${p}.q`);
+    const k = rope(toHeads(linear(h, `${p}.self_attn.k_proj`, D, KVH * hd, range(D, 0.5), qbias ? rand(KVH * hd, 0.1) : undefined), KVH), `${p}.k`);
+    const v = toHeads(linear(h, `${p}.self_attn.v_proj`, D, KVH * hd, range(D, 0.5), qbias ? rand(KVH * hd, 0.1) : undefined), KVH);
     const pastK = g.input(`past_key_values.${l}.key`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
     const pastV = g.input(`past_key_values.${l}.value`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
     const cacheIn = (t: string) => (half ? g.op('Cast', [t], { to: 1 }) : t);
@@ -222,17 +240,17 @@ export function familyModel(spec: FamilySpec, variant: Variant): { model: Uint8A
     const probs = g.op('Softmax', [g.op('Where', [allowed, scores, neg])], { axis: -1 });
     const ctx5 = g.op('Reshape', [g.op('MatMul', [probs, values]), i64(`${p}.ctx5`, [0, 0, rep, -1, hd])]);
     const ctx = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [ctx5, i64(`${p}.ctxh`, [0, H, -1, hd])])], { perm: [0, 2, 1, 3] }), i64(`${p}.merge`, [0, 0, H * hd])]);
-    x = g.op('Add', [x, linear(ctx, `${p}.self_attn.o_proj`, H * hd, D, 0.3)]);
+    x = g.op('Add', [x, linear(ctx, `${p}.self_attn.o_proj`, H * hd, D, range(H * hd, 0.3, true))]);
     const h2 = rmsNorm(x, `${p}.post_attention_layernorm`);
-    const gate = linear(h2, `${p}.mlp.gate_proj`, D, ffn, 0.3);
-    const up = linear(h2, `${p}.mlp.up_proj`, D, ffn, 0.3);
+    const gate = linear(h2, `${p}.mlp.gate_proj`, D, ffn, range(D, 0.3));
+    const up = linear(h2, `${p}.mlp.up_proj`, D, ffn, range(D, 0.3));
     let act: string;
     if (family === 'gemma') {
       // GELU, tanh approximation (Gemma's gelu_pytorch_tanh).
       const inner = g.op('Mul', [g.op('Add', [gate, g.op('Mul', [g.op('Mul', [g.op('Mul', [gate, gate]), gate]), f32(`${p}.gelu_c`, 0.044715)])]), f32(`${p}.gelu_k`, Math.sqrt(2 / Math.PI))]);
       act = g.op('Mul', [g.op('Mul', [gate, f32(`${p}.half`, 0.5)]), g.op('Add', [g.op('Tanh', [inner]), f32(`${p}.gelu_one`, 1)])]);
     } else act = g.op('Mul', [gate, g.op('Sigmoid', [gate])]);
-    x = g.op('Add', [x, linear(g.op('Mul', [act, up]), `${p}.mlp.down_proj`, ffn, D, 0.2)]);
+    x = g.op('Add', [x, linear(g.op('Mul', [act, up]), `${p}.mlp.down_proj`, ffn, D, range(ffn, 0.2, true))]);
     g.output(`present.${l}.key`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
     g.output(`present.${l}.value`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
   }
