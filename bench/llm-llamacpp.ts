@@ -22,7 +22,8 @@
  *
  * Run:  npm run bench:llm -- --llamacpp   (or tsx bench/llm-llamacpp.ts; flags: --shapes smollm2,qwen2.5
  *       --variants fp32,int4  --streams 1,8  --tokens 64  --rounds 3  --ttft-tokens 512  --ttft-requests 3
- *       --layers <fewer layers, for a quick try>  --server tsx|dist  --markdown)
+ *       --layers <fewer layers, for a quick try>  --minutes <budget: the rest is skipped and said so>
+ *       --server tsx|dist  --markdown)
  * Targets (issue 50), printed met or missed: smollm2 int4 ≥ 1.0× at 1 stream and ≥ 2× at 8; fp32
  * ≥ 1.0× and ≥ 2.5×; qwen2.5 int4 ≥ 1.0× and ≥ 2×, and its TTFT p50 at 512 tokens ≤ llama.cpp's.
  * Where one is missed, the server's own account of its steps (llm_stats) is printed beside it.
@@ -54,6 +55,9 @@ const { values: args } = parseArgs({
     'ttft-tokens': { type: 'string', default: '512' },
     'ttft-requests': { type: 'string', default: '3' },
     layers: { type: 'string' },
+    // Minutes the measurements may take: what is left when they are up is skipped and said so
+    // (a loaded machine can make a full run take hours), the tables keep what was measured.
+    minutes: { type: 'string' },
     server: { type: 'string' },
     help: { type: 'boolean', default: false },
   },
@@ -68,6 +72,10 @@ const ROUNDS = Number(args.rounds);
 const TTFT_TOKENS = Number(args['ttft-tokens']);
 const TTFT_REQUESTS = Number(args['ttft-requests']);
 const CORES = availableParallelism();
+const DEADLINE = args.minutes ? performance.now() + Number(args.minutes) * 60_000 : Infinity;
+const skipped: string[] = [];
+/** Whether there is time left for `what`; if not, it is noted as skipped. */
+const timeFor = (what: string) => (performance.now() < DEADLINE ? true : (skipped.push(what), false));
 
 interface Shape { name: string; spec: FamilySpec; tokenizerDir: string }
 
@@ -151,14 +159,14 @@ async function llamaSide(model: LlamaModel, streams: number, threads: number, co
   const context = await model.createContext({ sequences: streams, contextSize: contextTokens, threads, batchSize: contextTokens });
   const free = Array.from({ length: streams }, () => context.getSequence());
   return {
-    async one(ids: number[], _prompt: string, first: () => void, tokens = TOKENS): Promise<number> {
+    async one(ids: number[], _prompt: string, first: () => void, tokens = TOKENS, until = Infinity): Promise<number> {
       const seq = free.pop()!;
       try {
         let made = 0;
         // Greedy; the generator goes on past end-of-sequence (it stops where we stop reading).
         for await (const _t of seq.evaluate(ids as Token[], { temperature: 0 })) {
           if (made++ === 0) first();
-          if (made >= tokens) break;
+          if (made >= tokens || performance.now() > until) break;
         }
         return made;
       } finally {
@@ -188,6 +196,7 @@ try {
   llama = await getLlama({ gpu: false, build: 'never', usePrebuiltBinaries: true, progressLogs: false, logLevel: 'error' as never });
   console.log(`tsi (${tsiServer(work, work, { server: args.server }).build}) against llama.cpp (node-llama-cpp, prebuilt CPU build, ${llama.cpuMathCores} math cores) on ${CORES} cores, load average ${loadavg().map((x) => x.toFixed(2)).join(' ')} at the start; ${TOKENS} tokens a request, ${ROUNDS} alternating rounds, medians`);
   for (const shape of shapes()) {
+    if (!timeFor(shape.name)) continue;
     const dir = await cachedFolder(shape);
     const tok = Tokenizer.fromJson(readFileSync(join(dir, '1', 'tokenizer.json'), 'utf8'), readFileSync(join(dir, '1', 'tokenizer_config.json'), 'utf8'));
     const prompts = (i: number) => ({ text: promptOf(i), ids: tok.encode(promptOf(i)) });
@@ -199,6 +208,7 @@ try {
       return { text, ids: tok.encode(text) };
     };
     for (const variant of variants) {
+      if (!timeFor(`${shape.name} ${variant}`)) continue;
       const onnx = VARIANTS[variant];
       const repo = join(work, `${shape.name}-${variant}`);
       const name = `${shape.name.replace('.', '_')}_${variant}`;
@@ -214,6 +224,7 @@ try {
         checks.push(`${shape.name} ${variant}: ${await agreement(port, name, model, prompts(0).ids, prompts(0).text)}`);
         console.log(checks.at(-1));
         for (const streams of STREAMS) {
+          if (!timeFor(`${shape.name} ${variant} at ${streams} stream(s)`)) continue;
           const cpp = { 1: await llamaSide(model, streams, 1, 1024), [CORES]: await llamaSide(model, streams, CORES, 1024) };
           try {
             // Warm-up: first runs allocate, and the client's keep-alive connections open. llama.cpp's
@@ -221,7 +232,11 @@ try {
             // spin at a barrier while a neighbour holds a core, so all cores can be far the slower).
             await streamsOf(streams, 99, tsiOne, prompts);
             const pick = new Map<number, number>();
-            for (const t of new Set([1, CORES])) pick.set(t, (await streamsOf(streams, 98, (ids, p, first) => cpp[t]!.one(ids, p, first, 8), prompts)).tokensPerS);
+            // Each short run stops after 20 s: the slow side shows itself by then.
+            for (const t of new Set([1, CORES])) {
+              const until = performance.now() + 20_000;
+              pick.set(t, (await streamsOf(streams, 98, (ids, p, first) => cpp[t]!.one(ids, p, first, 8, until), prompts)).tokensPerS);
+            }
             const threads = [...pick].sort((a, b) => b[1] - a[1])[0]![0];
             const runs = { tsi: [] as number[], cpp: [] as number[] };
             const stats0 = await llmStats(port, name);
@@ -237,6 +252,7 @@ try {
           }
         }
         // TTFT for a long prompt, one request at a time on each side, alternating.
+        if (!timeFor(`${shape.name} ${variant} TTFT`)) continue;
         const cpp = { 1: await llamaSide(model, 1, 1, TTFT_TOKENS + 256), [CORES]: await llamaSide(model, 1, CORES, TTFT_TOKENS + 256) };
         try {
           const ttft = { tsi: [] as number[], cpp1: [] as number[], cppN: [] as number[] };
@@ -365,4 +381,8 @@ function report(): void {
   const q = ttftRows.find((r) => r.shape === 'qwen2.5' && r.variant === 'int4');
   if (q) target(`qwen2.5 int4: TTFT p50 at ${TTFT_TOKENS} tokens ≤ llama.cpp's (tsi / llama.cpp)`, q.tsi / bestT(q), 1, false);
   if (targets.length > 1) markdownTable('Targets (issue 50)', targets);
+  if (skipped.length > 0) {
+    console.log(`\nSkipped, out of the --minutes ${args.minutes} budget: ${skipped.join('; ')}`);
+    markdownTable('Skipped (out of the time budget)', [['skipped'], ...skipped.map((x) => [x])]);
+  }
 }
