@@ -225,55 +225,60 @@ try {
         console.log(checks.at(-1));
         for (const streams of STREAMS) {
           if (!timeFor(`${shape.name} ${variant} at ${streams} stream(s)`)) continue;
-          const cpp = { 1: await llamaSide(model, streams, 1, 1024), [CORES]: await llamaSide(model, streams, CORES, 1024) };
+          // Warm-up: first runs allocate, and the client's keep-alive connections open. llama.cpp's
+          // thread count is picked by a short run of each, at most 20 s (on a loaded machine its
+          // threads spin at a barrier while a neighbour holds a core, so all cores can be far the
+          // slower). One context at a time: an idle context's threads keep spinning a while and
+          // would take the CPU from the side being measured.
+          await streamsOf(streams, 99, tsiOne, prompts);
+          const pick = new Map<number, number>();
+          for (const t of new Set([1, CORES])) {
+            const side = await llamaSide(model, streams, t, 1024);
+            const until = performance.now() + 20_000;
+            pick.set(t, (await streamsOf(streams, 98, (ids, p, first) => side.one(ids, p, first, 8, until), prompts)).tokensPerS);
+            await side.dispose();
+          }
+          const threads = [...pick].sort((a, b) => b[1] - a[1])[0]![0];
+          const cpp = await llamaSide(model, streams, threads, 1024);
           try {
-            // Warm-up: first runs allocate, and the client's keep-alive connections open. llama.cpp's
-            // thread count is picked here, by a short run of each (on a loaded machine its threads
-            // spin at a barrier while a neighbour holds a core, so all cores can be far the slower).
-            await streamsOf(streams, 99, tsiOne, prompts);
-            const pick = new Map<number, number>();
-            // Each short run stops after 20 s: the slow side shows itself by then.
-            for (const t of new Set([1, CORES])) {
-              const until = performance.now() + 20_000;
-              pick.set(t, (await streamsOf(streams, 98, (ids, p, first) => cpp[t]!.one(ids, p, first, 8, until), prompts)).tokensPerS);
-            }
-            const threads = [...pick].sort((a, b) => b[1] - a[1])[0]![0];
             const runs = { tsi: [] as number[], cpp: [] as number[] };
             const stats0 = await llmStats(port, name);
             for (let r = 0; r < ROUNDS; r++) {
               runs.tsi.push((await streamsOf(streams, r, tsiOne, prompts)).tokensPerS);
-              runs.cpp.push((await streamsOf(streams, r, cpp[threads]!.one, prompts)).tokensPerS);
+              runs.cpp.push((await streamsOf(streams, r, cpp.one, prompts)).tokensPerS);
             }
             const row: Row = { shape: shape.name, variant, streams, tsi: median(runs.tsi), cpp: median(runs.cpp), threads, pick: [...pick].map(([t, v]) => `${t}: ${f(v)}`).join(', '), split: stepSplit(stats0, await llmStats(port, name)) };
             rows.push(row);
             console.log(`${shape.name} ${variant} ${streams} stream(s): tsi ${f(row.tsi)} tok/s, llama.cpp ${f(row.cpp)} tok/s at ${threads} thread(s) (short runs: ${row.pick})`);
           } finally {
-            for (const side of Object.values(cpp)) await side.dispose();
+            await cpp.dispose();
           }
         }
-        // TTFT for a long prompt, one request at a time on each side, alternating.
+        // TTFT for a long prompt, one request at a time, tsi and llama.cpp alternating, llama.cpp at
+        // 1 thread and then at all cores (one context at a time, as above).
         if (!timeFor(`${shape.name} ${variant} TTFT`)) continue;
-        const cpp = { 1: await llamaSide(model, 1, 1, TTFT_TOKENS + 256), [CORES]: await llamaSide(model, 1, CORES, TTFT_TOKENS + 256) };
-        try {
-          const ttft = { tsi: [] as number[], cpp1: [] as number[], cppN: [] as number[] };
-          const once = async (one: (ids: number[], p: string, first: () => void) => Promise<number>, p: { text: string; ids: number[] }) => {
-            const t0 = performance.now();
-            let at = NaN;
-            await one(p.ids, p.text, () => (at = performance.now() - t0));
-            return at;
-          };
-          const tsiFirst = (_ids: number[], prompt: string, first: () => void) => completion(port, name, prompt, 1, first);
-          await once(tsiFirst, longPrompt(999));
-          for (let i = 0; i < TTFT_REQUESTS; i++) {
-            ttft.tsi.push(await once(tsiFirst, longPrompt(i)));
-            ttft.cpp1.push(await once((ids, p, first) => cpp[1]!.one(ids, p, first, 1), longPrompt(i)));
-            if (CORES > 1) ttft.cppN.push(await once((ids, p, first) => cpp[CORES]!.one(ids, p, first, 1), longPrompt(i)));
+        const ttft = { tsi: [] as number[], cpp1: [] as number[], cppN: [] as number[] };
+        const once = async (one: (ids: number[], p: string, first: () => void) => Promise<number>, p: { text: string; ids: number[] }) => {
+          const t0 = performance.now();
+          let at = NaN;
+          await one(p.ids, p.text, () => (at = performance.now() - t0));
+          return at;
+        };
+        const tsiFirst = (_ids: number[], prompt: string, first: () => void) => completion(port, name, prompt, 1, first);
+        await once(tsiFirst, longPrompt(999));
+        for (const t of new Set([1, CORES])) {
+          const side = await llamaSide(model, 1, t, TTFT_TOKENS + 256);
+          try {
+            for (let i = 0; i < TTFT_REQUESTS; i++) {
+              ttft.tsi.push(await once(tsiFirst, longPrompt(i)));
+              (t === 1 ? ttft.cpp1 : ttft.cppN).push(await once((ids, p, first) => side.one(ids, p, first, 1), longPrompt(i)));
+            }
+          } finally {
+            await side.dispose();
           }
-          ttftRows.push({ shape: shape.name, variant, tsi: median(ttft.tsi), cpp1: median(ttft.cpp1), cppN: CORES > 1 ? median(ttft.cppN) : NaN });
-          console.log(`${shape.name} ${variant} TTFT p50 at ${longPrompt(0).ids.length} prompt tokens: tsi ${f(ttftRows.at(-1)!.tsi, 0)} ms, llama.cpp ${f(ttftRows.at(-1)!.cpp1, 0)} / ${f(ttftRows.at(-1)!.cppN, 0)} ms`);
-        } finally {
-          for (const side of Object.values(cpp)) await side.dispose();
         }
+        ttftRows.push({ shape: shape.name, variant, tsi: median(ttft.tsi), cpp1: median(ttft.cpp1), cppN: CORES > 1 ? median(ttft.cppN) : NaN });
+        console.log(`${shape.name} ${variant} TTFT p50 at ${longPrompt(0).ids.length} prompt tokens: tsi ${f(ttftRows.at(-1)!.tsi, 0)} ms, llama.cpp ${f(ttftRows.at(-1)!.cpp1, 0)} / ${f(ttftRows.at(-1)!.cppN, 0)} ms`);
       } finally {
         await model.dispose();
         await stopServer(server.child);
