@@ -82,28 +82,46 @@ const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
 export function tsiRequest(
   port: number, model: string, prompt: string, tokens: number, firstToken: () => void, extra: Record<string, unknown> = {},
 ): Promise<number> {
-  const body = JSON.stringify({ text_input: prompt, max_tokens: tokens, ignore_eos: true, stream: true, ...extra });
+  const body = { text_input: prompt, max_tokens: tokens, ignore_eos: true, stream: true, ...extra };
+  return postEvents(port, `/v2/models/${model}/generate_stream`, body, firstToken, (text) => {
+    const last = JSON.parse(text.trim().split('\n\n').at(-1)!.slice('data: '.length));
+    return last.num_output_tokens as number;
+  });
+}
+
+/**
+ * POSTs `body` as JSON to `path` and reads the server-sent events it answers: `firstToken` at the
+ * first event that carries a token (`first` tells, on the text so far; the first event by default),
+ * then `count` of the whole text when it ends.
+ */
+export function postEvents(
+  port: number, path: string, body: unknown, firstToken: () => void, count: (text: string) => number, first = (text: string) => text.includes('data: '),
+): Promise<number> {
+  const json = JSON.stringify(body);
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path: `/v2/models/${model}/generate_stream`, method: 'POST', agent, headers: { 'Content-Length': Buffer.byteLength(body) } }, (res) => {
+    const req = request({ host: '127.0.0.1', port, path, method: 'POST', agent, headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(json) } }, (res) => {
       res.setEncoding('utf8');
       let text = '';
-      let first = false;
+      let seen = false;
       res.on('data', (chunk: string) => {
         text += chunk;
-        if (!first && text.includes('data: ')) {
-          first = true;
+        if (!seen && first(text)) {
+          seen = true;
           firstToken();
         }
       });
       res.on('end', () => {
         if (res.statusCode !== 200) return reject(new Error(`tsi answered ${res.statusCode}: ${text}`));
-        const last = JSON.parse(text.trim().split('\n\n').at(-1)!.slice('data: '.length));
-        resolve(last.num_output_tokens as number);
+        try {
+          resolve(count(text));
+        } catch (e) {
+          reject(e as Error);
+        }
       });
       res.on('error', reject);
     });
     req.on('error', reject);
-    req.end(body);
+    req.end(json);
   });
 }
 

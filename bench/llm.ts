@@ -24,7 +24,8 @@
  * brackets the server's own mean (its statistics API: request arrival to first token sent), which
  * leaves out the client and the loopback.
  *
- * Run:  npm run bench:llm   (flags: --streams 1,8,32  --requests <per stream; default: 4, and at
+ * Run:  npm run bench:llm   (`-- --llamacpp`: the comparison with llama.cpp on the same weights,
+ *       bench/llm-llamacpp.ts, instead; flags: --streams 1,8,32  --requests <per stream; default: 4, and at
  *       least 16 in all>  --tokens <64>
  *       --models tiny_gpt,mid_gpt,tiny_llama  --server tsx|dist (tsx: the sources; dist needs a fresh `npm run build`)
  *       --grammar-only: only the structured-output comparison (benchGrammar); --prefix-only: only the
@@ -54,6 +55,16 @@ import { oneAtATime, transformersPeer } from './llm-transformers.js';
 import { spawnServer, stopServer, tsiServer } from './servers.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+// --llamacpp: tsi against llama.cpp on the same weights instead (bench/llm-llamacpp.ts, its own
+// flags and its own section of docs/performance.md, named after the script at exit).
+const llamacpp = process.argv.indexOf('--llamacpp');
+if (llamacpp >= 0) {
+  process.argv.splice(llamacpp, 1);
+  process.argv[1] = join(ROOT, 'bench', 'llm-llamacpp.ts');
+  await import('./llm-llamacpp.js');
+  process.exit(0);
+}
 
 const { values: args } = parseArgs({
   options: {

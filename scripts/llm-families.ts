@@ -54,6 +54,14 @@ export interface FamilySpec {
   llama3Rope?: boolean;
   /** The graph's layout (`plain` when absent). */
   layout?: Layout;
+  /**
+   * Init scaled as trained models keep their activations: each projection's weights of std 1/√K (so
+   * attention stays soft instead of picking one position by a hair), and the residual branches'
+   * output projections (o_proj, down_proj) by a further 1/√(2·layers), GPT-2's init for depth.
+   * Without it a deep random model is near chaos and greedy margins vanish, so two engines on the
+   * same weights cannot be compared token by token (bench/llm-llamacpp.ts).
+   */
+  scaledInit?: boolean;
 }
 
 /** The families as tests build them: GQA everywhere (2 KV heads for 4 query heads). */
@@ -119,9 +127,17 @@ function toHalf(src: Float32Array): Uint16Array {
   return out;
 }
 
+/** IEEE half bits → float32 (normal, subnormal, zero; no infinities occur here). */
+function fromHalf(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1, e = (h >>> 10) & 0x1f, m = h & 0x3ff;
+  return sign * (e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15));
+}
+
 /**
  * int4 block quantization of W [K, N] (x @ W) as MatMulNBits stores it: B [N, K/32, 16] bytes, two
- * weights a byte (low nibble first), symmetric around the default zero point 8; scales [N, K/32].
+ * weights a byte (low nibble first), symmetric around the default zero point 8; scales [N, K/32],
+ * each one a value fp16 holds exactly, so GGUF's Q4_0 blocks ((q - 8) · fp16 d) hold the very same
+ * int4 weights (bench/gguf.ts).
  */
 function quantize4(w: Float32Array, K: number, N: number): { b: Uint8Array; scales: Float32Array } {
   const BS = 32, blocks = K / BS;
@@ -131,7 +147,7 @@ function quantize4(w: Float32Array, K: number, N: number): { b: Uint8Array; scal
     for (let blk = 0; blk < blocks; blk++) {
       let max = 0;
       for (let j = 0; j < BS; j++) max = Math.max(max, Math.abs(w[(blk * BS + j) * N + n]!));
-      const scale = max / 7 || 1;
+      const scale = fromHalf(toHalf(Float32Array.of(max / 7 || 1))[0]!);
       scales[n * blocks + blk] = scale;
       for (let j = 0; j < BS; j++) {
         const q = Math.max(0, Math.min(15, Math.round(w[(blk * BS + j) * N + n]! / scale) + 8));
@@ -218,6 +234,8 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
     g.output('logits', half ? 'FLOAT16' : 'FLOAT', ['batch_size', 'sequence_length', V]);
     return encodeModelParts(g.spec(), variant === 'model' && !opts.inputsEmbeds ? { location: 'model.onnx_data' } : undefined);
   };
+  /** A [K, N] projection's uniform range: the family's own, or scaledInit's (std 1/√K, less on a residual branch's output). */
+  const range = (K: number, own: number, residualOut = false) => (spec.scaledInit ? Math.sqrt(3 / K) / (residualOut ? Math.sqrt(2 * layers) : 1) : own);
   if (fused) {
     // The weights are drawn in the plain layout's order (same seeds), so both layouts hold the same model.
     const eps = attrFloat(1e-6);
@@ -251,7 +269,7 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
       // q, k and v as one matrix [D, (H + 2·KVH)·hd]; `seed++` stands for the plain layout's reshape names.
       const parts = ([[H, 0.5], [KVH, 0.5], [KVH, 0.5]] as const).map(([n, sc]) => {
         const bias = qbias ? rand(n * hd, 0.1) : undefined;
-        const w = rand(D * n * hd, sc);
+        const w = rand(D * n * hd, range(D, sc));
         seed++;
         return { n: n * hd, w, bias };
       });
@@ -264,11 +282,11 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
       g.input(`past_key_values.${l}.key`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
       g.input(`past_key_values.${l}.value`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
       let h2: string;
-      [h2, x] = skipNorm(linear(attn, `${p}.self_attn.o_proj`, H * hd, D, 0.3), x, `${p}.post_attention_layernorm`);
-      const gu = [rand(D * ffn, 0.3), rand(D * ffn, 0.3)].map((w) => ({ n: ffn, w }));
+      [h2, x] = skipNorm(linear(attn, `${p}.self_attn.o_proj`, H * hd, D, range(H * hd, 0.3, true)), x, `${p}.post_attention_layernorm`);
+      const gu = [rand(D * ffn, range(D, 0.3)), rand(D * ffn, range(D, 0.3))].map((w) => ({ n: ffn, w }));
       const [gate, up] = [`${p}.mlp.gate`, `${p}.mlp.up`];
       g.node('Split', [linearW(h2, `${p}.mlp.gate_up_proj`, D, 2 * ffn, concatColumns(gu, D)), i64(`${p}.mlp.split`, [ffn, ffn])], [gate, up], { axis: -1 });
-      const down = linear(g.op('Mul', [activation(gate, p), up]), `${p}.mlp.down_proj`, ffn, D, 0.2);
+      const down = linear(g.op('Mul', [activation(gate, p), up]), `${p}.mlp.down_proj`, ffn, D, range(ffn, 0.2, true));
       [h, x] = skipNorm(down, x, l + 1 < layers ? `model.layers.${l + 1}.input_layernorm` : 'model.norm');
       g.output(`present.${l}.key`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
       g.output(`present.${l}.value`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
@@ -304,9 +322,9 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
   for (let l = 0; l < layers; l++) {
     const p = `model.layers.${l}`;
     const h = rmsNorm(x, `${p}.input_layernorm`);
-    const q = rope(toHeads(linear(h, `${p}.self_attn.q_proj`, D, H * hd, 0.5, qbias ? rand(H * hd, 0.1) : undefined), H), `${p}.q`);
-    const k = rope(toHeads(linear(h, `${p}.self_attn.k_proj`, D, KVH * hd, 0.5, qbias ? rand(KVH * hd, 0.1) : undefined), KVH), `${p}.k`);
-    const v = toHeads(linear(h, `${p}.self_attn.v_proj`, D, KVH * hd, 0.5, qbias ? rand(KVH * hd, 0.1) : undefined), KVH);
+    const q = rope(toHeads(linear(h, `${p}.self_attn.q_proj`, D, H * hd, range(D, 0.5), qbias ? rand(H * hd, 0.1) : undefined), H), `${p}.q`);
+    const k = rope(toHeads(linear(h, `${p}.self_attn.k_proj`, D, KVH * hd, range(D, 0.5), qbias ? rand(KVH * hd, 0.1) : undefined), KVH), `${p}.k`);
+    const v = toHeads(linear(h, `${p}.self_attn.v_proj`, D, KVH * hd, range(D, 0.5), qbias ? rand(KVH * hd, 0.1) : undefined), KVH);
     const pastK = g.input(`past_key_values.${l}.key`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
     const pastV = g.input(`past_key_values.${l}.value`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
     const cacheIn = (t: string) => (half ? g.op('Cast', [t], { to: 1 }) : t);
@@ -320,11 +338,11 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
     const probs = g.op('Softmax', [g.op('Where', [allowed, scores, neg])], { axis: -1 });
     const ctx5 = g.op('Reshape', [g.op('MatMul', [probs, values]), i64(`${p}.ctx5`, [0, 0, rep, -1, hd])]);
     const ctx = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [ctx5, i64(`${p}.ctxh`, [0, H, -1, hd])])], { perm: [0, 2, 1, 3] }), i64(`${p}.merge`, [0, 0, H * hd])]);
-    x = g.op('Add', [x, linear(ctx, `${p}.self_attn.o_proj`, H * hd, D, 0.3)]);
+    x = g.op('Add', [x, linear(ctx, `${p}.self_attn.o_proj`, H * hd, D, range(H * hd, 0.3, true))]);
     const h2 = rmsNorm(x, `${p}.post_attention_layernorm`);
-    const gate = linear(h2, `${p}.mlp.gate_proj`, D, ffn, 0.3);
-    const up = linear(h2, `${p}.mlp.up_proj`, D, ffn, 0.3);
-    x = g.op('Add', [x, linear(g.op('Mul', [activation(gate, p), up]), `${p}.mlp.down_proj`, ffn, D, 0.2)]);
+    const gate = linear(h2, `${p}.mlp.gate_proj`, D, ffn, range(D, 0.3));
+    const up = linear(h2, `${p}.mlp.up_proj`, D, ffn, range(D, 0.3));
+    x = g.op('Add', [x, linear(g.op('Mul', [activation(gate, p), up]), `${p}.mlp.down_proj`, ffn, D, range(ffn, 0.2, true))]);
     g.output(`present.${l}.key`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
     g.output(`present.${l}.value`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
   }
