@@ -22,7 +22,7 @@
  *
  * Run:  npm run bench:llm -- --llamacpp   (or tsx bench/llm-llamacpp.ts; flags: --shapes smollm2,qwen2.5
  *       --variants fp32,int4  --streams 1,8  --tokens 64  --rounds 3  --ttft-tokens 512  --ttft-requests 3
- *       --layers <fewer layers, for a quick try>  --minutes <budget: the rest is skipped and said so>
+ *       --layout gqa|plain (the export layout tsi serves; default gqa)  --layers <fewer layers, for a quick try>  --minutes <budget: the rest is skipped and said so>
  *       --server tsx|dist  --markdown)
  * Targets (issue 50), printed met or missed: smollm2 int4 ≥ 1.0× at 1 stream and ≥ 2× at 8; fp32
  * ≥ 1.0× and ≥ 2.5×; qwen2.5 int4 ≥ 1.0× and ≥ 2×, and its TTFT p50 at 512 tokens ≤ llama.cpp's.
@@ -55,6 +55,9 @@ const { values: args } = parseArgs({
     'ttft-tokens': { type: 'string', default: '512' },
     'ttft-requests': { type: 'string', default: '3' },
     layers: { type: 'string' },
+    // The export layout tsi serves (the GGUF files always come from the plain folder: both layouts
+    // hold the same seeded weights). gqa: onnxruntime-genai's fused layout, as tsi serves it fastest.
+    layout: { type: 'string', default: 'gqa' },
     // Minutes the measurements may take: what is left when they are up is skipped and said so
     // (a loaded machine can make a full run take hours), the tables keep what was measured.
     minutes: { type: 'string' },
@@ -72,6 +75,8 @@ const ROUNDS = Number(args.rounds);
 const TTFT_TOKENS = Number(args['ttft-tokens']);
 const TTFT_REQUESTS = Number(args['ttft-requests']);
 const CORES = availableParallelism();
+const LAYOUT = args.layout as 'gqa' | 'plain';
+if (LAYOUT !== 'gqa' && LAYOUT !== 'plain') throw new Error(`--layout: '${args.layout}' is not gqa or plain`);
 const DEADLINE = args.minutes ? performance.now() + Number(args.minutes) * 60_000 : Infinity;
 const skipped: string[] = [];
 /** Whether there is time left for `what`; if not, it is noted as skipped. */
@@ -109,7 +114,7 @@ for (const v of variants) if (!(v in VARIANTS)) throw new Error(`--variants: '${
  */
 async function cachedFolder(shape: Shape): Promise<string> {
   const hash = createHash('sha256').update(JSON.stringify(shape.spec));
-  for (const f of ['scripts/llm-families.ts', 'scripts/onnx-builder.ts', 'bench/gguf.ts']) if (existsSync(join(ROOT, f))) hash.update(readFileSync(join(ROOT, f)));
+  for (const f of ['scripts/llm-families.ts', 'graph/onnx-builder.ts', 'bench/gguf.ts']) if (existsSync(join(ROOT, f))) hash.update(readFileSync(join(ROOT, f)));
   const dir = join(ROOT, '.tmp', 'llm-llamacpp', `${shape.name}-${shape.spec.layers}l-${hash.digest('hex').slice(0, 12)}`);
   if (existsSync(join(dir, 'done'))) return dir;
   rmSync(dir, { recursive: true, force: true });
@@ -117,6 +122,8 @@ async function cachedFolder(shape: Shape): Promise<string> {
   const tok = { json: readFileSync(join(shape.tokenizerDir, 'tokenizer.json'), 'utf8'), config: readFileSync(join(shape.tokenizerDir, 'tokenizer_config.json'), 'utf8') };
   await writeFamilyFolder(join(dir, '1'), shape.spec, tok, ['model', 'model_q4']);
   for (const v of ['model', 'model_q4'] as const) folderToGguf(join(dir, '1'), v, join(dir, `${v}.gguf`));
+  // The same weights in the fused layout (llm-families.ts draws them in the same order), for tsi.
+  await writeFamilyFolder(join(dir, 'gqa'), { ...shape.spec, layout: 'gqa' }, tok, ['model', 'model_q4']);
   writeFileSync(join(dir, 'done'), '');
   console.log(`${shape.name}: wrote the model folder and its GGUF files in ${((performance.now() - t0) / 1000).toFixed(0)} s (${dir})`);
   return dir;
@@ -194,7 +201,7 @@ const ttftRows: TtftRow[] = [];
 const checks: string[] = [];
 try {
   llama = await getLlama({ gpu: false, build: 'never', usePrebuiltBinaries: true, progressLogs: false, logLevel: 'error' as never });
-  console.log(`tsi (${tsiServer(work, work, { server: args.server }).build}) against llama.cpp (node-llama-cpp, prebuilt CPU build, ${llama.cpuMathCores} math cores) on ${CORES} cores, load average ${loadavg().map((x) => x.toFixed(2)).join(' ')} at the start; ${TOKENS} tokens a request, ${ROUNDS} alternating rounds, medians`);
+  console.log(`tsi (${tsiServer(work, work, { server: args.server }).build}) against llama.cpp (node-llama-cpp, prebuilt CPU build, ${llama.cpuMathCores} math cores) on ${CORES} cores, tsi serving the ${LAYOUT} export layout, load average ${loadavg().map((x) => x.toFixed(2)).join(' ')} at the start; ${TOKENS} tokens a request, ${ROUNDS} alternating rounds, medians`);
   for (const shape of shapes()) {
     if (!timeFor(shape.name)) continue;
     const dir = await cachedFolder(shape);
@@ -213,7 +220,7 @@ try {
       const repo = join(work, `${shape.name}-${variant}`);
       const name = `${shape.name.replace('.', '_')}_${variant}`;
       mkdirSync(join(repo, name), { recursive: true });
-      symlinkSync(join(dir, '1'), join(repo, name, '1'));
+      symlinkSync(join(dir, LAYOUT === 'gqa' ? 'gqa' : '1'), join(repo, name, '1'));
       writeFileSync(join(repo, name, 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "${onnx}" } }\nparameters { key: "max_num_seqs" value { string_value: "${Math.max(8, ...STREAMS)}" } }\nparameters { key: "kv_cache_bytes" value { string_value: "${512 * 2 ** 20}" } }\n`);
       server = await spawnServer(tsiServer(repo, work, { server: args.server }).argv, 'tsi');
       const port = server.port;
@@ -359,7 +366,7 @@ function report(): void {
   const table = rows.map((r) => [r.shape, r.variant === 'fp32' ? 'fp32 / F32' : 'int4 / Q4_0', r.streams, f(r.tsi), f(r.cpp), `${r.threads} (${r.pick})`, `${f(r.tsi / best(r), 2)}×`]);
   console.log(`\n| ${head.join(' | ')} |\n|---|---|${head.slice(2).map(() => '---:').join('|')}|`);
   for (const r of table) console.log(`| ${r.join(' | ')} |`);
-  markdownTable(`tsi (HTTP /v1/completions) against llama.cpp (node-llama-cpp) on the same weights, ${TOKENS} tokens after ~20-token prompts, medians of ${ROUNDS} alternating rounds`, [head, ...table]);
+  markdownTable(`tsi (HTTP /v1/completions, the ${LAYOUT} export layout) against llama.cpp (node-llama-cpp) on the same weights, ${TOKENS} tokens after ~20-token prompts, medians of ${ROUNDS} alternating rounds`, [head, ...table]);
   const tHead = ['shape', 'variant', `tsi TTFT p50 (ms), ${TTFT_TOKENS}-token prompt`, 'llama.cpp 1 thread (ms)', `llama.cpp ${CORES} threads (ms)`, 'tsi / llama.cpp (its best)'];
   const bestT = (r: TtftRow) => Math.min(r.cpp1, Number.isNaN(r.cppN) ? Infinity : r.cppN);
   const tTable = ttftRows.map((r) => [r.shape, r.variant, f(r.tsi, 0), f(r.cpp1, 0), f(r.cppN, 0), `${f(r.tsi / bestT(r), 2)}×`]);
