@@ -234,6 +234,7 @@ not_tsis() {
     L0_output_validation) echo "libtorch models only (libtorch_model_store2)" ;;
     L0_output_name) echo "a libtorch model's output names (libtorch_nobatch_zero_1_float32)" ;;
     L0_query) echo "Triton's C++ 'query' test backend and a C API test program" ;;
+    L0_passive_instance) echo "Triton's C++ 'distributed_addsub' test backend" ;;
     L0_https) echo "installs its certificates into /etc/nginx: nginx in front of the server, the client's TLS tested" ;;
     *) return 1 ;;
   esac
