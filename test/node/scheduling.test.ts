@@ -51,6 +51,8 @@ beforeAll(async () => {
     'simple_sequence_state/1/model.onnx': onnx('simple_sequence_state'),
     'simple_dyna_sequence/config.pbtxt': readFileSync(join(MODELS, 'simple_dyna_sequence', 'config.pbtxt'), 'utf8'),
     'simple_dyna_sequence/1/model.onnx': onnx('simple_dyna_sequence'),
+    'simple_string_dyna_sequence/config.pbtxt': readFileSync(join(MODELS, 'simple_string_dyna_sequence', 'config.pbtxt'), 'utf8'),
+    'simple_string_dyna_sequence/1/model.js': readFileSync(join(MODELS, 'simple_string_dyna_sequence', '1', 'model.js'), 'utf8'),
   });
   // Traces (off until a test turns them on for a model) give the server's own compute timestamps.
   s = await startTestServer({ modelRepositories: [repo.path], trace: { file: join(repo.path, 'trace.json') } });
@@ -199,7 +201,12 @@ describe('sequence batching over HTTP', () => {
     expect(results[2]).toEqual([2, 2, 6]);
     const str = await step('simple_dyna_sequence', 'abc', 1, { start: true });
     expect(str.status).toBe(400);
-    expect(str.body.error).toMatch(/is a string, but its CORRID control 'CORRID' is UINT64/);
+    // Triton's texts (L0_sequence_corrid_batcher test_corrid_data_type), a string id to an integer
+    // control and an integer id to a string one.
+    expect(str.body.error).toContain("sequence batching control 'CORRID' data-type is 'BYTES', but model 'simple_dyna_sequence' expects 'UINT64'");
+    const num = await step('simple_string_dyna_sequence', 123, 1, { start: true });
+    expect(num.status).toBe(400);
+    expect(num.body.error).toContain("sequence batching control 'CORRID' data-type is 'UINT64', but model 'simple_string_dyna_sequence' expects 'BYTES'");
   }, 30_000);
 
   it('rejects unknown sequences and batched requests with Triton\'s texts', async () => {
