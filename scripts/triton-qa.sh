@@ -23,6 +23,7 @@
 #   QA_WHEELS      a folder with an ml_dtypes 0.5 wheel, if QA_PYTHON lacks it (default /opt/pypi/files)
 #   QA_TIMEOUT     seconds one suite may run (default 1200)
 #   BACKENDS       the backends a suite loops over, where it has the switch (default "onnx")
+#   QA_ALL         set: also run the suites listed as needing what tsi does not have
 #
 # Results: a sitecustomize.py on PYTHONPATH records every unittest run (tests, failed and errored ids)
 # in $QA_WORK/results/<suite>.jsonl; pytest runs are read from the junit files test.sh asks pytest for.
@@ -37,7 +38,7 @@ QA_PYTHON=${QA_PYTHON:-/usr/bin/python3}
 QA_TIMEOUT=${QA_TIMEOUT:-1200}
 VERSION=tsi
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "$0" | grep -v '^set -euo' | sed 's/^# \{0,1\}//'; }
 
 setup() {
   [ -d "$TRITON_CLIENT/src/python/library/tritonclient" ] || { echo "no client checkout at $TRITON_CLIENT" >&2; exit 1; }
