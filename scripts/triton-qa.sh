@@ -77,6 +77,14 @@ setup() {
   ln -sf "$QA_PYTHON" "$QA_WORK/bin/python"
   ln -sf "$QA_PYTHON" "$QA_WORK/bin/python3"
 
+  # Some test.sh install what they need as they go (pip install torch, apt sources for cmake, git clone):
+  # in Triton's throwaway test image that is fine, on a user's machine it is not. These stand in front.
+  local tool
+  for tool in pip pip3 apt apt-get git wget; do
+    printf '#!/bin/sh\necho "triton-qa.sh: %s $* refused: suites may not change this machine" >&2\nexit 1\n' "$tool" > "$QA_WORK/bin/$tool"
+    chmod +x "$QA_WORK/bin/$tool"
+  done
+
   # Where a suite starts tritonserver, tsi starts.
   local opt=$QA_WORK/opt/tritonserver
   mkdir -p "$opt/bin" "$opt/backends" "$opt/lib"
@@ -247,6 +255,9 @@ not_tsis() {
     L0_dyna_sequence_batcher) echo "Triton's C++ 'dyna_sequence' test backend models, without which its server does not start" ;;
     L0_json|L0_backend_output_detail) echo "a C++ unit test program of Triton's (triton_json_test, backend_output_detail_test)" ;;
     L0_io) echo "pip-installs torch (cu130) and runs Triton's C API memory_alloc program" ;;
+    L0_backend_bls) echo "adds an apt source and builds Triton's C++ BLS example backend from its repository" ;;
+    L0_simple_nodejs_client) echo "git-clones Triton's common repository at test time" ;;
+    L0_http_fuzz) echo "needs boofuzz (PyPI only)" ;;
     L0_https) echo "installs its certificates into /etc/nginx: nginx in front of the server, the client's TLS tested" ;;
     *) return 1 ;;
   esac
