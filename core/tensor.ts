@@ -372,6 +372,18 @@ export function scatterByShapes(t: Tensor, shapes: readonly (readonly number[])[
   });
 }
 
+/**
+ * A shape carried across a config's `reshape`, as Triton's core maps it: each -1 of `to` takes, in
+ * order, the value `shape` has where `from` has -1 (a request's dims → the model's reshape on the way
+ * in; the model's reshape → the config's dims on the way out).
+ */
+export function mapVariableDims(shape: readonly number[], from: readonly number[], to: readonly number[]): number[] {
+  const values = shape.filter((_, i) => from[i] === -1);
+  let k = 0;
+  return to.map((d) => (d === -1 ? values[k++] ?? -1 : d));
+}
+
+
 export function shapeToString(shape: readonly number[]): string {
   return `[${shape.join(',')}]`;
 }

@@ -60,6 +60,15 @@ function parsePort(v: string): number {
   return n;
 }
 
+/** A parser for a choice flag that tritonserver reads in any case (`--model-control-mode=POLL`). */
+function anyCase(...choices: string[]): (v: string) => string {
+  return (v) => {
+    const lower = v.toLowerCase();
+    if (!choices.includes(lower)) throw new InvalidArgumentError(`Allowed choices are ${choices.join(', ')}.`);
+    return lower;
+  };
+}
+
 function parseIntArg(v: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative integer, got '${v}'`);
@@ -191,7 +200,8 @@ export function buildCli(): Command {
     .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
     .addOption(boolOption('--disable-auto-complete-config', 'do not fill model configs from the model files', false))
     .addOption(boolOption('--strict-model-config', "Triton's older spelling: true is --disable-auto-complete-config", false))
-    .addOption(new Option('--model-control-mode <mode>', 'model control mode').choices(['none', 'poll', 'explicit']).default('none'))
+    .addOption(new Option('--model-control-mode <mode>', 'model control mode (any case, as tritonserver: EXPLICIT too)')
+      .choices(['none', 'poll', 'explicit']).argParser(anyCase('none', 'poll', 'explicit')).default('none'))
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
     .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)
     .option('--http-max-input-size <bytes>', 'largest accepted JSON request body or binary request header, raw binary body, or decompressed body (binary tensor data after a JSON header is not bounded by it, as in Triton)', (v) => parseMaxInputSize(v, serve), 64 * 1024 * 1024)

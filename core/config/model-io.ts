@@ -185,6 +185,8 @@ function compareDims(model: string, tensor: string, shape: number[], dims: reado
     }
     return undefined;
   }
+  // A scalar in the model takes config dims of ones (one element), as Triton's ORT backend allows.
+  if (shape.length === 0 && dims.length > 0 && dims.every((d) => d === 1)) return undefined;
   if (!agree(dims)) {
     return `${head}the model expects ${shape.length} dimensions (shape ${shapeString(shape)}) but the model ` +
       `configuration specifies ${dims.length} dimensions (shape ${shapeString(dims)})`;

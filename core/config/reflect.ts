@@ -238,6 +238,20 @@ const INT_RANGES: Record<string, [number, number]> = {
   uint64: [0, Number.MAX_SAFE_INTEGER], fixed64: [0, Number.MAX_SAFE_INTEGER],
 };
 
+/** The full ranges of the 64-bit types, which INT_RANGES cuts at what a number holds exactly. */
+const WIDE_RANGES: Record<string, [bigint, bigint]> = {
+  int64: [-(2n ** 63n), 2n ** 63n - 1n], sint64: [-(2n ** 63n), 2n ** 63n - 1n], sfixed64: [-(2n ** 63n), 2n ** 63n - 1n],
+  uint64: [0n, 2n ** 64n - 1n], fixed64: [0n, 2n ** 64n - 1n],
+};
+
+/** An integer literal's exact value (decimal or 0x hex), or undefined. */
+function bigIntText(text: string): bigint | undefined {
+  const m = /^(-?)(0[xX][0-9a-fA-F]+|[1-9][0-9]*)$/.exec(text);
+  if (!m) return undefined;
+  const mag = BigInt(m[2]!);
+  return m[1] ? -mag : mag;
+}
+
 function shown(lit: Literal): string {
   if (lit.kind === 'bool') return String(lit.value);
   return `'${lit.text}'`;
@@ -281,6 +295,13 @@ export function convertLiteral(f: FieldDesc, lit: Literal, json: boolean): unkno
   else if (json && lit.kind === 'string') v = jsonInteger(lit.value.trim());
   if (v === undefined) throw new LiteralError(`expected an integer, got ${shown(lit)}`);
   const [lo, hi] = INT_RANGES[t] ?? [Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER];
+  // A 64-bit value past 2^53 that its type holds (Triton's tests write UINT64_MAX for "no limit") reads
+  // as the nearest safe number: the same thing for the counts, sizes and durations such fields hold.
+  const wide = WIDE_RANGES[t];
+  if (wide && (v < lo || v > hi)) {
+    const exact = bigIntText(lit.kind === 'string' ? lit.value.trim() : lit.kind === 'bool' ? '' : lit.text);
+    if (exact !== undefined && exact >= wide[0] && exact <= wide[1]) return exact < 0n ? lo : hi;
+  }
   if (v < lo || v > hi) {
     const why = hi === Number.MAX_SAFE_INTEGER ? ' (tsi keeps 64-bit integers as JavaScript numbers)' : '';
     throw new LiteralError(`value ${v} is out of range for ${t}${why}`);

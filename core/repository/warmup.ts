@@ -28,7 +28,6 @@ interface Sample {
 /** Builds every sample of the config (reading input files once); throws INVALID_ARG for bad settings. */
 export async function warmupSamples(config: ModelConfig, files: ModelFiles, log: Logger): Promise<Sample[]> {
   const batching = (config.max_batch_size ?? 0) > 0;
-  const modelInputs = new Set((config.input ?? []).map((i) => i.name!));
   const out: Sample[] = [];
   for (const [k, w] of (config.model_warmup ?? []).entries()) {
     const name = w.name || `sample ${k}`;
@@ -42,7 +41,9 @@ export async function warmupSamples(config: ModelConfig, files: ModelFiles, log:
     }
     const inputs: Tensor[] = [];
     for (const [input, spec] of Object.entries(w.inputs ?? {})) {
-      inputs.push(await sampleInput(config, name, input, spec, files, batching && modelInputs.has(input)));
+      // Every input of a sample gets the batch dimension, control and state tensors too: the model
+      // takes them batched (Triton's L0_warmup names a sequence model's START and READY as [1]).
+      inputs.push(await sampleInput(config, name, input, spec, files, batching));
     }
     out.push({ name, iterations: Math.max(1, w.count ?? 0), inputs, batchSize });
   }

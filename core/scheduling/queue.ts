@@ -80,6 +80,8 @@ class Level {
   readonly delayed = new Fifo<PendingRequest>();
   /** Earliest deadline among `live` (Infinity when none), so expiry scans only when one is due. */
   minDeadlineNs = Infinity;
+  /** Its priority (1 = highest). */
+  number = 1;
 
   constructor(readonly policy: QueuePolicy) {}
 
@@ -89,36 +91,52 @@ class Level {
 }
 
 export class RequestQueue {
-  private readonly levels: Level[];
+  /**
+   * The levels that have held a request (and the default one), in service order. A config may name
+   * up to UINT64_MAX levels (Triton's L0_model_queue does): a level exists once a request uses it.
+   */
+  private readonly levels: Level[] = [];
+  private readonly byNumber = new Map<number, Level>();
+  private readonly levelCount: number;
   private readonly defaultLevel: number;
+  private readonly policyOf: (level: number) => QueuePolicy;
   private count = 0;
 
   /** `config` absent: one unbounded level without timeouts (the default scheduler's queue). */
   constructor(config?: ModelDynamicBatching) {
     const n = Number(config?.priority_levels ?? 0);
     const base = queuePolicy(config?.default_queue_policy);
-    if (n <= 0) {
-      this.levels = [new Level(base)];
-      this.defaultLevel = 0;
-    } else {
-      this.levels = [];
-      for (let l = 1; l <= n; l++) {
-        const own = config?.priority_queue_policy?.[String(l)];
-        this.levels.push(new Level(own ? queuePolicy(own) : base));
-      }
-      const d = Number(config?.default_priority_level ?? 0);
-      this.defaultLevel = d >= 1 && d <= n ? d - 1 : n - 1;
-    }
+    this.levelCount = Math.max(1, n);
+    this.policyOf = (l) => {
+      const own = n > 0 ? config?.priority_queue_policy?.[String(l)] : undefined;
+      return own ? queuePolicy(own) : base;
+    };
+    const d = Number(config?.default_priority_level ?? 0);
+    this.defaultLevel = d >= 1 && d <= this.levelCount ? d : this.levelCount;
+    this.level(this.defaultLevel);
   }
 
   get size(): number {
     return this.count;
   }
 
-  /** Index into `levels` for a request's `priority` parameter: 0 or out of range ⇒ the default level. */
+  /** The level (1 = highest) of a request's `priority` parameter: 0 or out of range ⇒ the default level. */
   levelOf(priority: number): number {
-    if (this.levels.length === 1) return 0;
-    return priority >= 1 && priority <= this.levels.length ? priority - 1 : this.defaultLevel;
+    return priority >= 1 && priority <= this.levelCount ? priority : this.defaultLevel;
+  }
+
+  /** Level `l`, made (in its place in service order) the first time a request uses it. */
+  private level(l: number): Level {
+    let level = this.byNumber.get(l);
+    if (!level) {
+      level = new Level(this.policyOf(l));
+      level.number = l;
+      this.byNumber.set(l, level);
+      let i = this.levels.length;
+      while (i > 0 && this.levels[i - 1]!.number > l) i--;
+      this.levels.splice(i, 0, level);
+    }
+    return level;
   }
 
   /**
@@ -127,7 +145,7 @@ export class RequestQueue {
    * shorter than the level's default: Triton's rule, stricter than its docs read.
    */
   enqueue(r: PendingRequest, nowNs: number): TsiError | undefined {
-    const level = this.levels[this.levelOf(r.priority)]!;
+    const level = this.level(this.levelOf(r.priority));
     const p = level.policy;
     if (p.maxQueueSize > 0 && level.size >= p.maxQueueSize) return queueFullError(r);
     let timeoutUs = p.defaultTimeoutUs;
@@ -162,7 +180,20 @@ export class RequestQueue {
       level.minDeadlineNs = min;
     }
     this.count -= rejected.length;
+    if (rejected.length > 0) this.prune();
     return rejected;
+  }
+
+  /** Forgets emptied levels but the default one, so clients' distinct priorities do not pile up. */
+  private prune(): void {
+    if (this.levels.length === 1) return;
+    for (let i = this.levels.length - 1; i >= 0; i--) {
+      const l = this.levels[i]!;
+      if (l.size === 0 && l.number !== this.defaultLevel) {
+        this.levels.splice(i, 1);
+        this.byNumber.delete(l.number);
+      }
+    }
   }
 
   /** The nearest deadline still pending, Infinity if none. */
@@ -203,6 +234,7 @@ export class RequestQueue {
       if (out.length === n) break;
     }
     this.count -= out.length;
+    this.prune();
     return out;
   }
 

@@ -210,22 +210,20 @@ export class RateLimiter {
         throw new TsiError('INVALID_ARG', `Resource "${name}" is present as both global and device-specific resource in the model configuration (${deviceNames.get(name)})`);
       }
     }
-    // Explicit counts: a device-less one applies to every device, a device-specific one wins for its device.
+    // Explicit counts: a device-less one applies to every device, a device-specific one wins for its
+    // device; a resource named only for other devices has none on this one (Triton: "limited to 0").
     const ordered = [...this.explicit].sort((a, b) => Number(a.device !== undefined) - Number(b.device !== undefined));
-    for (const r of ordered) {
-      for (const [key, m] of limits) {
-        if (!m.has(r.name)) continue;
-        if (key === GLOBAL || r.device === undefined || String(r.device) === key) {
-          const need = m.get(r.name)!;
-          if (r.count < need) {
-            throw new TsiError('INVALID_ARG', `Resource count for "${r.name}" is limited to ${r.count} which will prevent scheduling of one or more model instances, the minimum required count is ${need}`);
-          }
+    const named = new Set(ordered.map((r) => r.name));
+    for (const [key, m] of limits) {
+      for (const name of named) {
+        if (!m.has(name)) continue;
+        const applies = ordered.filter((r) => r.name === name && (key === GLOBAL || r.device === undefined || String(r.device) === key));
+        const count = applies.at(-1)?.count ?? 0;
+        const need = m.get(name)!;
+        if (count < need) {
+          throw new TsiError('INVALID_ARG', `Resource count for "${name}" is limited to ${count} which will prevent scheduling of one or more model instances, the minimum required count is ${need}`);
         }
-      }
-    }
-    for (const r of ordered) {
-      for (const [key, m] of limits) {
-        if (m.has(r.name) && (key === GLOBAL || r.device === undefined || String(r.device) === key)) m.set(r.name, r.count);
+        m.set(name, count);
       }
     }
     this.limits = limits;

@@ -214,8 +214,10 @@ export class SequenceBatcher implements Scheduler {
       return fail(invalidArg(`inference request to model '${this.model}' must specify batch-size 1 due to requirements of sequence batcher`));
     }
     const corrid = this.controls.find((c) => c.kind === 'CORRID');
-    if (corrid && typeof flags.id === 'string' && corrid.datatype !== 'BYTES') {
-      return fail(invalidArg(`${prefix}sequence id '${flags.id}' to model '${this.model}' is a string, but its CORRID control '${corrid.name}' is ${corrid.datatype}`));
+    // A string id needs a BYTES control, a numeric one an integer control: Triton's text for either.
+    const idType = typeof flags.id === 'string' ? 'BYTES' : 'UINT64';
+    if (corrid && (idType === 'BYTES') !== (corrid.datatype === 'BYTES')) {
+      return fail(invalidArg(`${prefix}sequence batching control '${corrid.name}' data-type is '${idType}', but model '${this.model}' expects '${corrid.datatype}'`));
     }
     const key = typeof flags.id === 'bigint' ? `n${flags.id}` : `s${flags.id}`;
     let seq = this.seqs.get(key);

@@ -12,7 +12,7 @@
 
 import { availableParallelism } from 'node:os';
 import {
-  TsiError, canTransfer, canTransferWhole, concatBatch, configTypeToDatatype, decodeString, encodeString, scatterByShapes, splitBatch,
+  TsiError, canTransfer, canTransferWhole, concatBatch, configTypeToDatatype, decodeString, encodeString, mapVariableDims, scatterByShapes, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
   type InstancePlacement, type InstanceSpec, type Logger, type ModelConfig, type ModelInput, type ModelOutput, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
 } from '../../core/index.js';
@@ -285,7 +285,10 @@ class OnnxInstance implements BackendInstance {
       ortType(t);
       const cfg = this.inputs.get(name);
       let dims = t.shape;
-      if (cfg?.reshape) dims = batching ? [t.shape[0]!, ...(cfg.reshape.shape ?? [])] : [...(cfg.reshape.shape ?? [])];
+      if (cfg?.reshape) {
+        const item = mapVariableDims(batching ? t.shape.slice(1) : t.shape, cfg.dims ?? [], cfg.reshape.shape ?? []);
+        dims = batching ? [t.shape[0]!, ...item] : item;
+      }
       // A ragged input reaches the model as its requests' elements end to end, as Triton's ORT backend gives it.
       if (cfg?.allow_ragged_batch && batching) dims = [(t.data as ArrayLike<unknown>).length];
       batch.push({ t, dims });
@@ -322,7 +325,10 @@ class OnnxInstance implements BackendInstance {
       const datatype = FROM_ORT[w.type] ?? (cfg?.data_type ? configTypeToDatatype(cfg.data_type) : undefined);
       if (!datatype) throw new TsiError('INTERNAL', `model '${this.config.name}' output '${name}' has unsupported type '${w.type}'`);
       let shape = w.dims;
-      if (cfg?.reshape) shape = batching ? [w.dims[0]!, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])];
+      if (cfg?.reshape) {
+        const item = mapVariableDims(batching ? w.dims.slice(1) : w.dims, cfg.reshape.shape ?? [], cfg.dims ?? []);
+        shape = batching ? [w.dims[0]!, ...item] : item;
+      }
       const data = datatype === 'BYTES' ? (w.data as string[]).map(encodeString) : (w.data as Tensor['data']);
       const t: Tensor = { name, datatype, shape, data };
       const source = batching ? this.scatter.get(name) : undefined;

@@ -354,6 +354,16 @@ input [
     expect(failure('version_policy { latest { num_versions: -1 } }').detail).toBe('value -1 is out of range for uint32');
   });
 
+  it("reads a 64-bit value past 2^53 that its type holds as the nearest safe number (L0_model_queue's UINT64_MAX levels)", () => {
+    const cfg = parsePbtxt('dynamic_batching { priority_levels: 18446744073709551615 default_priority_level: 4294967296 }') as {
+      dynamic_batching: { priority_levels: number; default_priority_level: number };
+    };
+    expect(cfg.dynamic_batching.priority_levels).toBe(Number.MAX_SAFE_INTEGER);
+    expect(cfg.dynamic_batching.default_priority_level).toBe(4294967296);
+    expect(failure('dynamic_batching { priority_levels: 18446744073709551616 }').detail).toMatch(/out of range for uint64/);
+    expect(failure('dynamic_batching { priority_levels: -1 }').detail).toMatch(/out of range for uint64/);
+  });
+
   it('rejects two members of one oneof and repeated singular fields', () => {
     const err = failure('dynamic_batching {}\nsequence_batching {}');
     expect(err.message).toBe(

@@ -156,7 +156,7 @@ describe('SequenceBatcher (direct)', () => {
     const none = h.submit(request({ inputs: { INPUT0: [1] }, batch: 1 }));
     expect((none.result as TsiError).message).toMatch(/must specify a non-zero or non-empty correlation ID/);
     const str = h.submit(step('s', 1, { start: true }));
-    expect((str.result as TsiError).message).toMatch(/is a string, but its CORRID control 'CORRID' is UINT64/);
+    expect((str.result as TsiError).message).toMatch(/sequence batching control 'CORRID' data-type is 'BYTES', but model '[a-z_]+' expects 'UINT64'/);
     expect(h.backend.batches).toHaveLength(0);
   });
 

@@ -881,7 +881,7 @@ describe('the example models', () => {
     // A one-request sequence gets START and END; the id is truncated to 32 bits.
     expect(await step('simple_dyna_sequence', 2 ** 32 + 5, 10, true, true)).toBe(16);
     const str = await step('simple_dyna_sequence', 'abc', 1, true, false).catch((e: PyServerError) => e);
-    expect((str as PyServerError).message).toMatch(/is a string, but its CORRID control 'CORRID' is UINT64/);
+    expect((str as PyServerError).message).toMatch(/sequence batching control 'CORRID' data-type is 'BYTES', but model '[a-z_]+' expects 'UINT64'/);
   });
 
   it('simple_string_dyna_sequence accumulates per string id, adds it on END, and refuses ids that are not integers', async () => {

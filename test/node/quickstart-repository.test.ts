@@ -245,3 +245,54 @@ input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true }
     });
   }
 });
+
+describe("shapes Triton's qa configures: scalars under dims of ones (L0_scalar_io), variable-size reshapes (L0_infer_reshape)", () => {
+  /** `X` → Identity → `Y`, FP32 scalars, configured with `dims`. */
+  const scalar = (name: string, dims: string) => ({
+    [`${name}/1/model.onnx`]: identity([]),
+    [`${name}/config.pbtxt`]: `name: "${name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0
+input [ ${io('X', 'TYPE_FP32', dims)} ]\noutput [ ${io('Y', 'TYPE_FP32', dims)} ]\n`,
+  });
+  let repo: ReturnType<typeof tempRepo>;
+  let server: TestServer;
+  beforeAll(async () => {
+    // L0_infer_reshape's onnx_zero_1_int32: the model sees [8, n, 1, 6] where requests carry [2, 4, n, 6].
+    const g = new GraphBuilder('var_reshape');
+    g.op('Identity', [g.input('X', 'INT32', ['b', 8, 'n', 1, 6])], undefined, g.output('Y', 'INT32', ['b', 8, 'n', 1, 6]));
+    const tensor = (n: string) => `{ name: "${n}" data_type: TYPE_INT32 dims: [ 2, 4, -1, 6 ] reshape: { shape: [ 8, -1, 1, 6 ] } }`;
+    repo = tempRepo({
+      ...scalar('scalar_1dim', '[ 1 ]'), ...scalar('scalar_2dim', '[ 1, 1 ]'), ...scalar('scalar_2', '[ 2 ]'),
+      'var_reshape/1/model.onnx': g.encode(),
+      'var_reshape/config.pbtxt': `name: "var_reshape"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\ninput [ ${tensor('X')} ]\noutput [ ${tensor('Y')} ]\n`,
+    });
+    server = await startTestServer({ modelRepositories: [repo.path], exitOnError: false });
+  }, 120_000);
+  afterAll(async () => {
+    await server?.stop();
+    repo?.cleanup();
+  });
+
+  for (const [name, shape] of [['scalar_1dim', [1]], ['scalar_2dim', [1, 1]]] as const) {
+    it(`${name}: loads, takes and answers shape [${shape.join(', ')}]`, async () => {
+      const r = await postJson(`${server.url}/v2/models/${name}/infer`, { inputs: [{ name: 'X', shape, datatype: 'FP32', data: [2.5] }] });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      expect(r.body.outputs[0]).toMatchObject({ name: 'Y', shape, data: [2.5] });
+    });
+  }
+
+  it('dims of more than one element do not load, with the model and tensor named', async () => {
+    const index = await postJson(`${server.url}/v2/repository/index`, {});
+    const row = (index.body as { name: string; state: string; reason: string }[]).find((m) => m.name === 'scalar_2');
+    expect(row?.state).toBe('UNAVAILABLE');
+    expect(row?.reason).toContain("model 'scalar_2', tensor 'X': the model expects 0 dimensions (shape []) but the model configuration specifies 1 dimensions (shape [2])");
+  });
+
+  it("a reshape with -1 takes the request's variable dim, and gives it back in the answer", async () => {
+    for (const n of [3, 5]) {
+      const data = Array.from({ length: 2 * 48 * n }, (_, i) => i - 7);
+      const r = await postJson(`${server.url}/v2/models/var_reshape/infer`, { inputs: [{ name: 'X', shape: [2, 2, 4, n, 6], datatype: 'INT32', data }] });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      expect(r.body.outputs[0]).toMatchObject({ name: 'Y', shape: [2, 2, 4, n, 6], data });
+    }
+  });
+});

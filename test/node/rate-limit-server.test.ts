@@ -36,9 +36,10 @@ describe('rate limiter in the Node server', () => {
       'a/config.pbtxt': config('a', shared), 'a/1/model.onnx': onnx,
       'b/config.pbtxt': config('b', shared), 'b/1/model.onnx': onnx,
       'big/config.pbtxt': config('big', 'rate_limiter { resources [ { name: "G" global: true count: 3 } ] }'), 'big/1/model.onnx': onnx,
+      'elsewhere/config.pbtxt': config('elsewhere', 'rate_limiter { resources [ { name: "D" count: 1 } ] }'), 'elsewhere/1/model.onnx': onnx,
     });
     s = await startTestServer({
-      modelRepositories: [repo.path], rateLimit: 'execution_count', rateLimitResources: ['G:2'], metricsPort: 0,
+      modelRepositories: [repo.path], rateLimit: 'execution_count', rateLimitResources: ['G:2', 'D:10:10'], metricsPort: 0,
       modelControlMode: 'explicit', loadModels: ['a', 'b'],
     });
   });
@@ -75,6 +76,12 @@ describe('rate limiter in the Node server', () => {
     expect(r.body.error).toMatch(/Resource count for "G" is limited to 2 which will prevent scheduling of one or more model instances, the minimum required count is 3/);
     // The others keep running.
     expect((await infer(s.url, 'a', 1)).status).toBe(200);
+  });
+
+  it('gives a resource named only for another device none on this one (L0_rate_limiter resource1:10:10)', async () => {
+    const r = await postJson(`${s.url}/v2/repository/models/elsewhere/load`, {});
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatch(/Resource count for "D" is limited to 0 which will prevent scheduling of one or more model instances, the minimum required count is 1/);
   });
 });
 

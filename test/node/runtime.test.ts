@@ -152,6 +152,16 @@ describe('tsi-node CLI', () => {
     expect(r.stderr).toMatch(/Use of '--load-model' requires setting '--model-control-mode=explicit' as well/);
   });
 
+  it('reads --model-control-mode in any case, as tritonserver does (Triton qa passes POLL and EXPLICIT)', () => {
+    // POLL is taken as poll: what refuses the run is then --load-model outside explicit mode.
+    const poll = spawnSync(process.execPath, [bin, 'serve', '--model-control-mode=POLL', '--load-model', 'simple', '--http-port', '0'], { encoding: 'utf8' });
+    expect(poll.status).toBe(1);
+    expect(poll.stderr).toMatch(/Use of '--load-model' requires setting '--model-control-mode=explicit' as well/);
+    const bad = spawnSync(process.execPath, [bin, 'serve', '--model-control-mode=sometimes', '--http-port', '0'], { encoding: 'utf8' });
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toMatch(/Allowed choices are none, poll, explicit/);
+  });
+
   it('serves the default repository, then stops cleanly on SIGTERM', async () => {
     // No drain delay: nothing balances over this server (the delay is test/node/shutdown-cli.test.ts's).
     const child = spawn(process.execPath, [bin, 'serve', '--http-port', '0', '--http-address', '127.0.0.1', '--grpc-port', '0', '--metrics-port', '0', '--drain-delay-secs', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });

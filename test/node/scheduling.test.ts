@@ -40,6 +40,10 @@ beforeAll(async () => {
     'prio/config.pbtxt': slowConfig('prio', 'instance_group [{ count: 1 kind: KIND_CPU }]\n'
       + 'dynamic_batching { priority_levels: 2 default_priority_level: 2 }\n', 1),
     'prio/1/model.onnx': slowModel(100),
+    // L0_model_queue's test_max_priority_levels: UINT64_MAX levels, the default one past UINT32_MAX.
+    'prio_max/config.pbtxt': slowConfig('prio_max', 'instance_group [{ count: 1 kind: KIND_CPU }]\n'
+      + 'dynamic_batching { priority_levels: 18446744073709551615 default_priority_level: 4294967296 }\n', 1),
+    'prio_max/1/model.onnx': slowModel(100),
     'seq2/config.pbtxt': simpleSeq.replace('name: "simple_sequence_state"', 'name: "seq2"').replace('max_batch_size: 8', 'max_batch_size: 2')
       .replace('max_sequence_idle_microseconds: 5000000', 'max_sequence_idle_microseconds: 200000').replace('count: 1', 'count: 2'),
     'seq2/1/model.onnx': onnx('simple_sequence_state'),
@@ -47,6 +51,8 @@ beforeAll(async () => {
     'simple_sequence_state/1/model.onnx': onnx('simple_sequence_state'),
     'simple_dyna_sequence/config.pbtxt': readFileSync(join(MODELS, 'simple_dyna_sequence', 'config.pbtxt'), 'utf8'),
     'simple_dyna_sequence/1/model.onnx': onnx('simple_dyna_sequence'),
+    'simple_string_dyna_sequence/config.pbtxt': readFileSync(join(MODELS, 'simple_string_dyna_sequence', 'config.pbtxt'), 'utf8'),
+    'simple_string_dyna_sequence/1/model.js': readFileSync(join(MODELS, 'simple_string_dyna_sequence', '1', 'model.js'), 'utf8'),
   });
   // Traces (off until a test turns them on for a model) give the server's own compute timestamps.
   s = await startTestServer({ modelRepositories: [repo.path], trace: { file: join(repo.path, 'trace.json') } });
@@ -133,18 +139,18 @@ describe('dynamic batching over HTTP', () => {
     expect((await running).status).toBe(200);
   }, 30_000);
 
-  it('serves priority 1 before the default level', async () => {
+  it.each([['prio', 2], ['prio_max', 4294967297]])('%s: serves priority 1 before the default level, then priority %d', async (model, low) => {
     const body = (priority?: number) => ({
       ...(priority ? { parameters: { priority } } : {}), inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 1], data: [1] }],
     });
     const done: string[] = [];
-    const go = (name: string, p?: number) => infer('prio', body(p)).then((r) => {
-      expect(r.status).toBe(200);
+    const go = (name: string, p?: number) => infer(model, body(p)).then((r) => {
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
       done.push(name);
     });
     const first = go('first');
     await new Promise((r) => setTimeout(r, 30));
-    const rest = [go('low-a'), go('low-b', 2)];
+    const rest = [go('low-a'), go('low-b', low)];
     await new Promise((r) => setTimeout(r, 5));
     await Promise.all([first, ...rest, go('high', 1)]);
     expect(done).toEqual(['first', 'high', 'low-a', 'low-b']);
@@ -195,7 +201,12 @@ describe('sequence batching over HTTP', () => {
     expect(results[2]).toEqual([2, 2, 6]);
     const str = await step('simple_dyna_sequence', 'abc', 1, { start: true });
     expect(str.status).toBe(400);
-    expect(str.body.error).toMatch(/is a string, but its CORRID control 'CORRID' is UINT64/);
+    // Triton's texts (L0_sequence_corrid_batcher test_corrid_data_type), a string id to an integer
+    // control and an integer id to a string one.
+    expect(str.body.error).toContain("sequence batching control 'CORRID' data-type is 'BYTES', but model 'simple_dyna_sequence' expects 'UINT64'");
+    const num = await step('simple_string_dyna_sequence', 123, 1, { start: true });
+    expect(num.status).toBe(400);
+    expect(num.body.error).toContain("sequence batching control 'CORRID' data-type is 'UINT64', but model 'simple_string_dyna_sequence' expects 'BYTES'");
   }, 30_000);
 
   it('rejects unknown sequences and batched requests with Triton\'s texts', async () => {

@@ -7,9 +7,11 @@
  * on WebGPU).
  */
 
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addSubModel } from '../../scripts/gen-models.js';
-import { getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
+import { MODELS, getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 import { lengthPrefixed } from '../helpers/server.js';
 
 const fileX = Float32Array.of(1.5, -2, 3.25, 4);
@@ -99,6 +101,12 @@ model_warmup [
       'addsub_short_file/warmup/short.bin': new Uint8Array(10),
       'addsub_variable/config.pbtxt': addSub('addsub_variable', `model_warmup [{ name: "variable" batch_size: 1 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ -1 ] zero_data: true } } }]`),
       'addsub_variable/1/model.onnx': addSubModel('FP32', [16], true),
+      // L0_warmup's sequence sample: its control tensors (START, READY) named in the sample as [1],
+      // batched like any input (the model takes [-1, 1]).
+      'seq_warm/config.pbtxt': readFileSync(join(MODELS, 'simple_sequence', 'config.pbtxt'), 'utf8').replace('name: "simple_sequence"', 'name: "seq_warm"')
+        + ['INPUT', 'START', 'READY'].reduce((w, k) => `${w} inputs { key: "${k}" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } }`, 'model_warmup [{ name: "sequence sample" count: 2 batch_size: 8')
+        + ' }]\n',
+      'seq_warm/1/model.onnx': readFileSync(join(MODELS, 'simple_sequence', '1', 'model.onnx')),
     });
     server = await startTestServer({ modelRepositories: [repo.path] });
   }, 60_000);
@@ -155,6 +163,12 @@ model_warmup [
     expect(r.body.outputs[0].data).toEqual(Array(16).fill(3));
     const stats = await getJson(`${server.url}/v2/models/addsub_warm/stats`);
     expect(stats.body.model_stats[0].inference_count).toBe(1);
+  });
+
+  it("warms up a sequence model with its control tensors in the sample (L0_warmup's sequence sample)", async () => {
+    const ready = await getJson(`${server.url}/v2/models/seq_warm/ready`);
+    expect(ready.status).toBe(200);
+    expect(server.logs.some((l) => l.includes("is running warmup sample 'sequence sample' for iteration 2"))).toBe(true);
   });
 
   it('leaves a model whose warmup fails UNAVAILABLE with the reason, and serves the others', async () => {
