@@ -17,6 +17,7 @@ const BOOLEAN_FLAGS: [flag: string, key: string, byDefault: boolean | undefined]
   ['--allow-client-shm', 'allowClientShm', false],
   ['--allow-model-code-upload', 'allowModelCodeUpload', false],
   ['--allow-dashboard', 'allowDashboard', false],
+  ['--allow-image-urls', 'allowImageUrls', false],
   ['--grpc-use-ssl', 'grpcUseSsl', false],
   ['--grpc-use-ssl-mutual', 'grpcUseSslMutual', false],
   ['--http-use-ssl', 'httpUseSsl', false],
