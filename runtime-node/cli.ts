@@ -205,7 +205,7 @@ export function buildCli(): Command {
     .addOption(new Option('--load-model <name>', 'model to load at start in explicit mode (repeatable; * = all)').argParser(collect))
     .option('--http-cors-origin <origin>', 'allow browser pages from this origin (repeatable; * = any) to call the HTTP API', collect)
     .option('--http-max-input-size <bytes>', 'largest accepted JSON request body or binary request header, raw binary body, or decompressed body (binary tensor data after a JSON header is not bounded by it, as in Triton)', (v) => parseMaxInputSize(v, serve), 64 * 1024 * 1024)
-    .option('--allow-image-urls', 'chat image_url parts may be http(s) URLs, which the server fetches (never from private, loopback or link-local addresses; 10 s, at most --http-max-input-size bytes); off: data: URLs only')
+    .addOption(boolOption('--allow-image-urls', 'chat image_url parts may be http(s) URLs, which the server fetches (never from private, loopback or link-local addresses; 10 s, at most --http-max-input-size bytes); off: data: URLs only', false))
     .addOption(new Option('--http-compression <mode>', 'compress infer responses for clients that accept it: auto (JSON of at least --http-compression-min-bytes), always (as Triton), off').choices(['auto', 'always', 'off']).default('auto'))
     .option('--http-compression-min-bytes <bytes>', 'smallest JSON infer response compressed in auto mode', parseIntArg, 65536)
     .option('--exit-timeout-secs <secs>', 'shutdown: how long in-flight requests and sequences in progress may take once the listeners are closed, before the models are unloaded anyway', parseIntArg, 30)

@@ -87,7 +87,11 @@ export function genericCase(meta: { name: string; inputs: IoMeta[] }, config: an
     return input(io.name, dt, shape, data);
   });
   const body: Record<string, unknown> = { inputs };
-  if (config.sequence_batching) body.parameters = { sequence_id: seqId, sequence_start: true, sequence_end: true };
+  // A string CORRID control takes string ids (an integer id is refused, as Triton refuses it); the
+  // string dyna_sequence model reads an integer from them.
+  const stringIds = (config.sequence_batching?.control_input ?? []).some((c: any) =>
+    (c.control ?? []).some((k: any) => k.kind === 'CONTROL_SEQUENCE_CORRID' && k.data_type === 'TYPE_STRING'));
+  if (config.sequence_batching) body.parameters = { sequence_id: stringIds ? String(seqId) : seqId, sequence_start: true, sequence_end: true };
   return infer(meta.name, body);
 }
 
