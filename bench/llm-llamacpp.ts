@@ -151,10 +151,13 @@ async function streamsOf(streams: number, round: number, one: (ids: number[], pr
     const p = prompts(round * streams + s);
     const start = performance.now();
     let first = false;
-    tokens += await one(p.ids, p.text, () => {
+    // Read after the await: `tokens += await …` would read `tokens` before it, and concurrent streams
+    // would overwrite each other's counts (8 streams counted as one).
+    const made = await one(p.ids, p.text, () => {
       if (!first) ttftMs.push(performance.now() - start);
       first = true;
     });
+    tokens += made;
   }));
   return { tokensPerS: tokens / ((performance.now() - t0) / 1000), ttftMs };
 }
