@@ -25,7 +25,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { attentionAllowed } from './llm-model.js';
-import { GraphBuilder, attrFloat, encodeModelParts, fillUniform } from '../graph/onnx-builder.js';
+import { GraphBuilder, attrFloat, encodeModelParts, fillUniform, type Dim } from '../graph/onnx-builder.js';
 
 export type Family = 'llama' | 'qwen2' | 'phi3' | 'gemma';
 export type Variant = 'model' | 'model_fp16' | 'model_q4' | 'model_q4f16';
@@ -221,7 +221,7 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
   };
   const kvType = half ? 'FLOAT16' : 'FLOAT';
   /** The final norm's output to logits, and the encoded model. */
-  const finish = (last: string) => {
+  const finish = (last: string, positions: Dim = 'sequence_length') => {
     let logits: string;
     if (family === 'gemma' && !q4) {
       // Tied output: the embedding table, transposed.
@@ -231,7 +231,7 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
     } else logits = linear(last, 'lm_head', D, V, 0.5);
     if (half) g.op('Cast', [logits], { to: 10 }, 'logits');
     else g.op('Identity', [logits], undefined, 'logits');
-    g.output('logits', half ? 'FLOAT16' : 'FLOAT', ['batch_size', 'sequence_length', V]);
+    g.output('logits', half ? 'FLOAT16' : 'FLOAT', ['batch_size', positions, V]);
     return encodeModelParts(g.spec(), variant === 'model' && !opts.inputsEmbeds ? { location: 'model.onnx_data' } : undefined);
   };
   /** A [K, N] projection's uniform range: the family's own, or scaledInit's (std 1/√K, less on a residual branch's output). */
@@ -248,8 +248,10 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
     };
     // The attention reads each row's length from the mask (its rows start at position 0, padding after):
     // seqlens_k = Σ mask − 1 and total_sequence_length = the mask's width, as onnxruntime-genai feeds them.
-    const seqlensK = g.op('Cast', [g.op('Sub', [g.op('ReduceSum', [mask, i64('mask_axis', [1])], { keepdims: 0 }), i64('one', [1], [])])], { to: 6 });
-    const total = g.op('Cast', [g.op('Gather', [g.op('Shape', [mask]), i64('mask_width', [1], [])], { axis: 0 })], { to: 6 });
+    const lastAt = g.op('Sub', [g.op('ReduceSum', [mask, i64('mask_axis', [1])], { keepdims: 0 }), i64('one', [1], [])]);
+    const width = g.op('Gather', [g.op('Shape', [mask]), i64('mask_width', [1], [])], { axis: 0 });
+    const seqlensK = g.op('Cast', [lastAt], { to: 6 });
+    const total = g.op('Cast', [width], { to: 6 });
     // RoPE's cos/sin per position and frequency (rope scaling applied), as GroupQueryAttention's rotary reads them.
     const freqs = invFreq(spec);
     const cosCache = new Float32Array(spec.context * (hd / 2));
@@ -291,7 +293,14 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
       g.output(`present.${l}.key`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
       g.output(`present.${l}.value`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
     }
-    return finish(h);
+    // Only each row's last token gets logits (all a step reads, as llama.cpp computes them): a
+    // prompt's other positions skip the lm_head, which at a 512-token prefill is a fifth of the work
+    // (a quarter at a 152k vocabulary) and its logits hundreds of MB. The row's last token sits at
+    // its length − 1 − the past (right padding; a decode's single position is 0 for every row).
+    const S = g.op('Gather', [g.op('Shape', [h]), i64('seq_axis', [1], [])], { axis: 0 });
+    const at = g.op('Max', [g.op('Sub', [lastAt, g.op('Sub', [width, S])]), i64('zero', [0], [])]);
+    const last = g.op('Unsqueeze', [g.op('GatherND', [h, g.op('Unsqueeze', [at, i64('last_axis', [1])])], { batch_dims: 1 }), i64('pos_axis', [1])]);
+    return finish(last, 1);
   }
   const positions = g.input('position_ids', 'INT64', ['batch_size', 'sequence_length']);
 

@@ -4,7 +4,8 @@
  * SimplifiedLayerNormalization, one MatMulNBits for q/k/v and one for gate/up). The same weights in
  * both layouts, served by the real Node server over HTTP at 1 and 16 concurrent requests (prompts of
  * unlike lengths, so rows are padded, join and leave): the fused layout, whose rows the engine keeps
- * right-padded, gives the plain layout's greedy tokens in fp32.
+ * right-padded, gives the plain layout's greedy tokens in fp32, on cached prefixes too, though it
+ * computes logits at each row's last token only.
  */
 
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -78,6 +79,20 @@ describe('the fused (GroupQueryAttention) layout', () => {
         expect(gqa[i]!.body.num_output_tokens).toBe(MAX_TOKENS);
         expect({ concurrency, i, text: gqa[i]!.body.text_output }).toEqual({ concurrency, i, text: plain[i]!.body.text_output });
       });
+    }
+  }, 120_000);
+
+  it('computes logits at each row\'s last token only, and a prompt on a cached prefix still gets the plain layout\'s tokens', async () => {
+    // The lm_head runs on one position a row: the graph gathers each row's last real token (right
+    // padding: its length − 1 − the past) instead of giving every position's logits.
+    const logits = readOnnxIo(readFileSync(join(root, 'llama_gqa', '1', 'onnx', 'model.onnx'))).outputs.find((o) => o.name === 'logits')!;
+    expect(logits.shape.slice(0, 2)).toEqual(['batch_size', 1]);
+    // Asked twice, a long prompt's second prefill runs on its cached blocks (past > 0, several new tokens).
+    const long = Array.from({ length: 40 }, (_, j) => WORDS[(j * 5) % WORDS.length]).join(' ');
+    for (let k = 0; k < 2; k++) {
+      const [plain, gqa] = await Promise.all(LAYOUTS.map((l) => generate(`llama_${l}`, long)));
+      expect(gqa.body.text_output).toBe(plain.body.text_output);
+      if (k === 1) expect(gqa.body.num_cached_tokens).toBeGreaterThan(0);
     }
   }, 120_000);
 
