@@ -6,13 +6,14 @@
  * one for gate/up, int8 activations in the int4 variant). Each is run through core's KvBatch as the
  * decoding worker runs it, rounds alternating between layouts so a loaded machine hurts both alike;
  * printed: median ms per step, the ratio, and onnxruntime's profile (kernel time by operator) of one
- * extra round per layout.
+ * extra round per layout: its decode steps, and a prompt of PREFILL tokens (where a time to first token goes).
  *
  * Run:  npx tsx bench/llm-layouts.ts   (env: ROWS=1,8  VARIANTS=model_q4,model  ROUNDS=3  STEPS=24
- *       THREADS=2  LAYOUTS=plain,gqa  PROFILE=0 skips the profile; --markdown: the tables become
+ *       THREADS=2  LAYOUTS=plain,gqa  PREFILL=512 (the profiled prompt)  PROFILE=0 skips the profile; --markdown: the tables become
  *       docs/performance.md's section). npm run bench:llm-layouts
  */
-import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
@@ -20,6 +21,7 @@ import { layoutOf } from '../core/llm/decoder.js';
 import { KvBatch, type KvArray, type TensorKit } from '../core/llm/kv-batch.js';
 import { readOnnxIo } from '../runtime-node/onnx/info.js';
 import { markdownTable } from './markdown.js';
+import { opCell, profileDecoder } from './ort-profile.js';
 import { familyConfig, familyModel, type FamilySpec, type Layout, type Variant } from '../scripts/llm-families.js';
 
 const SMOLLM: FamilySpec = { family: 'llama', vocab: 32000, dModel: 576, heads: 9, kvHeads: 3, headDim: 64, layers: 30, ffn: 1536, context: 2048, seed: 3, bos: 1, eos: 2 };
@@ -30,11 +32,15 @@ const LAYOUTS = list(process.env.LAYOUTS, 'plain,gqa') as Layout[];
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const STEPS = Number(process.env.STEPS ?? 24);
 const THREADS = Number(process.env.THREADS ?? cpus().length);
+const PREFILL = Number(process.env.PREFILL ?? 512);
 const cacheDir = join(tmpdir(), 'tsi-llm-layouts');
 
-/** The model's folder, built once per machine (the weights are seeded: the same bytes every time). */
+/** What writes the models: a folder built by other sources is not this one. */
+const builderKey = createHash('sha256').update(await readFile(new URL('../scripts/llm-families.ts', import.meta.url))).update(await readFile(new URL('../graph/onnx-builder.ts', import.meta.url))).digest('hex').slice(0, 12);
+
+/** The model's folder, built once per machine and builder (the weights are seeded: the same bytes every time). */
 async function modelFile(variant: Variant, layout: Layout): Promise<string> {
-  const dir = join(cacheDir, `${layout}_${variant}`);
+  const dir = join(cacheDir, `${layout}_${variant}_${builderKey}`);
   const file = join(dir, 'model.onnx');
   if (await stat(file).then(() => true, () => false)) return file;
   await mkdir(dir, { recursive: true });
@@ -46,9 +52,9 @@ async function modelFile(variant: Variant, layout: Layout): Promise<string> {
 
 interface Run { ms: number; graphMs: number; inputMs: number; tokens: number[] }
 
-async function open(variant: Variant, layout: Layout, profile: boolean) {
+async function open(variant: Variant, layout: Layout) {
   const path = await modelFile(variant, layout);
-  const session = await ort.InferenceSession.create(path, { intraOpNumThreads: THREADS, enableProfiling: profile, profileFilePrefix: join(cacheDir, `profile_${layout}_${variant}`) });
+  const session = await ort.InferenceSession.create(path, { intraOpNumThreads: THREADS });
   const io = readOnnxIo(await readFile(path));
   const lay = layoutOf(io, familyConfig(SMOLLM));
   const kvType = lay.kvType;
@@ -97,29 +103,14 @@ function argmax(logits: Float32Array, V: number): number[] {
   return out;
 }
 
-/** Kernel time by operator type from onnxruntime's profile JSON, ms per decode step. */
-async function opSplit(file: string, steps: number): Promise<[string, number, number][]> {
-  const events = JSON.parse(await readFile(file, 'utf8')) as { cat: string; name: string; dur: number; args?: { op_name?: string } }[];
-  const by = new Map<string, { us: number; n: number }>();
-  for (const e of events) {
-    if (e.cat !== 'Node' || !e.name.endsWith('_kernel_time')) continue;
-    const op = e.args?.op_name ?? '?';
-    const cur = by.get(op) ?? { us: 0, n: 0 };
-    cur.us += e.dur;
-    cur.n++;
-    by.set(op, cur);
-  }
-  return [...by].map(([op, { us, n }]): [string, number, number] => [op, us / 1000 / steps, n / steps]).sort((a, b) => b[1] - a[1]);
-}
-
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 console.log(`SmolLM2-135M shape, ${THREADS} intra-op threads, ${STEPS} steps × ${ROUNDS} alternating rounds (medians; on a shared machine compare within a row)`);
 const table: (string | number)[][] = [['variant', 'rows', 'layout', 'ms/step', 'graph ms', 'inputs ms', 'tokens/s', `vs ${LAYOUTS[0]}`, `greedy tokens = ${LAYOUTS[0]}'s`]];
-const profiles: (string | number)[][] = [['variant', 'layout', 'kernel ms per step by operator (× calls per step), 1 row, prefill included']];
+const profiles: (string | number)[][] = [['variant', 'layout', 'run', 'kernel time by operator (share, × calls a run)']];
 for (const variant of VARIANTS) {
   const sessions = new Map<Layout, Awaited<ReturnType<typeof open>>>();
-  for (const layout of LAYOUTS) sessions.set(layout, await open(variant, layout, false));
+  for (const layout of LAYOUTS) sessions.set(layout, await open(variant, layout));
   for (const B of ROWS) {
     const runs = new Map<Layout, Run[]>(LAYOUTS.map((l) => [l, []]));
     for (let r = 0; r < ROUNDS; r++) for (const layout of r % 2 ? [...LAYOUTS].reverse() : LAYOUTS) runs.get(layout)!.push(await decode(sessions.get(layout)!, B));
@@ -135,17 +126,10 @@ for (const variant of VARIANTS) {
   for (const s of sessions.values()) await s.session.release();
   if (process.env.PROFILE !== '0') {
     for (const layout of LAYOUTS) {
-      const s = await open(variant, layout, true);
-      await decode(s, 1);
-      s.session.endProfiling();
-      await s.session.release();
-      // onnxruntime-node names the file itself (prefix, then a timestamp) and does not return it.
-      const prefix = `profile_${layout}_${variant}`;
-      const file = join(cacheDir, (await readdir(cacheDir)).filter((f) => f.startsWith(prefix)).sort().at(-1)!);
-      const split = await opSplit(file, STEPS + 1);
-      profiles.push([variant, layout, split.slice(0, 8).map(([op, ms, n]) => `${op} ${ms.toFixed(2)} (×${n.toFixed(0)})`).join(', ')]);
-      console.log(profiles.at(-1)!.join(' | '));
-      for (const f of (await readdir(cacheDir)).filter((f) => f.startsWith(prefix))) await rm(join(cacheDir, f), { force: true });
+      const p = await profileDecoder(await modelFile(variant, layout), familyConfig(SMOLLM), { decodeRows: [1], steps: STEPS, prefillTokens: PREFILL, threads: THREADS, spinning: true });
+      profiles.push([variant, layout, 'decode step, 1 row', opCell(p.decode.get(1)!, 2)]);
+      profiles.push([variant, layout, `prefill, ${PREFILL} tokens`, opCell(p.prefill!, 0)]);
+      console.log(profiles.slice(-2).map((r) => r.join(' | ')).join('\n'));
     }
   }
 }

@@ -23,10 +23,12 @@
  * Run:  npm run bench:llm -- --llamacpp   (or tsx bench/llm-llamacpp.ts; flags: --shapes smollm2,qwen2.5
  *       --variants fp32,int4  --streams 1,8  --tokens 64  --rounds 3  --ttft-tokens 512  --ttft-requests 3
  *       --layout gqa|plain (the export layout tsi serves; default gqa)  --layers <fewer layers, for a quick try>  --minutes <budget: the rest is skipped and said so>
- *       --server tsx|dist  --markdown)
+ *       --server tsx|dist  --no-profile (skip onnxruntime's op profile of each variant)  --markdown)
  * Targets (issue 50), printed met or missed: smollm2 int4 ≥ 1.0× at 1 stream and ≥ 2× at 8; fp32
  * ≥ 1.0× and ≥ 2.5×; qwen2.5 int4 ≥ 1.0× and ≥ 2×, and its TTFT p50 at 512 tokens ≤ llama.cpp's.
- * Where one is missed, the server's own account of its steps (llm_stats) is printed beside it.
+ * Where one is missed, the server's own account of its steps (llm_stats) is printed beside it, and
+ * onnxruntime's profile of the model tsi served (bench/ort-profile.ts: kernel time by operator of a
+ * decode step at that stream count, or of the long prompt's prefill), made after each variant's rounds.
  */
 
 import { markdownTable } from './markdown.js';
@@ -39,7 +41,9 @@ import { parseArgs } from 'node:util';
 import { getLlama, type Llama, type LlamaModel, type Token } from 'node-llama-cpp';
 import { Tokenizer } from '../core/llm/tokenizer.js';
 import { writeFamilyFolder, type FamilySpec } from '../scripts/llm-families.js';
+import { computeCores } from '../runtime-node/onnx/session-options.js';
 import { folderToGguf } from './gguf.js';
+import { opCell, profileDecoder } from './ort-profile.js';
 import { pct, postEvents, promptOf } from './llm-common.js';
 import { spawnServer, stopServer, tsiServer, type Child } from './servers.js';
 
@@ -62,6 +66,8 @@ const { values: args } = parseArgs({
     // (a loaded machine can make a full run take hours), the tables keep what was measured.
     minutes: { type: 'string' },
     server: { type: 'string' },
+    // Skip onnxruntime's op profile of each variant (decode steps at each stream count, the long prompt).
+    'no-profile': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
@@ -193,8 +199,8 @@ async function llamaSide(model: LlamaModel, streams: number, threads: number, co
 const f = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '–');
 const median = (xs: number[]) => pct(xs, 50);
 
-interface Row { shape: string; variant: VariantName; streams: number; tsi: number; cpp: number; threads: number; pick: string; split?: string }
-interface TtftRow { shape: string; variant: VariantName; tsi: number; cpp1: number; cppN: number }
+interface Row { shape: string; variant: VariantName; streams: number; tsi: number; cpp: number; threads: number; pick: string; split?: string; profile?: string }
+interface TtftRow { shape: string; variant: VariantName; tsi: number; cpp1: number; cppN: number; profile?: string }
 
 const work = mkdtempSync(join(tmpdir(), 'tsi-bench-llamacpp-'));
 let llama: Llama | undefined;
@@ -295,6 +301,7 @@ try {
         await model.dispose();
         await stopServer(server.child);
         server = undefined;
+        if (!args['no-profile'] && timeFor(`${shape.name} ${variant} profile`)) await profileVariant(shape, dir, variant);
       }
     }
   }
@@ -327,6 +334,28 @@ async function agreement(port: number, name: string, model: LlamaModel, ids: num
     return `llama.cpp picks tsi's greedy token at ${agree}/${tsi.length} teacher-forced steps (${f((100 * agree) / tsi.length, 0)} %), free run equal for ${run < 0 ? tsi.length : run} tokens`;
   } finally {
     await context.dispose();
+  }
+}
+
+/**
+ * onnxruntime's op profile of the model tsi served (bench/ort-profile.ts), with the threads the
+ * server's decoder takes: kernel time by operator of a decode step at each stream count and of the
+ * long prompt's prefill, kept with the variant's rows (the targets table shows it where one is missed).
+ */
+async function profileVariant(shape: Shape, dir: string, variant: VariantName): Promise<void> {
+  const folder = join(dir, LAYOUT === 'gqa' ? 'gqa' : '1');
+  const threads = computeCores(CORES);
+  try {
+    const p = await profileDecoder(join(folder, 'onnx', `${VARIANTS[variant]}.onnx`), JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')), {
+      decodeRows: STREAMS, steps: 16, prefillTokens: TTFT_TOKENS, threads, spinning: threads < CORES,
+    });
+    for (const r of rows) if (r.shape === shape.name && r.variant === variant && p.decode.has(r.streams)) r.profile = `decode step, ${r.streams} row(s): ${opCell(p.decode.get(r.streams)!, 2)}`;
+    const t = ttftRows.find((r) => r.shape === shape.name && r.variant === variant);
+    if (t) t.profile = `prefill, ${TTFT_TOKENS} tokens: ${opCell(p.prefill!, 0)}`;
+    for (const [B, times] of p.decode) console.log(`${shape.name} ${variant} profile, decode step at ${B} row(s), ${threads} thread(s): ${opCell(times, 2)}`);
+    console.log(`${shape.name} ${variant} profile, a ${TTFT_TOKENS}-token prefill: ${opCell(p.prefill!, 0)}`);
+  } catch (err) {
+    console.log(`${shape.name} ${variant}: no op profile (${(err as Error).message})`);
   }
 }
 
@@ -380,23 +409,23 @@ function report(): void {
   for (const c of checks) console.log(`- ${c}`);
   markdownTable('The conversion, checked (teacher forcing)', [['check'], ...checks.map((c) => [c])]);
 
-  const targets: string[][] = [['target', 'measured', '', 'the server\'s account of its steps where missed']];
-  const target = (what: string, value: number, goal: number, higher: boolean, split?: string) => {
+  const targets: string[][] = [['target', 'measured', '', 'the server\'s account of its steps where missed', 'onnxruntime\'s profile where missed (kernel time by operator, its share, calls a run)']];
+  const target = (what: string, value: number, goal: number, higher: boolean, split?: string, profile?: string) => {
     if (!Number.isFinite(value)) return;
     const met = higher ? value >= goal : value <= goal;
-    targets.push([what, `${f(value, 2)}×`, met ? 'met' : 'missed', met ? '' : split ?? '']);
-    console.log(`${what}: ${f(value, 2)}× ${met ? 'MET' : `MISSED${split ? ` (${split})` : ''}`}`);
+    targets.push([what, `${f(value, 2)}×`, met ? 'met' : 'missed', met ? '' : split ?? '', met ? '' : profile ?? '']);
+    console.log(`${what}: ${f(value, 2)}× ${met ? 'MET' : `MISSED${split ? ` (${split})` : ''}${profile ? ` (${profile})` : ''}`}`);
   };
   console.log();
   const goals: [string, VariantName, number, number][] = [['smollm2', 'int4', 1, 2], ['smollm2', 'fp32', 1, 2.5], ['qwen2.5', 'int4', 1, 2]];
   for (const [shape, variant, one, eight] of goals) {
     for (const [streams, goal] of [[1, one], [8, eight]] as const) {
       const r = rows.find((x) => x.shape === shape && x.variant === variant && x.streams === streams);
-      if (r) target(`${shape} ${variant}: tsi ≥ ${goal}× llama.cpp at ${streams} stream${streams > 1 ? 's' : ''}`, r.tsi / best(r), goal, true, r.split);
+      if (r) target(`${shape} ${variant}: tsi ≥ ${goal}× llama.cpp at ${streams} stream${streams > 1 ? 's' : ''}`, r.tsi / best(r), goal, true, r.split, r.profile);
     }
   }
   const q = ttftRows.find((r) => r.shape === 'qwen2.5' && r.variant === 'int4');
-  if (q) target(`qwen2.5 int4: TTFT p50 at ${TTFT_TOKENS} tokens ≤ llama.cpp's (tsi / llama.cpp)`, q.tsi / bestT(q), 1, false);
+  if (q) target(`qwen2.5 int4: TTFT p50 at ${TTFT_TOKENS} tokens ≤ llama.cpp's (tsi / llama.cpp)`, q.tsi / bestT(q), 1, false, undefined, q.profile);
   if (targets.length > 1) markdownTable('Targets (issue 50)', targets);
   if (skipped.length > 0) {
     console.log(`\nSkipped, out of the --minutes ${args.minutes} budget: ${skipped.join('; ')}`);
