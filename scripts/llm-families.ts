@@ -19,7 +19,8 @@
  * `layout: 'gqa'` writes the same weights as onnxruntime-genai's builder lays a decoder out instead
  * (`model` and `model_q4` only): com.microsoft GroupQueryAttention with the rotary inside (no
  * `position_ids`; each row's length read from the mask, rows right-padded), SimplifiedLayerNormalization
- * with the residual add fused, q/k/v and gate/up each one matrix, MatMulNBits with int8 activations.
+ * with the residual add fused, q/k/v and gate/up each one matrix, MatMulNBits with int8 activations;
+ * and, unlike genai's exports, logits at each row's last token only ([batch, 1, vocab]).
  */
 
 import { mkdir, writeFile } from 'node:fs/promises';
