@@ -294,14 +294,21 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
       g.output(`present.${l}.key`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
       g.output(`present.${l}.value`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
     }
-    // Only each row's last token gets logits (all a step reads, as llama.cpp computes them): a
-    // prompt's other positions skip the lm_head, which at a 512-token prefill is a fifth of the work
-    // (a quarter at a 152k vocabulary) and its logits hundreds of MB. The row's last token sits at
-    // its length − 1 − the past (right padding; a decode's single position is 0 for every row).
+    // Logits for each row's last `num_logits_to_keep` tokens only (transformers' input; 0 keeps every
+    // position): a step reads one, as llama.cpp computes them, so a prompt's other positions skip the
+    // lm_head, which at a 512-token prefill is a fifth of the work (a quarter at a 152k vocabulary) and
+    // its logits hundreds of MB; a prefill whose rows want their prompt's log-probabilities keeps all.
+    // A row's last token sits at its length − 1 − the past (right padding; a decode's is 0 for every
+    // row), and its last K at max(that − K + 1, 0) + j, which for K = the run's length is every position.
     const S = g.op('Gather', [g.op('Shape', [h]), i64('seq_axis', [1], [])], { axis: 0 });
     const at = g.op('Max', [g.op('Sub', [lastAt, g.op('Sub', [width, S])]), i64('zero', [0], [])]);
-    const last = g.op('Unsqueeze', [g.op('GatherND', [h, g.op('Unsqueeze', [at, i64('last_axis', [1])])], { batch_dims: 1 }), i64('pos_axis', [1])]);
-    return finish(last, 1);
+    const keep = g.op('Unsqueeze', [g.input('num_logits_to_keep', 'INT64', []), i64('keep_axis', [0])]);
+    const K = g.op('Min', [g.op('Where', [g.op('Equal', [keep, i64('keep_all', [0])]), S, keep]), S]);
+    const first = g.op('Max', [g.op('Add', [g.op('Sub', [at, K]), i64('one_more', [1])]), i64('zero_start', [0])]);
+    const span = g.op('Range', [i64('range_start', [0], []), g.op('Squeeze', [K, i64('k_axis', [0])]), i64('range_step', [1], [])]);
+    const index = g.op('Add', [g.op('Unsqueeze', [first, i64('first_axis', [1])]), g.op('Unsqueeze', [span, i64('span_axis', [0])])]);
+    const last = g.op('GatherND', [h, g.op('Unsqueeze', [index, i64('index_axis', [2])])], { batch_dims: 1 });
+    return finish(last, 'logits_length');
   }
   const positions = g.input('position_ids', 'INT64', ['batch_size', 'sequence_length']);
 

@@ -5,12 +5,13 @@
  * both layouts, served by the real Node server over HTTP at 1 and 16 concurrent requests (prompts of
  * unlike lengths, so rows are padded, join and leave): the fused layout, whose rows the engine keeps
  * right-padded, gives the plain layout's greedy tokens in fp32, on cached prefixes too, though it
- * computes logits at each row's last token only.
+ * computes logits at each row's last `num_logits_to_keep` tokens only.
  */
 
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import * as ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { layoutOf } from '../../core/llm/decoder.js';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
@@ -83,10 +84,32 @@ describe('the fused (GroupQueryAttention) layout', () => {
   }, 120_000);
 
   it('computes logits at each row\'s last token only, and a prompt on a cached prefix still gets the plain layout\'s tokens', async () => {
-    // The lm_head runs on one position a row: the graph gathers each row's last real token (right
-    // padding: its length − 1 − the past) instead of giving every position's logits.
-    const logits = readOnnxIo(readFileSync(join(root, 'llama_gqa', '1', 'onnx', 'model.onnx'))).outputs.find((o) => o.name === 'logits')!;
-    expect(logits.shape.slice(0, 2)).toEqual(['batch_size', 1]);
+    // The lm_head runs on `num_logits_to_keep` positions a row: with 1, each row's last real token
+    // (right padding: its length − 1 − the past); with 0, every position. Two rows of unlike lengths
+    // run both ways: the kept logits must be the full run's at each row's own last token.
+    const io = readOnnxIo(readFileSync(join(root, 'llama_gqa', '1', 'onnx', 'model.onnx')));
+    expect(io.inputs.map((i) => i.name)).toContain('num_logits_to_keep');
+    const session = await ort.InferenceSession.create(join(root, 'llama_gqa', '1', 'onnx', 'model.onnx'), { intraOpNumThreads: 1 });
+    const lengths = [5, 3];
+    const S = 5;
+    const feeds: Record<string, ort.Tensor> = {
+      input_ids: new ort.Tensor('int64', BigInt64Array.from({ length: 2 * S }, (_, k) => BigInt(3 + ((k * 7) % 50))), [2, S]),
+      attention_mask: new ort.Tensor('int64', BigInt64Array.from({ length: 2 * S }, (_, k) => (k % S < lengths[Math.floor(k / S)]! ? 1n : 0n)), [2, S]),
+    };
+    for (const input of io.inputs.filter((i) => i.name.startsWith('past_key_values.'))) {
+      const [, heads, , hd] = input.shape as [unknown, number, unknown, number];
+      feeds[input.name] = new ort.Tensor('float32', new Float32Array(0), [2, heads, 0, hd]);
+    }
+    const run = async (keep: bigint) => (await session.run({ ...feeds, num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(keep), []) }, ['logits'])).logits!;
+    const [one, all] = [await run(1n), await run(0n)];
+    const V = one.dims[2]!;
+    expect([one.dims, all.dims]).toEqual([[2, 1, V], [2, S, V]]);
+    for (let b = 0; b < 2; b++) {
+      const kept = (one.data as Float32Array).subarray(b * V, (b + 1) * V);
+      const full = (all.data as Float32Array).subarray((b * S + lengths[b]! - 1) * V, (b * S + lengths[b]!) * V);
+      expect(Math.max(...kept.map((x, v) => Math.abs(x - full[v]!)))).toBeLessThan(1e-4);
+    }
+    await session.release();
     // Asked twice, a long prompt's second prefill runs on its cached blocks (past > 0, several new tokens).
     const long = Array.from({ length: 40 }, (_, j) => WORDS[(j * 5) % WORDS.length]).join(' ');
     for (let k = 0; k < 2; k++) {
