@@ -45,6 +45,8 @@ export interface GenerationParams extends SamplingParams {
   n: number;
   /** Return each chosen token's log-probability and the k likeliest (0: the chosen one only). */
   logprobs?: number;
+  /** vLLM's prompt_logprobs: each prompt token's log-probability and rank, and the k likeliest per position (0: the prompt token's only). */
+  promptLogprobs?: number;
   grammar?: GrammarSpec;
   /** Keep only the prompt's last N tokens (vLLM's truncate_prompt_tokens; -1: as many as the context leaves room for). */
   truncatePromptTokens?: number;
@@ -166,6 +168,7 @@ export interface GenerationRequest {
   skipSpecialTokens?: boolean;
   n?: number;
   logprobs?: number;
+  promptLogprobs?: number;
   grammar?: GrammarSpec;
   minP?: number;
   logitBias?: [number, number][];
@@ -216,6 +219,8 @@ export function readGenerationRequest(get: ParamSource): GenerationRequest {
     skipSpecialTokens: bool(look, ['skip_special_tokens']),
     n: number(look, ['n'], (v) => isInt(v) && v >= 1 && v <= MAX_N, `an integer in [1, ${MAX_N}]`),
     logprobs: number(look, ['logprobs'], (v) => isInt(v) && v >= 0 && v <= MAX_TOP_LOGPROBS, `an integer in [0, ${MAX_TOP_LOGPROBS}]`),
+    // vLLM takes -1 (the whole vocabulary) only where its max_logprobs allows; at its default (20), as here, it refuses it.
+    promptLogprobs: number(look, ['prompt_logprobs'], (v) => isInt(v) && v >= 0 && v <= MAX_TOP_LOGPROBS, `an integer in [0, ${MAX_TOP_LOGPROBS}]`),
     grammar: grammarOf(look),
     minP: number(look, ['min_p'], (v) => v >= 0 && v <= 1, 'a number in [0, 1]'),
     logitBias: logitBias(look),
@@ -270,6 +275,7 @@ export function withDefaults(r: GenerationRequest, d: GenerationDefaults): Gener
     thinkOpen: r.thinkOpen,
     n: r.n ?? 1,
     logprobs: r.logprobs,
+    promptLogprobs: r.promptLogprobs,
     grammar: r.grammar,
     minP: r.minP,
     logitBias: r.logitBias,

@@ -132,11 +132,17 @@ export class DeviceKv implements KvMoves {
   }
 
   /**
-   * Each row's last-position argmax (greedy) or last-position logits on the host; `t` (the decoder's
-   * logits, on the device) is disposed here.
+   * Each row's last-position argmax (greedy) or last-position logits on the host, or (`all`: a prefill
+   * whose rows want their prompt's log-probabilities) every position's; `t` (the decoder's logits, on
+   * the device) is disposed here.
    */
-  async readLogits(t: Ort.Tensor, greedy: boolean): Promise<{ tokens: Int32Array } | { logits: Ort.Tensor }> {
+  async readLogits(t: Ort.Tensor, greedy: boolean, all = false): Promise<{ tokens: Int32Array } | { logits: Ort.Tensor }> {
     try {
+      if (all) {
+        const data = (await t.getData()) as Float32Array | Uint16Array;
+        countBytes(this.bus.toHost, 'logits', data.byteLength);
+        return { logits: new this.ort.Tensor(this.layout.logitsType, data, t.dims) };
+      }
       const name = greedy ? 'argmax' : 'last';
       const session = await this.graph(name, () => this.logitsGraph(greedy));
       const out = (await gpuLocked(this.lock, () => session.run({ logits: t })))[name]!;
