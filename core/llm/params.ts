@@ -15,7 +15,7 @@ import { TsiError } from '../errors.js';
 import { choiceGrammar, grammarError } from './grammar-cfg.js';
 import { gbnfGrammar } from './grammar-gbnf.js';
 import { regexGrammar } from './grammar-regex.js';
-import { compileSchema, responseFormatGrammar, toolCallGrammar, type GNode } from './grammar-schema.js';
+import { compileSchema, responseFormatGrammar, structuralTagGrammar, toolCallGrammar, type GNode } from './grammar-schema.js';
 import type { SamplingParams } from './sampling.js';
 
 /** Structured output: the answer's grammar, optionally between fixed texts (a tool call's markers). */
@@ -301,7 +301,7 @@ function object(get: ParamSource, name: string): unknown {
 
 /**
  * The answer's grammar, from whichever field the client used (one only): OpenAI's `response_format`,
- * vLLM's `structured_outputs` {json, regex, choice, grammar, json_object} and its older `guided_json`,
+ * vLLM's `structured_outputs` {json, regex, choice, grammar, json_object, structural_tag} and its older `guided_json`,
  * `guided_regex`, `guided_choice`, `guided_grammar`, llama.cpp's `grammar` (GBNF); `guided_prefix` and
  * `guided_suffix` put fixed text around it (the OpenAI layer's forced tool calls use them).
  */
@@ -363,7 +363,7 @@ function grammarField(field: (typeof GRAMMAR_FIELDS)[number], v: unknown): GNode
         case 'regex': return { k: 'cfg', cfg: regexGrammar(sub, so.regex) };
         case 'choice': return { k: 'cfg', cfg: choiceGrammar(sub, so.choice) };
         case 'grammar': return { k: 'cfg', cfg: gbnfGrammar(sub, so.grammar) };
-        case 'structural_tag': throw grammarError(sub, 'is not supported (json, regex, choice, grammar and json_object are)');
+        case 'structural_tag': return structuralTagGrammar(sub, so.structural_tag);
       }
     }
   }

@@ -171,13 +171,16 @@ describe('tiny_gpt in the page', () => {
     expect(models.data.map((m: Obj) => m.id)).toEqual(['tiny_gpt']);
   });
 
-  it('constrains sampled answers by structured_outputs (regex, choice, GBNF) as the Node server does', async () => {
+  it('constrains sampled answers by structured_outputs (regex, choice, GBNF, structural_tag) as the Node server does', async () => {
     const regex = '[0-9]{1,3}(-[a-z]{2,4})?';
     const grammar = 'root ::= "[" (v ("," v)*)? "]"\nv ::= [0-9] | root';
     const bodies: [Obj, (t: string) => boolean][] = [
       [{ structured_outputs: { regex } }, (t) => new RegExp(`^(?:${regex})$`).test(t)],
       [{ structured_outputs: { choice: ['red', 'green', 'blue'] } }, (t) => ['red', 'green', 'blue'].includes(t)],
       [{ grammar }, (t) => /^[[\]0-9,]+$/.test(t) && JSON.stringify(JSON.parse(t)) === t],
+      // A structural tag: every 'e' opens `e<{"n":<integer>}>`, free text around.
+      [{ structured_outputs: { structural_tag: { structures: [{ begin: 'e<', schema: { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] }, end: '>' }], triggers: ['e'] } } },
+        (t) => !t.replace(/e<\{"n":-?[0-9]+\}>/g, '').includes('e')],
     ];
     for (const [extra, valid] of bodies) {
       const body = { model: 'tiny_gpt', messages: [{ role: 'user', content: 'Pick' }], max_tokens: 10, n: 8, temperature: 1, seed: 9, ...extra };
