@@ -5,7 +5,8 @@
  * ONNX graph with raw onnxruntime-node (batch of one, no cache, no padding) gives them, within 1e-4;
  * also when the prompt shares a prefill with prompts of other lengths that do not ask (padding, a
  * prefill run in parts), and when its prefix is in the prefix cache (bypassed for it: every position
- * is computed); completions carry them in each choice, chat beside the choices, as vLLM does.
+ * is computed), and on tiny_gpt, whose graph computes the last position unless num_logits_to_keep asks
+ * for more; completions carry them in each choice, chat beside the choices, as vLLM does.
  */
 
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -25,7 +26,8 @@ const K = 5;
 let server: TestServer;
 let client: OpenAI;
 let tokenizer: Tokenizer;
-const sessions = new Map<Layout, ort.InferenceSession>();
+/** The graphs by served model: the two layouts, and tiny_gpt (which takes num_logits_to_keep). */
+const sessions = new Map<string, ort.InferenceSession>();
 
 beforeAll(async () => {
   const tokDir = join(MODELS, 'tiny_gpt', '1');
@@ -36,9 +38,10 @@ beforeAll(async () => {
     const spec = { ...tinySpec('llama', tokenizer.vocabSize, tokenizer.bosId ?? tokenizer.eosId!, tokenizer.eosId!), layout };
     await writeFamilyFolder(join(dir, '1'), spec, tok, ['model']);
     writeFileSync(join(dir, 'config.pbtxt'), 'backend: "llm"\nparameters { key: "kv_cache_bytes" value { string_value: "16777216" } }\n');
-    sessions.set(layout, await ort.InferenceSession.create(join(dir, '1', 'onnx', 'model.onnx'), { intraOpNumThreads: 1 }));
+    sessions.set(`llama_${layout}`, await ort.InferenceSession.create(join(dir, '1', 'onnx', 'model.onnx'), { intraOpNumThreads: 1 }));
   }
-  server = await startTestServer({ modelRepositories: [root] });
+  sessions.set('tiny_gpt', await ort.InferenceSession.create(join(MODELS, 'tiny_gpt', '1', 'model.onnx'), { intraOpNumThreads: 1 }));
+  server = await startTestServer({ modelRepositories: [root, MODELS], modelControlMode: 'explicit', loadModels: ['llama_plain', 'llama_gqa', 'tiny_gpt'] });
   client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
 }, 300_000);
 
@@ -52,12 +55,14 @@ afterAll(async () => {
  * The reference: the whole prompt in one run of the graph (no past), each position's log-softmax in
  * float64, the prompt token's rank counted, the top k sorted out of the whole row.
  */
-async function reference(layout: Layout, ids: number[]): Promise<{ logprob: number; rank: number; top: [number, number][] }[]> {
-  const s = sessions.get(layout)!;
+async function reference(model: string, ids: number[]): Promise<{ logprob: number; rank: number; top: [number, number][] }[]> {
+  const s = sessions.get(model)!;
   const i64 = (v: number[]) => new ort.Tensor('int64', BigInt64Array.from(v.map(BigInt)), [1, v.length]);
   const feeds: Record<string, ort.Tensor> = { input_ids: i64(ids), attention_mask: i64(ids.map(() => 1)) };
   if (s.inputNames.includes('position_ids')) feeds.position_ids = i64(ids.map((_, k) => k));
-  for (const name of s.inputNames.filter((n) => n.startsWith('past_key_values.'))) feeds[name] = new ort.Tensor('float32', new Float32Array(0), [1, 2, 0, 16]);
+  if (s.inputNames.includes('num_logits_to_keep')) feeds.num_logits_to_keep = new ort.Tensor('int64', BigInt64Array.of(BigInt(ids.length)), []);
+  const [heads, headDim] = model === 'tiny_gpt' ? [TINY_GPT.n_head, TINY_GPT.n_embd / TINY_GPT.n_head] : [2, 16];
+  for (const name of s.inputNames.filter((n) => n.startsWith('past_key_values.'))) feeds[name] = new ort.Tensor('float32', new Float32Array(0), [1, heads, 0, headDim]);
   const logits = (await s.run(feeds)).logits!;
   const V = logits.dims[2]!;
   const data = logits.data as Float32Array;
@@ -93,6 +98,7 @@ function expectMatches(got: (Obj | null)[], ids: number[], ref: Awaited<ReturnTy
 }
 
 const PROMPT = 'the quick brown fox jumps over a lazy dog while seven wizards';
+const TINY_GPT = JSON.parse(readFileSync(join(MODELS, 'tiny_gpt', '1', 'config.json'), 'utf8')) as { n_head: number; n_embd: number };
 
 describe.each(LAYOUTS)('prompt_logprobs on the %s layout', (layout) => {
   const model = `llama_${layout}`;
@@ -101,7 +107,7 @@ describe.each(LAYOUTS)('prompt_logprobs on the %s layout', (layout) => {
     const ids = tokenizer.encode(PROMPT);
     const r = await client.completions.create({ model, prompt: PROMPT, max_tokens: 2, temperature: 0, prompt_logprobs: K } as OpenAI.CompletionCreateParamsNonStreaming);
     expect(r.usage!.prompt_tokens).toBe(ids.length);
-    expectMatches((r.choices[0] as Obj).prompt_logprobs, ids, await reference(layout, ids));
+    expectMatches((r.choices[0] as Obj).prompt_logprobs, ids, await reference(model, ids));
   }, 60_000);
 
   it('are right beside prompts of other lengths that do not ask (one prefill, padded and in parts)', async () => {
@@ -118,7 +124,7 @@ describe.each(LAYOUTS)('prompt_logprobs on the %s layout', (layout) => {
         continue;
       }
       const ids = tokenizer.encode(prompts[i]!);
-      expectMatches(c.prompt_logprobs, ids, await reference(layout, ids), 2);
+      expectMatches(c.prompt_logprobs, ids, await reference(model, ids), 2);
     }
   }, 60_000);
 
@@ -131,9 +137,18 @@ describe.each(LAYOUTS)('prompt_logprobs on the %s layout', (layout) => {
     expect(warm.usage!.prompt_tokens_details?.cached_tokens).toBeGreaterThan(0);
     const r = await client.completions.create({ ...plain, prompt_logprobs: K } as OpenAI.CompletionCreateParamsNonStreaming);
     expect(r.usage!.prompt_tokens_details?.cached_tokens).toBe(0);
-    expectMatches((r.choices[0] as Obj).prompt_logprobs, ids, await reference(layout, ids));
+    expectMatches((r.choices[0] as Obj).prompt_logprobs, ids, await reference(model, ids));
   }, 60_000);
 });
+
+it('tiny_gpt, whose graph keeps the last position\'s logits unless asked (num_logits_to_keep), gives every position', async () => {
+  const ids = tokenizer.encode(PROMPT);
+  const [alone, beside] = await Promise.all([PROMPT, 'a lazy dog'].map((prompt, i) => client.completions.create({
+    model: 'tiny_gpt', prompt, max_tokens: 2, temperature: 0, ...(i === 0 ? { prompt_logprobs: K } : {}),
+  } as OpenAI.CompletionCreateParamsNonStreaming)));
+  expectMatches((alone!.choices[0] as Obj).prompt_logprobs, ids, await reference('tiny_gpt', ids));
+  expect((beside!.choices[0] as Obj).prompt_logprobs).toBeUndefined();
+}, 60_000);
 
 describe('prompt_logprobs as vLLM answers them', () => {
   it('chat: beside the choices, for the templated prompt', async () => {
