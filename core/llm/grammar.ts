@@ -198,6 +198,8 @@ export function complete(s: Stack): boolean {
   if (s.t === 'CFG') return s.st.accepts && complete(s.next);
   if (s.t === 'TAGS') return (s.count > 0 || !s.node.atLeastOne) && complete(s.next);
   if (s.t === 'V' && s.node.k === 'cfg') return s.node.cfg.start.accepts && complete(s.next);
+  // Structural tags' free text may be empty (unless at_least_one).
+  if (s.t === 'V' && s.node.k === 'tags') return !s.node.atLeastOne && complete(s.next);
   return false;
 }
 
