@@ -393,7 +393,7 @@ function stackKey(s: Stack): string {
       case 'AOBJ': key += `A${f.state}`; break;
       case 'ARR': key += `R${idOf(f.items)}:${Math.max(0, f.min - f.count)}:${f.max === Infinity ? 'i' : f.max - f.count}:${f.state}`; break;
       case 'CFG': key += `G${idOf(f.st)}`; break;
-      case 'TAGS': key += `T${idOf(f.node)}:${f.held}:${f.count > 0 ? 1 : 0}`; break;
+      case 'TAGS': key += `T${idOf(f.node)}:${JSON.stringify(f.held)}:${f.count > 0 ? 1 : 0}`; break;
     }
     key += '|';
   }

@@ -286,8 +286,10 @@ export class LlmScheduler implements Scheduler {
 
   /**
    * The prompt's log-probabilities as vLLM returns them (JSON text): a list with null for the first
-   * token, then for each token a map from token id to {logprob, rank, decoded_token}: the prompt
-   * token first, then the k likeliest (the prompt token once when it is among them).
+   * token, then for each token a map from token id to {logprob, rank, decoded_token} holding the
+   * prompt token and the k likeliest (the prompt token once when it is among them). vLLM's Python
+   * dict keeps the prompt token first; a JavaScript object orders integer keys, so here the keys come
+   * in id order (a JSON object's order carries no meaning).
    */
   promptLogprobsJson(prompt: readonly number[], positions: readonly PromptPosition[]): string {
     const tok = this.opts.tokenizer;
