@@ -16,6 +16,7 @@
 import type { InstancePlacement, ModelIoInfo } from '../backend.js';
 import { TsiError } from '../errors.js';
 import type { ImageInput } from '../vision/image-input.js';
+import type { PromptPosition } from './prompt-logprobs.js';
 import type { SamplingParams } from './sampling.js';
 import type { DeviceUse } from './stats.js';
 
@@ -27,8 +28,11 @@ export type StepRequest =
    * `prefixRoom`: prefix caching is on, and its cache may hold this many tokens' worth (prefix-cache.ts).
    * `images`: a vision-language prompt's images, whose tokens are written as ids above the vocabulary
    * (core/vision/: the session's vision kit turns them into image features).
+   * `promptLogprobs`: the row wants its prompt's log-probabilities with this many of the likeliest
+   * tokens per position (prompt-logprobs.ts): the run keeps every position's logits, and the row is
+   * prefilled whole (no prefix-cache hit: the skipped positions would have no logits).
    */
-  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[]; forks?: number[]; images?: readonly ImageInput[] }[]; greedy?: boolean; prefixRoom?: number }
+  | { kind: 'prefill'; free: number[]; rows: { seq: number; tokens: number[]; forks?: number[]; images?: readonly ImageInput[]; promptLogprobs?: number }[]; greedy?: boolean; prefixRoom?: number }
   | { kind: 'decode'; free: number[]; rows: { seq: number; token: number }[]; greedy?: boolean; auto?: AutoDecode }
   | { kind: 'free'; free: number[] };
 
@@ -76,6 +80,8 @@ export interface StepResult {
   kvBytes: number;
   /** A prefill's rows: prompt tokens whose caches came from the prefix cache (absent when it is off). */
   cached?: number[];
+  /** A prefill's rows that asked (`promptLogprobs`): each prompt token's after the first, in order. */
+  prompt?: (PromptPosition[] | undefined)[];
   /** Bytes the prefix cache holds after this step (a prefill with prefix caching on). */
   prefixBytes?: number;
   /** Time spent in the model run itself. */

@@ -52,6 +52,7 @@ const autoSample = (s: EngineSequence): AutoSample | null => {
 /** A prefill row: the prompt, once for a request's n sequences (its cache copied to the followers'). */
 const prefillRow = (s: EngineSequence) => ({
   seq: s.id, tokens: [...s.gen.prompt], ...(s.followers?.length ? { forks: s.followers.map((f) => f.id) } : {}), ...(s.images ? { images: s.images } : {}),
+  ...(s.gen.params.promptLogprobs !== undefined ? { promptLogprobs: s.gen.params.promptLogprobs } : {}),
 });
 
 /** The KV tokens a request's sequences reserve together. */
@@ -475,6 +476,7 @@ export class Engine {
       }
       const g = s.gen;
       if (first && result.cached) g.cachedTokens = result.cached[r] ?? 0;
+      if (first && result.prompt?.[r]) g.promptPositions = result.prompt[r];
       let token: number;
       if (tokens) token = tokens[r]!;
       else {

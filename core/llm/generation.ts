@@ -8,6 +8,7 @@
 
 import { GrammarMatcher } from './grammar.js';
 import type { GenerationParams } from './params.js';
+import type { PromptPosition } from './prompt-logprobs.js';
 import { isGreedy, maskIds, recordToken, sampleToken, sampleWithLogprob, seededRandom, type SeededRandom, type TokenHistory, type TokenLogprob } from './sampling.js';
 import { TextStream, type Tokenizer } from './tokenizer.js';
 
@@ -48,6 +49,8 @@ export class Generation {
   stopString?: string;
   /** Prompt tokens whose caches came from the prefix cache (set when the prompt was prefilled). */
   cachedTokens = 0;
+  /** The prompt's log-probabilities (params.promptLogprobs), set when the prompt was prefilled. */
+  promptPositions?: PromptPosition[];
 
   constructor(
     tokenizer: Tokenizer, readonly prompt: readonly number[], readonly params: GenerationParams,

@@ -5,7 +5,7 @@
  */
 
 import { TsiError } from '../errors.js';
-import type { Cfg } from './grammar-cfg.js';
+import { grammarError, type Cfg } from './grammar-cfg.js';
 
 type Json = Record<string, any>;
 
@@ -22,7 +22,12 @@ export type GNode =
   /** One of several fixed openings, each followed by its own value and closing (a tool call per function). */
   | { k: 'choice'; options: { lit: string; node: GNode; tail: string }[] }
   /** A regular expression, a GBNF grammar or a list of choices (grammar-cfg.ts). */
-  | { k: 'cfg'; cfg: Cfg };
+  | { k: 'cfg'; cfg: Cfg }
+  /**
+   * vLLM's structural_tag: free text in which a trigger opens a tag (its begin, a JSON value, its
+   * end), free text again after it; `open`: per trigger, the tags it opens, as the rest of their begin.
+   */
+  | { k: 'tags'; open: { trigger: string; tags: Extract<GNode, { k: 'choice' }> }[]; atLeastOne: boolean; stopAfterFirst: boolean };
 
 /** Longest key written for a schema-less object, and digits of an integer part (keeps it exact in a double). */
 export const FREE_KEY_MAX = 32;
@@ -108,7 +113,7 @@ export function firstChars(n: GNode): string[] {
     case 'union': return n.options.flatMap(firstChars);
     case 'choice': return [...new Set(n.options.map((o) => o.lit[0]!))];
     // Never an alternative of a JSON schema's union.
-    case 'cfg': return [];
+    case 'cfg': case 'tags': return [];
   }
 }
 
@@ -130,6 +135,7 @@ export function minLen(n: GNode): number {
     case 'union': v = Math.min(...n.options.map(minLen)); break;
     case 'choice': v = Math.min(...n.options.map((o) => o.lit.length + minLen(o.node) + o.tail.length)); break;
     case 'cfg': v = n.cfg.start.min; break;
+    case 'tags': v = n.atLeastOne ? Math.min(...n.open.map((o) => o.trigger.length + minLen(o.tags))) : 0; break;
   }
   minMemo.set(n, v);
   return v;
@@ -190,6 +196,75 @@ export function responseFormatGrammar(format: unknown): GNode | undefined {
       if (typeof schema !== 'object' || schema === null) throw bad(`'response_format.json_schema.schema' must be a JSON schema object`);
       return compileSchema(schema);
     }
-    default: throw bad(`'response_format' type ${JSON.stringify(f.type)} is not supported: 'text', 'json_object' or 'json_schema'`);
+    // vLLM's: the tag spec is the format object itself.
+    case 'structural_tag': return structuralTagGrammar('response_format', f);
+    default: throw bad(`'response_format' type ${JSON.stringify(f.type)} is not supported: 'text', 'json_object', 'json_schema' or 'structural_tag'`);
   }
+}
+
+/**
+ * vLLM's structural_tag (as JSON text or an object), in either of the shapes vLLM takes: its first
+ * `{"type": "structural_tag", "structures": [{begin, schema, end}], "triggers": [...]}`, or xgrammar's
+ * `{"type": "structural_tag", "format": {"type": "triggered_tags", "triggers", "tags": [{begin,
+ * content: {"type": "json_schema", json_schema}, end}], at_least_one, stop_after_first}}`. Each tag's
+ * begin starts with a trigger; triggers that contain one another, and begins one of which starts
+ * another, are refused (which tag a text opens would be ambiguous).
+ */
+export function structuralTagGrammar(field: string, v: unknown): GNode {
+  let spec = v;
+  if (typeof spec === 'string') {
+    try {
+      spec = JSON.parse(spec);
+    } catch {
+      throw grammarError(field, 'must be a structural tag (an object, or its JSON text)');
+    }
+  }
+  if (typeof spec !== 'object' || spec === null || Array.isArray(spec)) throw grammarError(field, 'must be a structural tag (an object, or its JSON text)');
+  const st = spec as Json;
+  let triggers: unknown;
+  let tags: { begin: unknown; schema: unknown; end: unknown; at: string }[];
+  let atLeastOne = false;
+  let stopAfterFirst = false;
+  if (st.structures !== undefined) {
+    if (!Array.isArray(st.structures)) throw grammarError(field, "'structures' must be a list of {begin, schema, end}");
+    triggers = st.triggers;
+    tags = st.structures.map((x: Json, i: number) => ({ begin: x?.begin, schema: x?.schema, end: x?.end, at: `structures[${i}]` }));
+  } else if (typeof st.format === 'object' && st.format !== null) {
+    const f = st.format as Json;
+    if (f.type !== 'triggered_tags') throw grammarError(field, `format type ${JSON.stringify(f.type)} is not supported ('triggered_tags' is, and the 'structures' + 'triggers' form)`);
+    if (!Array.isArray(f.tags)) throw grammarError(field, "'format.tags' must be a list of {begin, content, end}");
+    triggers = f.triggers;
+    atLeastOne = f.at_least_one === true;
+    stopAfterFirst = f.stop_after_first === true;
+    tags = f.tags.map((x: Json, i: number) => {
+      const at = `format.tags[${i}]`;
+      if (x?.content?.type !== 'json_schema') throw grammarError(field, `${at}.content type ${JSON.stringify(x?.content?.type)} is not supported ('json_schema' is)`);
+      return { begin: x.begin, schema: x.content.json_schema, end: x.end, at };
+    });
+  } else throw grammarError(field, "must have 'structures' and 'triggers', or a 'format' of type 'triggered_tags'");
+  if (!Array.isArray(triggers) || triggers.length === 0 || triggers.some((t) => typeof t !== 'string' || t === '')) throw grammarError(field, "'triggers' must be a non-empty list of non-empty strings");
+  const trig = triggers as string[];
+  for (const a of trig) for (const b of trig) if (a !== b && b.includes(a)) throw grammarError(field, `trigger ${JSON.stringify(a)} is part of trigger ${JSON.stringify(b)}`);
+  if (tags.length === 0) throw grammarError(field, 'must have at least one tag');
+  const compiled = tags.map((t) => {
+    if (typeof t.begin !== 'string' || typeof t.end !== 'string') throw grammarError(field, `${t.at} must have string 'begin' and 'end'`);
+    const trigger = trig.find((x) => (t.begin as string).startsWith(x));
+    if (trigger === undefined) throw grammarError(field, `${t.at}.begin ${JSON.stringify(t.begin)} starts with none of the triggers`);
+    if (typeof t.schema !== 'object' || t.schema === null) throw grammarError(field, `${t.at} must have a JSON schema object`);
+    let node: GNode;
+    try {
+      node = compileSchema(t.schema, t.schema as Json, `#/${t.at}`);
+    } catch (err) {
+      throw grammarError(field, (err as Error).message);
+    }
+    return { begin: t.begin, end: t.end, trigger, node };
+  });
+  for (const a of compiled) for (const b of compiled) if (a !== b && b.begin.startsWith(a.begin)) throw grammarError(field, `tag begin ${JSON.stringify(a.begin)} also starts tag begin ${JSON.stringify(b.begin)}`);
+  const open = trig.map((trigger) => ({
+    trigger,
+    tags: { k: 'choice' as const, options: compiled.filter((t) => t.trigger === trigger).map((t) => ({ lit: t.begin.slice(trigger.length), node: t.node, tail: t.end })) },
+  })).filter((o) => o.tags.options.length > 0);
+  // A trigger that opens no tag would only forbid its own text: refused, as a mistake.
+  if (open.length < trig.length) throw grammarError(field, `trigger ${JSON.stringify(trig.find((t) => !open.some((o) => o.trigger === t)))} opens no tag (no begin starts with it)`);
+  return { k: 'tags', open, atLeastOne, stopAfterFirst };
 }

@@ -28,7 +28,9 @@ type Frame =
   | { t: 'OBJ'; props: Prop[]; i: number; state: 'open' | 'comma' | 'key' | 'done'; next: Stack }
   | { t: 'AOBJ'; state: 'open' | 'comma' | 'colon' | 'done'; next: Stack }
   | { t: 'ARR'; items: GNode; min: number; max: number; count: number; state: 'open' | 'comma' | 'done'; next: Stack }
-  | { t: 'CFG'; node: Extract<GNode, { k: 'cfg' }>; st: CfgState; next: Stack };
+  | { t: 'CFG'; node: Extract<GNode, { k: 'cfg' }>; st: CfgState; next: Stack }
+  /** Structural tags' free text: `held`, its end that may still become a trigger; `count`, tags written. */
+  | { t: 'TAGS'; node: Extract<GNode, { k: 'tags' }>; held: string; count: number; next: Stack };
 
 /** null: nothing left to write. */
 export type Stack = Frame | null;
@@ -70,6 +72,7 @@ function cfgStep(node: Extract<GNode, { k: 'cfg' }>, st: CfgState, next: Stack, 
 function startValue(n: GNode, next: Stack, c: string): Step {
   switch (n.k) {
     case 'cfg': return cfgStep(n, n.cfg.start, next, c);
+    case 'tags': return step({ t: 'TAGS', node: n, held: '', count: 0, next }, c);
     case 'any':
       if (c === '{') return { t: 'AOBJ', state: 'open', next };
       if (c === '[') return { t: 'ARR', items: n, min: 0, max: Infinity, count: 0, state: 'open', next };
@@ -107,6 +110,20 @@ export function step(s: Stack, c: string): Step {
   switch (s.t) {
     case 'V': return startValue(s.node, s.next, c);
     case 'CFG': return cfgStep(s.node, s.st, s.next, c);
+    case 'TAGS': {
+      const text = s.held + c;
+      // Triggers never contain one another, so at most one ends here, and it ends within held + c.
+      const open = s.node.open.find((o) => text.endsWith(o.trigger));
+      if (open) {
+        const after: Stack = s.node.stopAfterFirst ? s.next : { ...s, held: '', count: s.count + 1 };
+        const keys = open.tags.options.map((_, k) => k);
+        return lit(open.tags.options.map((o) => o.lit), 0, after, keys, open.tags);
+      }
+      // Free text: any character; what is kept is the longest end that some trigger starts with.
+      let held = text;
+      while (held !== '' && !s.node.open.some((o) => o.trigger.startsWith(held))) held = held.slice(1);
+      return { ...s, held };
+    }
     case 'LIT': {
       const opts = s.opts.filter((o) => o.length > s.pos && o[s.pos] === c);
       if (opts.length === 0) return s.opts.some((o) => o.length === s.pos) ? step(s.next, c) : REJECT;
@@ -179,7 +196,10 @@ export function complete(s: Stack): boolean {
   if (s.t === 'NUM') return (s.phase === 'zero' || s.phase === 'int' || s.phase === 'frac' || s.phase === 'exp') && complete(s.next);
   if (s.t === 'LIT') return s.opts.some((o) => o.length === s.pos) && complete(s.next);
   if (s.t === 'CFG') return s.st.accepts && complete(s.next);
+  if (s.t === 'TAGS') return (s.count > 0 || !s.node.atLeastOne) && complete(s.next);
   if (s.t === 'V' && s.node.k === 'cfg') return s.node.cfg.start.accepts && complete(s.next);
+  // Structural tags' free text may be empty (unless at_least_one).
+  if (s.t === 'V' && s.node.k === 'tags') return !s.node.atLeastOne && complete(s.next);
   return false;
 }
 
@@ -193,6 +213,8 @@ export function minRemaining(s: Stack): number {
 function frameMin(f: Frame): number {
   switch (f.t) {
     case 'CFG': return f.st.min;
+    // Before its first tag, at_least_one's text needs one: the rest of a trigger begun, or a whole one.
+    case 'TAGS': return f.count === 0 && f.node.atLeastOne ? Math.min(...f.node.open.map((o) => o.trigger.length - (o.trigger.startsWith(f.held) ? f.held.length : 0) + minLen(o.tags))) : 0;
     case 'V': return minLen(f.node);
     case 'LIT': {
       if (f.alts) return Math.min(...f.opts.map((o, k) => o.length - f.pos + minLen(f.alts!.options[f.keys![k]!]!.node) + f.alts!.options[f.keys![k]!]!.tail.length));
@@ -371,6 +393,7 @@ function stackKey(s: Stack): string {
       case 'AOBJ': key += `A${f.state}`; break;
       case 'ARR': key += `R${idOf(f.items)}:${Math.max(0, f.min - f.count)}:${f.max === Infinity ? 'i' : f.max - f.count}:${f.state}`; break;
       case 'CFG': key += `G${idOf(f.st)}`; break;
+      case 'TAGS': key += `T${idOf(f.node)}:${JSON.stringify(f.held)}:${f.count > 0 ? 1 : 0}`; break;
     }
     key += '|';
   }

@@ -24,6 +24,7 @@ import { TsiError } from '../errors.js';
 import { kvBytesPerToken, type DecoderLayout, type PrefillPart, type StepRequest, type StepResult } from './decoder.js';
 import { hostMoves, type KvArray, type KvData, type KvMoves, type KvRows, type RowCopy } from './kv-moves.js';
 import { PrefixCache, type PrefixHit } from './prefix-cache.js';
+import { promptPositions, type PromptPosition } from './prompt-logprobs.js';
 import { lastRows, pickRows, prefillParts } from './step-rows.js';
 
 export { halfToFloat, prefillParts } from './step-rows.js';
@@ -59,9 +60,10 @@ export interface TensorKit<T> {
   keep?(t: T): KvData;
   /**
    * Logits that stay on the device: each row's last-position argmax (`greedy`) or last-position
-   * logits brought to the host. The kit disposes the device tensor.
+   * logits brought to the host, or with `all` every position's (a prefill whose rows want their
+   * prompt's log-probabilities). The kit disposes the device tensor.
    */
-  readLogits?(t: T, greedy: boolean): Promise<{ tokens: Int32Array } | { logits: T }>;
+  readLogits?(t: T, greedy: boolean, all?: boolean): Promise<{ tokens: Int32Array } | { logits: T }>;
   dims(t: T): readonly number[];
   run(feeds: Record<string, T>, fetches: string[]): Promise<Record<string, T>>;
 }
@@ -166,7 +168,8 @@ export class KvBatch {
     } else this.prefix ??= new PrefixCache(this.layout, this.moves);
     const cache = this.prefix;
     const hits: (PrefixHit | undefined)[] = [];
-    for (const r of cache ? req.rows : []) hits.push(await cache!.lookup(r.tokens));
+    // A row that wants its prompt's log-probabilities is computed whole: a hit would skip positions.
+    for (const r of cache ? req.rows : []) hits.push(r.promptLogprobs === undefined ? await cache!.lookup(r.tokens) : undefined);
     // Sequences admitted with this prefill reserved their room: the cache gives it up first.
     cache?.evictTo(req.prefixRoom! * this.tokenBytes);
     let parts: number[][];
@@ -275,7 +278,9 @@ export class KvBatch {
       group = { seqs: cur.seqs, len: T, real: cur.real.map((r, b) => (cur.seqs[b] === HOLE ? 0 : r + 1)), kv: [] };
     }
     if (L.useCacheBranch) feeds[L.useCacheBranch] = kit.bool(Uint8Array.of(past > 0 ? 1 : 0), [1]);
-    if (L.logitsToKeep) feeds[L.logitsToKeep] = kit.int64(BigInt64Array.of(1n), []);
+    // Every position's logits only for a prefill with rows that want their prompt's log-probabilities.
+    const all = req.kind === 'prefill' && req.rows.some((r) => r.promptLogprobs !== undefined);
+    if (L.logitsToKeep) feeds[L.logitsToKeep] = kit.int64(BigInt64Array.of(all ? BigInt(S) : 1n), []);
     const fetches = [L.logits];
     for (const p of L.present) fetches.push(p.key, p.value);
     const t1 = performance.now();
@@ -305,7 +310,7 @@ export class KvBatch {
     const reorder = slots && (slots.length !== B || slots.some((b, k) => b !== k)) ? slots : undefined;
     const times = () => ({ inferNs: (t2 - t1) * 1e6, inputNs: (t1 - t0 + performance.now() - t2) * 1e6 });
     if (kit.readLogits) {
-      const read = await kit.readLogits(logitsT, req.greedy === true);
+      const read = await kit.readLogits(logitsT, req.greedy === true && !all, all);
       // A device's run returns once its work is queued: the run ends when its result is here.
       t2 = performance.now();
       if ('tokens' in read) {
@@ -316,11 +321,19 @@ export class KvBatch {
     }
     const ld = kit.dims(logitsT);
     const positions = ld.length === 3 ? ld[1]! : 1;
+    const half = L.logitsType === 'float16';
+    const data = kit.data(logitsT);
+    let prompt: (PromptPosition[] | undefined)[] | undefined;
+    if (all && req.kind === 'prefill') {
+      if (positions !== S) throw new TsiError('UNSUPPORTED', `the decoder returned logits for ${positions} of the prefill's ${S} positions: prompt_logprobs needs every position's (this graph keeps only the last)`);
+      // Row b's token j is at position j (right padding) or after the row's left padding; position p predicts token p + 1.
+      prompt = req.rows.map((r, b) => (r.promptLogprobs === undefined ? undefined : promptPositions(data, half, b, S, vocab, r.tokens, right ? 0 : S - r.tokens.length, r.promptLogprobs)));
+    }
     // Right padding puts a prefill row's last token at its own length, not at the run's end.
     const ends = right && req.kind === 'prefill' && positions > 1 ? group.real.map((n) => n - 1 - past) : undefined;
-    let logits = lastRows(kit.data(logitsT), B, positions, vocab, L.logitsType === 'float16', ends);
+    let logits = lastRows(data, B, positions, vocab, half, ends);
     if (reorder) logits = pickRows(logits, reorder, vocab);
-    return { logits, vocab, kvBytes: this.bytes(), ...prefix, ...times() };
+    return { logits, vocab, kvBytes: this.bytes(), ...prefix, ...(prompt ? { prompt } : {}), ...times() };
   }
 
   /** A group of `seqs` whose caches are copies of row `row` of `g` (the prompt computed once for n choices). */
@@ -341,6 +354,7 @@ export class KvBatch {
     this.free(req.free);
     let logits: Float32Array | undefined;
     let tokens: Int32Array | undefined;
+    let prompt: (PromptPosition[] | undefined)[] | undefined;
     let vocab = 0;
     let inferNs = 0;
     const cached = req.rows.map(() => 0);
@@ -357,6 +371,10 @@ export class KvBatch {
       vocab = r.vocab;
       inferNs += r.inferNs;
       part.forEach((i, k) => (cached[i] = r.cached?.[k] ?? 0));
+      if (r.prompt) {
+        prompt ??= req.rows.map(() => undefined);
+        part.forEach((i, k) => (prompt![i] = r.prompt![k]));
+      }
       if (onPart) {
         onPart(part, r);
         continue;
@@ -370,7 +388,7 @@ export class KvBatch {
       part.forEach((i, k) => logits!.set(r.logits!.subarray(k * vocab, (k + 1) * vocab), i * vocab));
     }
     const prefix = this.prefix ? { cached, prefixBytes: this.prefix.bytes } : {};
-    return { logits, tokens, vocab, kvBytes: this.bytes(), ...prefix, inferNs, inputNs: (performance.now() - t0) * 1e6 - inferNs };
+    return { logits, tokens, vocab, kvBytes: this.bytes(), ...prefix, ...(prompt ? { prompt } : {}), inferNs, inputNs: (performance.now() - t0) * 1e6 - inferNs };
   }
 
   /**

@@ -15,7 +15,7 @@ import { TsiError } from '../errors.js';
 import { choiceGrammar, grammarError } from './grammar-cfg.js';
 import { gbnfGrammar } from './grammar-gbnf.js';
 import { regexGrammar } from './grammar-regex.js';
-import { compileSchema, responseFormatGrammar, toolCallGrammar, type GNode } from './grammar-schema.js';
+import { compileSchema, responseFormatGrammar, structuralTagGrammar, toolCallGrammar, type GNode } from './grammar-schema.js';
 import type { SamplingParams } from './sampling.js';
 
 /** Structured output: the answer's grammar, optionally between fixed texts (a tool call's markers). */
@@ -45,6 +45,8 @@ export interface GenerationParams extends SamplingParams {
   n: number;
   /** Return each chosen token's log-probability and the k likeliest (0: the chosen one only). */
   logprobs?: number;
+  /** vLLM's prompt_logprobs: each prompt token's log-probability and rank, and the k likeliest per position (0: the prompt token's only). */
+  promptLogprobs?: number;
   grammar?: GrammarSpec;
   /** Keep only the prompt's last N tokens (vLLM's truncate_prompt_tokens; -1: as many as the context leaves room for). */
   truncatePromptTokens?: number;
@@ -166,6 +168,7 @@ export interface GenerationRequest {
   skipSpecialTokens?: boolean;
   n?: number;
   logprobs?: number;
+  promptLogprobs?: number;
   grammar?: GrammarSpec;
   minP?: number;
   logitBias?: [number, number][];
@@ -216,6 +219,8 @@ export function readGenerationRequest(get: ParamSource): GenerationRequest {
     skipSpecialTokens: bool(look, ['skip_special_tokens']),
     n: number(look, ['n'], (v) => isInt(v) && v >= 1 && v <= MAX_N, `an integer in [1, ${MAX_N}]`),
     logprobs: number(look, ['logprobs'], (v) => isInt(v) && v >= 0 && v <= MAX_TOP_LOGPROBS, `an integer in [0, ${MAX_TOP_LOGPROBS}]`),
+    // vLLM takes -1 (the whole vocabulary) only where its max_logprobs allows; at its default (20), as here, it refuses it.
+    promptLogprobs: number(look, ['prompt_logprobs'], (v) => isInt(v) && v >= 0 && v <= MAX_TOP_LOGPROBS, `an integer in [0, ${MAX_TOP_LOGPROBS}]`),
     grammar: grammarOf(look),
     minP: number(look, ['min_p'], (v) => v >= 0 && v <= 1, 'a number in [0, 1]'),
     logitBias: logitBias(look),
@@ -270,6 +275,7 @@ export function withDefaults(r: GenerationRequest, d: GenerationDefaults): Gener
     thinkOpen: r.thinkOpen,
     n: r.n ?? 1,
     logprobs: r.logprobs,
+    promptLogprobs: r.promptLogprobs,
     grammar: r.grammar,
     minP: r.minP,
     logitBias: r.logitBias,
@@ -295,7 +301,7 @@ function object(get: ParamSource, name: string): unknown {
 
 /**
  * The answer's grammar, from whichever field the client used (one only): OpenAI's `response_format`,
- * vLLM's `structured_outputs` {json, regex, choice, grammar, json_object} and its older `guided_json`,
+ * vLLM's `structured_outputs` {json, regex, choice, grammar, json_object, structural_tag} and its older `guided_json`,
  * `guided_regex`, `guided_choice`, `guided_grammar`, llama.cpp's `grammar` (GBNF); `guided_prefix` and
  * `guided_suffix` put fixed text around it (the OpenAI layer's forced tool calls use them).
  */
@@ -357,7 +363,7 @@ function grammarField(field: (typeof GRAMMAR_FIELDS)[number], v: unknown): GNode
         case 'regex': return { k: 'cfg', cfg: regexGrammar(sub, so.regex) };
         case 'choice': return { k: 'cfg', cfg: choiceGrammar(sub, so.choice) };
         case 'grammar': return { k: 'cfg', cfg: gbnfGrammar(sub, so.grammar) };
-        case 'structural_tag': throw grammarError(sub, 'is not supported (json, regex, choice, grammar and json_object are)');
+        case 'structural_tag': return structuralTagGrammar(sub, so.structural_tag);
       }
     }
   }

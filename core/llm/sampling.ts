@@ -202,7 +202,7 @@ function pick(probs: Float32Array, sum: number, u: number): number {
 }
 
 /** Indices of the k largest values, largest first (ties: lower index first). */
-function topIndices(v: Float32Array, k: number): number[] {
+export function topIndices(v: Float32Array, k: number): number[] {
   // A min-heap of the best k so far: O(V log k).
   const heap: number[] = [];
   const less = (a: number, b: number) => v[a]! < v[b]! || (v[a] === v[b] && a > b);

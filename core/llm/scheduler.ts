@@ -19,6 +19,7 @@ import { Engine, type EngineLimits, type EngineSequence, type StepStats } from '
 import { Generation, type Accepted } from './generation.js';
 import { readGenerationRequest, withDefaults, type GenerationDefaults } from './params.js';
 import type { TokenLogprob } from './sampling.js';
+import type { PromptPosition } from './prompt-logprobs.js';
 import type { LlmStats } from './stats.js';
 import type { Tokenizer } from './tokenizer.js';
 import type { DecoderSession, DeviceUse } from './decoder.js';
@@ -76,6 +77,11 @@ class Sequence implements EngineSequence {
     const g = this.gen;
     const p: Parameters = {};
     if (this.group.size > 1) p.index = g.index;
+    // The prompt's log-probabilities go with a request's first piece (its choices share one prompt).
+    if (g.promptPositions && g.index === 0) {
+      p.prompt_logprobs = this.owner.promptLogprobsJson(g.prompt, g.promptPositions);
+      g.promptPositions = undefined;
+    }
     if (g.params.logprobs !== undefined) p.logprobs = JSON.stringify(g.takeLogprobs().map((l) => this.owner.logprobJson(l)));
     if (final) {
       if (g.params.logprobs !== undefined) p.cumulative_logprob = g.cumulativeLogprob;
@@ -230,6 +236,8 @@ export class LlmScheduler implements Scheduler {
     const params = withDefaults(asked, this.opts.defaults);
     const encoded = this.opts.tokenizer.encode(prompt, { addSpecialTokens: asked.addSpecialTokens !== false });
     let ids = asked.images?.length ? imagePromptIds(encoded, asked.images) : encoded;
+    // Image positions are features, not tokens of the vocabulary: there is no log-probability to give.
+    if (asked.images?.length && params.promptLogprobs !== undefined) throw new TsiError('INVALID_ARG', `parameter 'prompt_logprobs' is not supported with images in the prompt (model '${this.ctx.modelName}')`);
     const ctxLen = this.opts.maxContext;
     const vocab = this.opts.tokenizer.vocabSize;
     const outside = params.logitBias?.find(([t]) => t >= vocab);
@@ -274,6 +282,29 @@ export class LlmScheduler implements Scheduler {
       return { token_id: id, token: tokenText(bytes), bytes: [...bytes], logprob: Number.isFinite(logprob) ? logprob : -9999 };
     };
     return { ...one(l.token, l.logprob), top_logprobs: l.top.map((t) => one(t.token, t.logprob)) };
+  }
+
+  /**
+   * The prompt's log-probabilities as vLLM returns them (JSON text): a list with null for the first
+   * token, then for each token a map from token id to {logprob, rank, decoded_token} holding the
+   * prompt token and the k likeliest (the prompt token once when it is among them). vLLM's Python
+   * dict keeps the prompt token first; a JavaScript object orders integer keys, so here the keys come
+   * in id order (a JSON object's order carries no meaning).
+   */
+  promptLogprobsJson(prompt: readonly number[], positions: readonly PromptPosition[]): string {
+    const tok = this.opts.tokenizer;
+    // vLLM decodes each token alone, as the tokenizer's decode([id]) does, and clamps -inf to -9999.
+    const entry = (logprob: number, rank: number, id: number) => ({ logprob: Number.isFinite(logprob) ? logprob : -9999, rank, decoded_token: tok.decode([id], { skipSpecialTokens: false }) });
+    const out: (Record<string, unknown> | null)[] = [null];
+    positions.forEach((p, j) => {
+      const id = prompt[j + 1]!;
+      const m: Record<string, unknown> = { [id]: entry(p.logprob, p.rank, id) };
+      p.top.forEach(([t, lp], r) => {
+        if (t !== id) m[t] = entry(lp, r + 1, t);
+      });
+      out.push(m);
+    });
+    return JSON.stringify(out);
   }
 
   /** The client went away: a queued sequence is answered now; a running one at the next step boundary. */

@@ -86,6 +86,8 @@ interface Piece {
   index: number;
   text: string;
   logprobs?: TokenLp[];
+  /** vLLM's prompt_logprobs, as the scheduler wrote them (on a request's first piece). */
+  promptLogprobs?: unknown[];
   finish?: Finish;
 }
 
@@ -95,6 +97,7 @@ function pieceOf(r: InferResponse): Piece {
   const q = r.parameters ?? {};
   const piece: Piece = { index: Number(q.index ?? 0), text };
   if (typeof q.logprobs === 'string') piece.logprobs = JSON.parse(q.logprobs) as TokenLp[];
+  if (typeof q.prompt_logprobs === 'string') piece.promptLogprobs = JSON.parse(q.prompt_logprobs) as unknown[];
   if (q.finish_reason !== undefined) {
     piece.finish = {
       reason: String(q.finish_reason), promptTokens: Number(q.num_input_tokens ?? 0),
@@ -126,6 +129,8 @@ export interface Shape {
   choice(index: number, text: string, finish: string | null, logprobs: Json | null): Json;
   /** Streamed chunks' choices for one piece (chat adds a role chunk first and a separate finish). */
   chunkChoices(index: number, text: string, finish: string | null, first: boolean, logprobs: Json | null): Json[];
+  /** vLLM's prompt_logprobs go beside the choices (chat), not in each (completions). */
+  promptLogprobsAtTop?: boolean;
 }
 
 export const COMPLETION: Shape = {
@@ -153,6 +158,7 @@ export const CHAT: Shape = {
   idPrefix: 'chatcmpl-',
   object: 'chat.completion',
   chunkObject: 'chat.completion.chunk',
+  promptLogprobsAtTop: true,
   logprobs: (tokens) => ({
     content: tokens.map((t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes, top_logprobs: t.top_logprobs.map((x) => ({ token: x.token, logprob: x.logprob, bytes: x.bytes })) })),
     refusal: null,
@@ -224,6 +230,7 @@ interface Gathered {
 
 export async function whole(server: InferenceServer, request: InferRequest, signal: AbortSignal, a: Answer, head: Json): Promise<Response> {
   const choices: Gathered[] = [];
+  let promptLogprobs: unknown[] | undefined;
   let error: TsiError | undefined;
   try {
     await server.inferStream(request, (r) => {
@@ -236,6 +243,7 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
       const c = (choices[piece.index] ??= { text: a.echo, tokens: [] });
       c.text += piece.text;
       if (piece.logprobs) c.tokens.push(...piece.logprobs);
+      promptLogprobs ??= piece.promptLogprobs;
       c.finish ??= piece.finish;
     }, cancelOn(signal));
   } catch (err) {
@@ -274,9 +282,12 @@ export async function whole(server: InferenceServer, request: InferRequest, sign
         choice.finish_reason = 'tool_calls';
       }
     }
+    // vLLM puts prompt_logprobs in each completion choice, and once beside a chat's choices.
+    if (promptLogprobs && !a.shape.promptLogprobsAtTop) choice.prompt_logprobs = promptLogprobs;
     return choice;
   });
-  return new Response(JSON.stringify({ ...head, choices: out, usage: usageOf(finishes) }), { headers: JSON_HEADERS });
+  const top = promptLogprobs && a.shape.promptLogprobsAtTop ? { prompt_logprobs: promptLogprobs } : {};
+  return new Response(JSON.stringify({ ...head, choices: out, usage: usageOf(finishes), ...top }), { headers: JSON_HEADERS });
 }
 
 /**

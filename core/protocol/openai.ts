@@ -106,7 +106,6 @@ export function samplingParameters(body: Json, chat: boolean, maxTokensDefault: 
   // Features a client relies on for the answer's content: refused rather than ignored. Their empty
   // forms (what some clients send by default) change nothing and pass.
   if (body.suffix !== undefined && body.suffix !== null && body.suffix !== '') throw bad(`'suffix' is not supported`, 'suffix');
-  if (body.prompt_logprobs !== undefined && body.prompt_logprobs !== null) throw bad(`'prompt_logprobs' is not supported`, 'prompt_logprobs');
   if (body.audio !== undefined && body.audio !== null) throw bad(`'audio' output is not supported`, 'audio');
   if (Array.isArray(body.modalities) && body.modalities.some((m: unknown) => m !== 'text')) throw bad(`'modalities' other than "text" are not supported`, 'modalities');
   if (body.prediction !== undefined && body.prediction !== null) throw bad(`'prediction' (predicted outputs) is not supported`, 'prediction');
@@ -118,6 +117,9 @@ export function samplingParameters(body: Json, chat: boolean, maxTokensDefault: 
     if (top !== undefined && body.logprobs !== true) throw bad(`'top_logprobs' needs 'logprobs': true`, 'top_logprobs');
     if (body.logprobs === true) logprobs = top ?? 0;
   } else logprobs = intField(body, 'logprobs', 0, MAX_TOP_LOGPROBS);
+  // vLLM's prompt_logprobs: an answer whole only (a stream has no place for them), as vLLM says.
+  const promptLogprobs = intField(body, 'prompt_logprobs', 0, MAX_TOP_LOGPROBS);
+  if (promptLogprobs !== undefined && promptLogprobs > 0 && body.stream === true) throw bad(`'prompt_logprobs' are not available when 'stream' is true`, 'prompt_logprobs');
   const bestOf = chat ? n : intField(body, 'best_of', 1, MAX_N) ?? n;
   if (bestOf < n) throw bad(`'best_of' must be at least 'n' (${n})`, 'best_of');
   if (bestOf > n && body.stream === true) throw bad(`'best_of' greater than 'n' cannot be streamed`, 'best_of');
@@ -137,6 +139,7 @@ export function samplingParameters(body: Json, chat: boolean, maxTokensDefault: 
   if (bestOf > 1) p.n = bestOf;
   // best_of ranks candidates by their cumulative log-probability, which the logprobs carry.
   if (logprobs !== undefined || bestOf > n) p.logprobs = logprobs ?? 0;
+  if (promptLogprobs !== undefined && body.stream !== true) p.prompt_logprobs = promptLogprobs;
   const format = body.response_format;
   if (format !== undefined && format !== null) {
     if (typeof format !== 'object' || Array.isArray(format)) throw bad(`'response_format' must be an object such as {"type": "json_object"}`, 'response_format');

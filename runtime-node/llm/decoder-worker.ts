@@ -167,7 +167,7 @@ async function start(): Promise<void> {
   if (opened.provider === 'webgpu' && init.deviceCaches) {
     device = new DeviceKv(ort, init.layout, gpuLock, bus!);
     batch = new KvBatch(init.layout, device);
-    kit.readLogits = (t, greedy) => device!.readLogits(t, greedy);
+    kit.readLogits = (t, greedy, all) => device!.readLogits(t, greedy, all);
   }
   // After readLogits is set: the vision kit copies the kit's members.
   if (init.vision) {

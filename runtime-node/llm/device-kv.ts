@@ -132,16 +132,17 @@ export class DeviceKv implements KvMoves {
   }
 
   /**
-   * Each row's last-position argmax (greedy) or last-position logits on the host; `t` (the decoder's
-   * logits, on the device) is disposed here.
+   * Each row's last-position argmax (greedy) or last-position logits on the host, or (`all`: a prefill
+   * whose rows want their prompt's log-probabilities) every position's; `t` (the decoder's logits, on
+   * the device) is disposed here.
    */
-  async readLogits(t: Ort.Tensor, greedy: boolean): Promise<{ tokens: Int32Array } | { logits: Ort.Tensor }> {
+  async readLogits(t: Ort.Tensor, greedy: boolean, all = false): Promise<{ tokens: Int32Array } | { logits: Ort.Tensor }> {
     try {
-      const name = greedy ? 'argmax' : 'last';
-      const session = await this.graph(name, () => this.logitsGraph(greedy));
+      const name = all ? 'all' : greedy ? 'argmax' : 'last';
+      const session = await this.graph(name, () => this.logitsGraph(name));
       const out = (await gpuLocked(this.lock, () => session.run({ logits: t })))[name]!;
-      countBytes(this.bus.toHost, greedy ? 'ids' : 'logits', (out.data as ArrayBufferView).byteLength);
-      if (!greedy) return { logits: out };
+      countBytes(this.bus.toHost, name === 'argmax' ? 'ids' : 'logits', (out.data as ArrayBufferView).byteLength);
+      if (name !== 'argmax') return { logits: out };
       return { tokens: Int32Array.from(out.data as BigInt64Array, Number) };
     } finally {
       t.dispose();
@@ -185,11 +186,20 @@ export class DeviceKv implements KvMoves {
     return g.encode();
   }
 
-  /** logits [B, S, V] (or [B, V]) → `argmax` [B] int64, or `last` [B, 1, V]: the last position's. */
-  private logitsGraph(greedy: boolean): Uint8Array {
+  /**
+   * logits [B, S, V] (or [B, V]) → `argmax` [B] int64, `last` [B, 1, V]: the last position's, or `all`:
+   * every position's (the graph's output is where the host reads it).
+   */
+  private logitsGraph(name: 'argmax' | 'last' | 'all'): Uint8Array {
     const elem = this.layout.logitsType === 'float16' ? 'FLOAT16' : 'FLOAT';
-    const g = new GraphBuilder(greedy ? 'argmax' : 'last', { opset: 17 });
+    const greedy = name === 'argmax';
+    const g = new GraphBuilder(name, { opset: 17 });
     const logits = g.input('logits', elem, ['batch', 'positions', 'vocab']);
+    if (name === 'all') {
+      g.op('Identity', [logits], {}, 'all');
+      g.output('all', elem, ['batch', 'positions', 'vocab']);
+      return g.encode();
+    }
     const i64 = (name: string, v: bigint) => g.initializer(name, 'INT64', [1], BigInt64Array.of(v));
     const last = g.op('Slice', [logits, i64('start', -1n), i64('end', 2n ** 62n), i64('axis', 1n)], {}, greedy ? undefined : 'last');
     if (greedy) {

@@ -171,13 +171,16 @@ describe('tiny_gpt in the page', () => {
     expect(models.data.map((m: Obj) => m.id)).toEqual(['tiny_gpt']);
   });
 
-  it('constrains sampled answers by structured_outputs (regex, choice, GBNF) as the Node server does', async () => {
+  it('constrains sampled answers by structured_outputs (regex, choice, GBNF, structural_tag) as the Node server does', async () => {
     const regex = '[0-9]{1,3}(-[a-z]{2,4})?';
     const grammar = 'root ::= "[" (v ("," v)*)? "]"\nv ::= [0-9] | root';
     const bodies: [Obj, (t: string) => boolean][] = [
       [{ structured_outputs: { regex } }, (t) => new RegExp(`^(?:${regex})$`).test(t)],
       [{ structured_outputs: { choice: ['red', 'green', 'blue'] } }, (t) => ['red', 'green', 'blue'].includes(t)],
       [{ grammar }, (t) => /^[[\]0-9,]+$/.test(t) && JSON.stringify(JSON.parse(t)) === t],
+      // A structural tag: every 'e' opens `e<{"n":<integer>}>`, free text around.
+      [{ structured_outputs: { structural_tag: { structures: [{ begin: 'e<', schema: { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] }, end: '>' }], triggers: ['e'] } } },
+        (t) => !t.replace(/e<\{"n":-?[0-9]+\}>/g, '').includes('e')],
     ];
     for (const [extra, valid] of bodies) {
       const body = { model: 'tiny_gpt', messages: [{ role: 'user', content: 'Pick' }], max_tokens: 10, n: 8, temperature: 1, seed: 9, ...extra };
@@ -191,6 +194,25 @@ describe('tiny_gpt in the page', () => {
     }
     const bad = await pageJson(wasm, '/v1/completions', { model: 'tiny_gpt', prompt: 'x', structured_outputs: { regex: '(?=a)' } });
     expect([bad.status, bad.body.error.param]).toEqual([400, 'structured_outputs.regex']);
+  });
+
+  it('answers prompt_logprobs as the Node server does, beside a prompt that does not ask', async () => {
+    const body = { model: 'tiny_gpt', prompt: promptOf(9, 2), max_tokens: 2, temperature: 0, prompt_logprobs: 3 };
+    // Two at once: one prefill of rows of unlike lengths (left padding), only one keeping every position.
+    const [page, other] = await Promise.all([pageJson(wasm, '/v1/completions', body), pageJson(wasm, '/v1/completions', { ...body, prompt: promptOf(3, 1), prompt_logprobs: undefined })]);
+    const node = await nodeJson('/v1/completions', body);
+    expect([page.status, other.status]).toEqual([200, 200]);
+    expect(other.body.choices[0].prompt_logprobs).toBeUndefined();
+    const got = page.body.choices[0].prompt_logprobs as (Obj | null)[];
+    const want = node.body.choices[0].prompt_logprobs as (Obj | null)[];
+    expect(got.length).toBe(page.body.usage.prompt_tokens);
+    expect(got.map((e) => e && Object.keys(e))).toEqual(want.map((e) => e && Object.keys(e)));
+    got.forEach((e, p) => {
+      for (const [id, x] of Object.entries(e ?? {})) {
+        expect({ p, id, rank: x.rank, decoded: x.decoded_token }).toEqual({ p, id, rank: want[p]![id].rank, decoded: want[p]![id].decoded_token });
+        expect(Math.abs(x.logprob - want[p]![id].logprob)).toBeLessThan(1e-4);
+      }
+    });
   });
 
   it('cancels a stream left early or aborted, and frees its sequence', async () => {

@@ -4,8 +4,8 @@
  * placement is checked, and each run's token ids are seen coming down from the device). Greedy tokens
  * must be the CPU's at 1 stream, and at 4 and 16 while requests join (the statistics' joined_sequences
  * grows) and leave the running batch, with
- * stop strings, a cancelled stream, n = 3 (forked caches), a prefix-cache hit and a json_schema
- * grammar (logits read on the host); the server's bytes-moved counter must show no KV cache crossing
+ * stop strings, a cancelled stream, n = 3 (forked caches), a prefix-cache hit, a json_schema
+ * grammar (logits read on the host) and prompt_logprobs (every position's logits of that prefill read on the host); the server's bytes-moved counter must show no KV cache crossing
  * between host and device; and requests cut off by their clients must leave no device tensor held.
  * Without an adapter the suite is skipped with the reason, except under CI.
  */
@@ -131,6 +131,18 @@ describeWith(!!process.env.CI, 'WebGPU adapter (Dawn)', missing)('llm KIND_GPU w
     expect(gpu.hit.body.usage.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(32);
     expect(gpu.hit.body.choices[0].text).toBe(cpu.hit.body.choices[0].text);
     expect(gpu.json.body.choices[0].message.content).toBe(cpu.json.body.choices[0].message.content);
+    // prompt_logprobs: that prefill's every-position logits come down whole (device-kv.ts readLogits `all`).
+    const scored = await Promise.all(['tiny_gpt', 'gpu'].map((model) => completions(model, promptOf(11, 4), { max_tokens: 2, prompt_logprobs: 3 })));
+    const [want, got] = scored.map((r) => r.body.choices[0].prompt_logprobs as (Record<string, any> | null)[]);
+    expect(scored[1]!.status, JSON.stringify(scored[1]!.body)).toBe(200);
+    expect(got!.map((e) => e && Object.keys(e))).toEqual(want!.map((e) => e && Object.keys(e)));
+    got!.forEach((e, p) => {
+      for (const [id, x] of Object.entries(e ?? {})) {
+        expect({ p, id, rank: x.rank }).toEqual({ p, id, rank: want![p]![id].rank });
+        expect(Math.abs(x.logprob - want![p]![id].logprob)).toBeLessThan(1e-3);
+      }
+    });
+    expect(scored[1]!.body.choices[0].text).toBe(scored[0]!.body.choices[0].text);
   }, 300_000);
 
   it('moves no KV cache between host and device: ids and inputs go up, ids (and logits for a grammar) come down', async () => {

@@ -211,7 +211,7 @@ describe('fields and errors', () => {
     expect((r as OpenAI.ChatCompletion).usage!.completion_tokens).toBe(3);
     const unknown = await postJson(`${server.url}/v1/completions`, { model: 'tiny_gpt', prompt: 'x', max_tokens: 1, some_future_field: { x: 1 } });
     expect(unknown.status).toBe(200);
-    for (const [extra, param] of [[{ prompt_logprobs: 2 }, 'prompt_logprobs'], [{ audio: { voice: 'alloy', format: 'wav' } }, 'audio'], [{ n: 0 }, 'n'], [{ top_logprobs: 2 }, 'top_logprobs']] as const) {
+    for (const [extra, param] of [[{ prompt_logprobs: 2, stream: true }, 'prompt_logprobs'], [{ audio: { voice: 'alloy', format: 'wav' } }, 'audio'], [{ n: 0 }, 'n'], [{ top_logprobs: 2 }, 'top_logprobs']] as const) {
       const err = await client.chat.completions.create({ model: 'tiny_gpt', messages: [{ role: 'user', content: 'x' }], max_tokens: 1, ...extra } as never).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(OpenAI.BadRequestError);
       expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe(param);

@@ -251,7 +251,7 @@ describe('OpenAI-compatible API', () => {
     const chat = (extra: Record<string, unknown>) => postJson(`${server.url}/v1/chat/completions`,
       { model: 'tiny_gpt', messages: [{ role: 'user', content: 'x' }], max_tokens: 1, ...extra });
     for (const [extra, text] of [
-      [{ prompt_logprobs: 1 }, /'prompt_logprobs' is not supported/],
+      [{ prompt_logprobs: 1, stream: true }, /'prompt_logprobs' are not available when 'stream' is true/],
       [{ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'always' }, /'tool_choice' must be "none", "auto", "required"/],
       [{ response_format: { type: 'yaml' } }, /'response_format' type "yaml" is not supported/],
     ] as const) {

@@ -11,6 +11,7 @@
  */
 
 import { join } from 'node:path';
+import { Ajv } from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parsePrometheus } from '../helpers/grpc.js';
 import { MODELS, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
@@ -31,6 +32,35 @@ afterAll(async () => {
 
 const completions = (body: Record<string, unknown>) => postJson(`${server.url}/v1/completions`, { model: 'tiny_gpt', ...body });
 const chat = (body: Record<string, unknown>) => postJson(`${server.url}/v1/chat/completions`, { model: 'tiny_gpt', messages: [{ role: 'user', content: 'Answer me' }], ...body });
+
+/**
+ * A text read by a structural tag's rules, apart from tsi's grammar code: free text until a trigger,
+ * which must open one of the tags (its begin), whose JSON (up to an end that makes it parse and
+ * validate) is followed by its end, then free text again (or nothing, `stopAfterFirst`). The number of
+ * tags, or what went wrong where.
+ */
+function readTags(text: string, triggers: string[], tags: { begin: string; end: string; valid: (v: unknown) => boolean }[], stopAfterFirst = false): number | string {
+  let count = 0;
+  for (let i = 0; ;) {
+    const at = Math.min(...triggers.map((t) => text.indexOf(t, i)).filter((j) => j >= 0));
+    if (at === Infinity) return count;
+    const tag = tags.find((t) => text.startsWith(t.begin, at));
+    if (!tag) return `${JSON.stringify(text)}: a trigger at ${at} opens no tag`;
+    const from = at + tag.begin.length;
+    let to = -1;
+    for (let e = text.indexOf(tag.end, from); e >= 0 && to < 0; e = text.indexOf(tag.end, e + 1)) {
+      try {
+        if (tag.valid(JSON.parse(text.slice(from, e)))) to = e;
+      } catch {
+        // Not this end: the JSON goes on.
+      }
+    }
+    if (to < 0) return `${JSON.stringify(text)}: the tag at ${at} holds no valid JSON before its end`;
+    count++;
+    i = to + tag.end.length;
+    if (stopAfterFirst) return i === text.length ? count : `${JSON.stringify(text)}: text after the first tag`;
+  }
+}
 
 /** 200 sampled texts: two requests of n = 100 at temperature 1 with different seeds. */
 async function samples(send: (body: Record<string, unknown>) => ReturnType<typeof postJson>, body: Record<string, unknown>): Promise<string[]> {
@@ -90,6 +120,38 @@ describe('structured_outputs', () => {
     check(await samples(chat, { max_tokens: 24, grammar }));
   }, 120_000);
 
+  it('structural_tag (vLLM\'s first form): free text, each trigger opening a tag whose JSON validates, free text after it', async () => {
+    // A trigger the random model writes often ('e'), so samples hold several tags between free text.
+    const schema = { type: 'object', properties: { n: { type: 'integer' }, s: { type: 'string', maxLength: 3 } }, required: ['n'] };
+    const spec = { type: 'structural_tag', structures: [{ begin: 'e<', schema, end: '>' }], triggers: ['e'] };
+    const validate = new Ajv({ strict: false }).compile(schema);
+    const check = (texts: string[]) => {
+      const read = texts.map((t) => readTags(t, ['e'], [{ begin: 'e<', end: '>', valid: (v) => validate(v) }]));
+      expect(read.filter((r) => typeof r === 'string')).toEqual([]);
+      // Tags were opened (most samples: 'e' is common in the model's free text), some twice, and free text followed them.
+      const counts = read as number[];
+      expect(counts.filter((n) => n >= 1).length).toBeGreaterThan(150);
+      expect(counts.filter((n) => n >= 2).length).toBeGreaterThanOrEqual(5);
+      expect(texts.filter((t) => /e<[^>]*>./s.test(t)).length).toBeGreaterThan(20);
+    };
+    check(await samples(completions, { prompt: 'Write:', max_tokens: 32, structured_outputs: { structural_tag: JSON.stringify(spec) } }));
+    check(await samples(chat, { max_tokens: 32, response_format: spec }));
+  }, 120_000);
+
+  it('structural_tag (xgrammar\'s triggered_tags): at_least_one and stop_after_first give exactly one tag, last', async () => {
+    const weather = { type: 'object', properties: { city: { type: 'string', maxLength: 6 } }, required: ['city'] };
+    const time = { type: 'object', properties: { zone: { enum: ['utc', 'cet'] } }, required: ['zone'] };
+    const tags = [{ begin: '<function=get_weather>', content: { type: 'json_schema', json_schema: weather }, end: '</function>' }, { begin: '<function=get_time>', content: { type: 'json_schema', json_schema: time }, end: '</function>' }];
+    const spec = { type: 'structural_tag', format: { type: 'triggered_tags', triggers: ['<function='], tags, at_least_one: true, stop_after_first: true } };
+    const [w, z] = [new Ajv({ strict: false }).compile(weather), new Ajv({ strict: false }).compile(time)];
+    const texts = await samples(completions, { prompt: 'Call:', max_tokens: 64, structured_outputs: { structural_tag: spec } });
+    const read = texts.map((t) => readTags(t, ['<function='], [{ begin: tags[0]!.begin, end: '</function>', valid: (v) => w(v) }, { begin: tags[1]!.begin, end: '</function>', valid: (v) => z(v) }], true));
+    expect(read.filter((r) => r !== 1)).toEqual([]);
+    expect(texts.filter((t) => !t.endsWith('</function>'))).toEqual([]);
+    // Both tags are taken.
+    expect(texts.some((t) => t.includes('get_weather')) && texts.some((t) => t.includes('get_time'))).toBe(true);
+  }, 120_000);
+
   it('streams the same constrained text as the whole answer, and on generate too', async () => {
     const body = { prompt: 'Count', max_tokens: 8, temperature: 1, seed: 3, structured_outputs: { regex: '[0-9]+(\\.[0-9]+)?' } };
     const whole = await completions(body);
@@ -118,7 +180,12 @@ describe('structured_outputs', () => {
       [{ grammar: 'item ::= "a"' }, 'grammar', /no rule named 'root'/],
       [{ structured_outputs: { choice: [] } }, 'structured_outputs.choice', /non-empty list of strings/],
       [{ structured_outputs: { regex: 'a', choice: ['b'] } }, 'structured_outputs', /exactly one of .* got regex and choice/],
-      [{ structured_outputs: { structural_tag: '{}' } }, 'structured_outputs.structural_tag', /not supported/],
+      [{ structured_outputs: { structural_tag: '{}' } }, 'structured_outputs.structural_tag', /must have 'structures' and 'triggers', or a 'format' of type 'triggered_tags'/],
+      [{ structured_outputs: { structural_tag: { structures: [{ begin: '<a>', schema: {}, end: '</a>' }], triggers: ['<', '<a'] } } }, 'structured_outputs.structural_tag', /trigger "<" is part of trigger "<a"/],
+      [{ structured_outputs: { structural_tag: { structures: [{ begin: '[a]', schema: {}, end: '' }], triggers: ['<'] } } }, 'structured_outputs.structural_tag', /structures\[0\]\.begin "\[a\]" starts with none of the triggers/],
+      [{ structured_outputs: { structural_tag: { structures: [{ begin: '<a', schema: {}, end: '' }, { begin: '<ab', schema: {}, end: '' }], triggers: ['<'] } } }, 'structured_outputs.structural_tag', /tag begin "<a" also starts tag begin "<ab"/],
+      [{ structured_outputs: { structural_tag: { type: 'structural_tag', format: { type: 'triggered_tags', triggers: ['<'], tags: [{ begin: '<a>', content: { type: 'regex', pattern: 'x' }, end: '' }] } } } }, 'structured_outputs.structural_tag', /format\.tags\[0\]\.content type "regex" is not supported/],
+      [{ structured_outputs: { structural_tag: { structures: [{ begin: '<a>', schema: { type: 'string', pattern: 'x' }, end: '' }], triggers: ['<'] } } }, 'structured_outputs.structural_tag', /pattern/],
       [{ structured_outputs: { regex: 'a' }, response_format: { type: 'json_object' } }, 'structured_outputs', /only one structured output/],
     ];
     for (const [extra, param, message] of cases) {
@@ -209,8 +276,9 @@ describe('sampling fields', () => {
     expect(r.body.choices[0].text).not.toBe(ref.tokenizer.decode(await ref.greedy(prompt, 6)));
     const all = await completions({ prompt, max_tokens: 2, truncate_prompt_tokens: 100 });
     expect(all.body.usage.prompt_tokens).toBe(ids.length);
-    const refused = await completions({ prompt, prompt_logprobs: 1, max_tokens: 1 });
-    expect([refused.status, refused.body.error.param]).toEqual([400, 'prompt_logprobs']);
+    // prompt_logprobs are the kept tokens' (the first one's null).
+    const scored = await completions({ prompt, prompt_logprobs: 1, max_tokens: 1, truncate_prompt_tokens: 4 });
+    expect(scored.body.choices[0].prompt_logprobs.map((e: object | null) => e && Object.keys(e)[0] !== undefined)).toEqual([null, true, true, true]);
   }, 60_000);
 });
 
