@@ -6,5 +6,6 @@
 export { IMAGE_FORMATS, dataUrlBytes, decodeImage, type DecodedImage } from './image-decode.js';
 export { decodePng } from './png.js';
 export { Idefics3Processor, readVisionFolder, resizeBilinear, type VisionPaths } from './idefics3.js';
+export { resizeLanczos3, type Pixels } from './vips-resize.js';
 export { ImageBank, imagePromptIds, imageTokenOf, visionKit, type VisionRunner } from './vision-kit.js';
 export { IMAGE_KEY_BASE, IMAGE_KEY_SPAN, type ImageInput, type ImageProcessor, type PreparedImage } from './image-input.js';
