@@ -17,7 +17,6 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
 import { Idefics3Processor, resizeLanczos3 } from '../../core/vision/index.js';
-
 import { writeVlmFolder } from '../../scripts/vlm-model.js';
 import { encodePng } from '../helpers/png.js';
 import { postJson, startTestServer, type TestServer } from '../helpers/server.js';
