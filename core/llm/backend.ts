@@ -40,6 +40,7 @@ import type { LlmModelInfo } from './model-info.js';
 import { LlmStats } from './stats.js';
 import { Tokenizer } from './tokenizer.js';
 import { readVisionFolder, type VisionPaths } from '../vision/idefics3.js';
+import type { VisionTypes } from '../vision/vision-kit.js';
 
 /** What a runtime provides: the graph's description, and a decoder session per instance. */
 export interface DecoderRuntime {
@@ -57,6 +58,8 @@ export type { LlmModelInfo };
 /** What a runtime's session needs to embed a vision-language prompt (core/vision/vision-kit.ts). */
 export interface VisionSessionFiles extends VisionPaths {
   imageTokenId: number;
+  /** The float types the encoder's pixel_values and the decoder's inputs_embeds take. */
+  types: VisionTypes;
 }
 
 /** The LLM side of a loaded model version (by its ModelStats), or undefined when it is no `llm` model. */
@@ -167,9 +170,7 @@ class LlmModel implements BackendModel {
     if (facts) checkMemory(ctx, facts, instancesOf(config), intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES), file);
     ctx.log.info(`model '${config.name}': decoder with ${layout.past.length} layers, ${layout.kvHeads} KV heads × ${layout.headDim}, ${layout.kvType} cache, context ${layout.maxContext}, vocabulary ${tokenizer.vocabSize}`);
     if (vlm && !layout.inputsEmbeds) throw new TsiError('INVALID_ARG', `model '${config.name}': ${path} takes input_ids; a vision-language decoder takes inputs_embeds`);
-    const embedsType = vlm && io.inputs.find((i) => i.name === layout.inputsEmbeds)?.datatype;
-    if (vlm && embedsType !== 'float32') throw new TsiError('INVALID_ARG', `model '${config.name}': ${path} takes ${embedsType} inputs_embeds; tsi feeds float32 (serve the fp32 or q4 files: config parameter variant)`);
-    const vision = vlm && { ...vlm.paths, imageTokenId: vlm.processor.imageTokenId };
+    const vision = vlm && { ...vlm.paths, imageTokenId: vlm.processor.imageTokenId, types: await visionTypes(runtime, files, vlm.paths, io, layout, config.name ?? '') };
     return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg, jinja), maxContext: layout.maxContext, defaults, vision: vlm?.processor }, vision);
   }
 
@@ -222,4 +223,24 @@ class LlmInstance implements BackendInstance {
   async unload(): Promise<void> {
     await this.session.close();
   }
+}
+
+/**
+ * The float types of a vision-language folder's edges: the encoder's pixel_values, the embed and
+ * encoder outputs, the decoder's inputs_embeds. float32 and float16 are served (core/vision converts
+ * between them); anything else is refused by name at load.
+ */
+async function visionTypes(runtime: DecoderRuntime, files: ModelFiles, paths: VisionPaths, decoder: ModelIoInfo, layout: DecoderLayout, name: string): Promise<VisionTypes> {
+  const [encoder, embed] = [await runtime.describe(files, paths.encoder), await runtime.describe(files, paths.embed)];
+  const float = (path: string, what: string, type: string | undefined): 'float32' | 'float16' => {
+    if (type === 'float32' || type === 'float16') return type;
+    throw new TsiError('INVALID_ARG', `model '${name}': ${path} ${what} is ${type ?? 'missing'}; tsi serves float32 and float16 vision-language graphs`);
+  };
+  const pixels = encoder.inputs.find((i) => i.name === 'pixel_values');
+  float(paths.encoder, "output 'image_features'", (encoder.outputs.find((o) => o.name === 'image_features') ?? encoder.outputs[0])?.datatype);
+  float(paths.embed, `output '${embed.outputs[0]?.name ?? 'inputs_embeds'}'`, embed.outputs[0]?.datatype);
+  return {
+    pixels: float(paths.encoder, "input 'pixel_values'", pixels?.datatype),
+    inputsEmbeds: float(paths.decoder, `input '${layout.inputsEmbeds}'`, decoder.inputs.find((i) => i.name === layout.inputsEmbeds)?.datatype),
+  };
 }

@@ -11,7 +11,7 @@
 import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AutoModelForVision2Seq, AutoProcessor, RawImage, Tensor, env } from '@huggingface/transformers';
+import { AutoModelForVision2Seq, AutoProcessor, RawImage, env } from '@huggingface/transformers';
 import jpeg from 'jpeg-js';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,6 +20,7 @@ import { Idefics3Processor, resizeLanczos3 } from '../../core/vision/index.js';
 import { writeVlmFolder } from '../../scripts/vlm-model.js';
 import { encodePng } from '../helpers/png.js';
 import { postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { referenceTokens } from '../helpers/vlm-reference.js';
 
 env.allowRemoteModels = false;
 
@@ -133,17 +134,7 @@ describe('a folder with do_resize: true', () => {
   ];
 
   async function reference(image: Uint8Array | undefined, text: string): Promise<number[]> {
-    const prompt = processor.apply_chat_template([{ role: 'user', content: content(image, text, false) }], { add_generation_prompt: true });
-    let inputs: any;
-    if (image) inputs = await processor(prompt, [await RawImage.fromBlob(blob(image))]);
-    else {
-      const ids = tok.encode(prompt, { addSpecialTokens: false });
-      inputs = { input_ids: new Tensor('int64', BigInt64Array.from(ids.map(BigInt)), [1, ids.length]), attention_mask: new Tensor('int64', new BigInt64Array(ids.length).fill(1n), [1, ids.length]) };
-    }
-    const seq = ((await model.generate({ ...inputs, max_new_tokens: MAX_TOKENS, do_sample: false })) as Tensor).tolist()[0] as bigint[];
-    const gen = seq.slice(inputs.input_ids.dims[1]).map(Number);
-    const eos = gen.indexOf(tok.eosId!);
-    return eos >= 0 ? gen.slice(0, eos) : gen;
+    return referenceTokens({ processor, model, tok, maxTokens: MAX_TOKENS }, content(image, text, false), image ? [image] : []);
   }
 
   it('gives transformers.js\'s greedy tokens for 640×480 images, alone and 4 at once with text-only requests', async () => {
