@@ -75,6 +75,8 @@ export const LLM_INPUTS: ModelInput[] = [
   { name: 'stream', data_type: 'TYPE_BOOL', dims: [1], optional: true },
   { name: 'sampling_parameters', data_type: 'TYPE_STRING', dims: [1], optional: true },
   { name: 'exclude_input_in_output', data_type: 'TYPE_BOOL', dims: [1], optional: true },
+  // Triton's vLLM backend's images: one an element (base64; here also the file or a data: URL).
+  { name: 'image', data_type: 'TYPE_STRING', dims: [-1], optional: true },
 ];
 export const LLM_OUTPUTS: ModelOutput[] = [{ name: 'text_output', data_type: 'TYPE_STRING', dims: [-1] }];
 
@@ -197,7 +199,7 @@ class LlmModel implements BackendModel {
     sctx.stats.sections.set('llm_stats', () => stats.toJson());
     return new LlmScheduler(sctx, {
       sessions: this.sessions, limits, tokenizer: this.info.tokenizer, defaults: this.info.defaults,
-      maxContext: this.layout.maxContext, kvBytesPerToken: perToken, llm: stats,
+      maxContext: this.layout.maxContext, kvBytesPerToken: perToken, llm: stats, vision: this.info.vision,
     });
   }
 

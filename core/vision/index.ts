@@ -3,7 +3,7 @@
  * that feeds image features into a decoder through its embeddings. See docs/llm.md, "Images".
  */
 
-export { IMAGE_FORMATS, dataUrlBytes, decodeImage, type DecodedImage } from './image-decode.js';
+export { IMAGE_FORMATS, dataUrlBytes, decodeImage, imageElementBytes, type DecodedImage } from './image-decode.js';
 export { decodePng } from './png.js';
 export { Idefics3Processor, readVisionFolder, resizeBilinear, type VisionPaths } from './idefics3.js';
 export { resizeLanczos3, type Pixels } from './vips-resize.js';
