@@ -97,31 +97,48 @@ function reduce(img: Pixels, factor: number, vertical: boolean): Pixels {
   const pad = Math.ceil(n / 2) - 1;
   const { width: w, height: h, channels: ch, data } = img;
   const inSize = vertical ? h : w;
-  const ow = vertical ? w : outSize, oh = vertical ? outSize : h;
-  const out = new Uint8Array(ow * oh * ch);
-  // Source index of each output position's first tap, and its mask.
-  const starts = new Int32Array(outSize), which: Int16Array[] = [];
+  // Each output position's taps (source indices, edges repeated) and weights, flat.
+  const taps = new Int32Array(outSize * n), weights = new Int32Array(outSize * n);
   let P = 0.5 * residual - 0.5 - offset;
   for (let o = 0; o < outSize; o++) {
-    starts[o] = Math.trunc(P) - pad;
-    which.push(masks[phase(P)]!);
+    const start = Math.trunc(P) - pad, k = masks[phase(P)]!;
+    for (let i = 0; i < n; i++) {
+      taps[o * n + i] = Math.min(Math.max(start + i, 0), inSize - 1);
+      weights[o * n + i] = k[i]!;
+    }
     P += residual;
   }
-  const at = (i: number) => Math.min(Math.max(i, 0), inSize - 1);
-  for (let o = 0; o < outSize; o++) {
-    const k = which[o]!, s = starts[o]!;
-    const idx = Int32Array.from({ length: n }, (_, i) => at(s + i));
-    const lines = vertical ? w : h;
-    for (let l = 0; l < lines; l++) {
+  const round = 1 << (SHIFT - 1);
+  if (vertical) {
+    // Whole rows at a time: each output row is a weighted sum of n input rows.
+    const row = w * ch, out = new Uint8Array(outSize * row), acc = new Int32Array(row);
+    for (let o = 0; o < outSize; o++) {
+      acc.fill(round);
+      for (let i = 0; i < n; i++) {
+        const k = weights[o * n + i]!, src = taps[o * n + i]! * row;
+        for (let x = 0; x < row; x++) acc[x]! += k * data[src + x]!;
+      }
+      const dst = o * row;
+      for (let x = 0; x < row; x++) {
+        const v = acc[x]! >> SHIFT;
+        out[dst + x] = v < 0 ? 0 : v > 255 ? 255 : v;
+      }
+    }
+    return { data: out, width: w, height: outSize, channels: ch };
+  }
+  const out = new Uint8Array(h * outSize * ch);
+  for (let l = 0; l < h; l++) {
+    const src = l * w * ch, dst = l * outSize * ch;
+    for (let o = 0; o < outSize; o++) {
       for (let c = 0; c < ch; c++) {
-        let sum = 1 << (SHIFT - 1);
-        for (let i = 0; i < n; i++) sum += k[i]! * data[(vertical ? idx[i]! * w + l : l * w + idx[i]!) * ch + c]!;
+        let sum = round;
+        for (let i = 0; i < n; i++) sum += weights[o * n + i]! * data[src + taps[o * n + i]! * ch + c]!;
         const v = sum >> SHIFT;
-        out[(vertical ? o * w + l : l * ow + o) * ch + c] = v < 0 ? 0 : v > 255 ? 255 : v;
+        out[dst + o * ch + c] = v < 0 ? 0 : v > 255 ? 255 : v;
       }
     }
   }
-  return { data: out, width: ow, height: oh, channels: ch };
+  return { data: out, width: outSize, height: h, channels: ch };
 }
 
 /** Catmull-Rom weights as `calculate_coefficients_catmull` writes them, truncated to 12 bits. */
@@ -134,7 +151,9 @@ const BICUBIC: Int32Array[] = Array.from({ length: SCALE + 1 }, (_, t) => {
 
 /**
  * `vips_affine(a, 0, 0, d)` with the bicubic interpolator, `idx = idy = 0.5`, edges copied: each
- * output pixel's 4 × 4 neighbourhood, rows weighted first, each sum rounded to 8 bits.
+ * output pixel's 4 × 4 neighbourhood, rows weighted first, each sum rounded to 8 bits. A row's
+ * weighted sums depend on the input row and the output column only, so each input row's are
+ * computed once and the output rows weight four of them.
  */
 function enlarge(img: Pixels, a: number, d: number): Pixels {
   const { width: w, height: h, channels: ch, data } = img;
@@ -145,30 +164,47 @@ function enlarge(img: Pixels, a: number, d: number): Pixels {
   // Input space: the image embedded with 2 pixels left and top (window offset 1, border 1); the
   // transform's input offset 0.5 less the border's 1.
   const idx = 0.5 - 1;
-  const cols = new Int32Array(ow), xw: Int32Array[] = [];
+  const half = 1 << (SHIFT - 1);
+  const cols = new Int32Array(ow * 4), cw = new Int32Array(ow * 4);
   let ix = ia * 0 - idx + 1;
   for (let x = 0; x < ow; x++) {
-    cols[x] = Math.trunc(ix) - 1 - 2;
-    xw.push(BICUBIC[phase(ix)]!);
+    const c0 = Math.trunc(ix) - 1 - 2, k = BICUBIC[phase(ix)]!;
+    for (let j = 0; j < 4; j++) {
+      cols[x * 4 + j] = Math.min(Math.max(c0 + j, 0), w - 1) * ch;
+      cw[x * 4 + j] = k[j]!;
+    }
     ix += ia;
   }
+  // Each input row's horizontal sums, on demand (rows repeat at the edges and between output rows).
+  const rowSums = new Map<number, Int32Array>();
+  const sumsOf = (r: number): Int32Array => {
+    let s = rowSums.get(r);
+    if (s) return s;
+    s = new Int32Array(ow * ch);
+    const src = r * w * ch;
+    for (let x = 0; x < ow; x++) {
+      const q = x * 4;
+      for (let c = 0; c < ch; c++) {
+        const p = src + c;
+        s[x * ch + c] = (cw[q]! * data[p + cols[q]!]! + cw[q + 1]! * data[p + cols[q + 1]!]! + cw[q + 2]! * data[p + cols[q + 2]!]! + cw[q + 3]! * data[p + cols[q + 3]!]! + half) >> SHIFT;
+      }
+    }
+    rowSums.set(r, s);
+    return s;
+  };
   const out = new Uint8Array(ow * oh * ch);
-  const r = new Int32Array(4);
+  const row = ow * ch;
   for (let y = 0; y < oh; y++) {
     const iy = id * y - idx + 1;
     const top = Math.trunc(iy) - 1 - 2, yw = BICUBIC[phase(iy)]!;
-    const rows = [0, 1, 2, 3].map((j) => Math.min(Math.max(top + j, 0), h - 1) * w);
-    for (let x = 0; x < ow; x++) {
-      const cw = xw[x]!, c0 = cols[x]!;
-      const xs = [0, 1, 2, 3].map((j) => Math.min(Math.max(c0 + j, 0), w - 1));
-      for (let c = 0; c < ch; c++) {
-        for (let j = 0; j < 4; j++) {
-          const row = rows[j]!;
-          r[j] = (cw[0]! * data[(row + xs[0]!) * ch + c]! + cw[1]! * data[(row + xs[1]!) * ch + c]! + cw[2]! * data[(row + xs[2]!) * ch + c]! + cw[3]! * data[(row + xs[3]!) * ch + c]! + 2048) >> SHIFT;
-        }
-        const v = (yw[0]! * r[0]! + yw[1]! * r[1]! + yw[2]! * r[2]! + yw[3]! * r[3]! + 2048) >> SHIFT;
-        out[(y * ow + x) * ch + c] = v < 0 ? 0 : v > 255 ? 255 : v;
-      }
+    const [r0, r1, r2, r3] = [0, 1, 2, 3].map((j) => sumsOf(Math.min(Math.max(top + j, 0), h - 1)));
+    // Rows above the window are not needed again (the window only moves down).
+    for (const r of rowSums.keys()) if (r < top) rowSums.delete(r);
+    const [k0, k1, k2, k3] = [yw[0]!, yw[1]!, yw[2]!, yw[3]!];
+    const dst = y * row;
+    for (let x = 0; x < row; x++) {
+      const v = (k0 * r0![x]! + k1 * r1![x]! + k2 * r2![x]! + k3 * r3![x]! + half) >> SHIFT;
+      out[dst + x] = v < 0 ? 0 : v > 255 ? 255 : v;
     }
   }
   return { data: out, width: ow, height: oh, channels: ch };
