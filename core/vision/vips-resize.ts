@@ -13,10 +13,11 @@
  * - an axis that grows is not Lanczos at all: libvips enlarges with `vips_affine` and its bicubic
  *   (Catmull-Rom) interpolator, 12-bit fixed point, rows first, with libvips 8.18's input offset of
  *   half a pixel (which also shifts an axis that keeps its size when the other one grows).
- * The positions are doubles stepped as libvips steps them. libvips steps them from the start of the
- * strip it is asked for, which its thread pool decides; here from the image's edge, so a phase can
- * differ by 1/64 pixel where a position falls within rounding of a phase boundary (a level at most;
- * the test measures it on real-sized images against sharp itself).
+ * The positions are doubles stepped as libvips steps them. libvips steps vertical positions from the
+ * top of the strip it is asked for, which its thread pool decides; here from the image's top edge, so
+ * a row's phase could differ by 1/64 pixel where a position falls within rounding of a phase boundary
+ * (a level at most). test/node/vlm-resize.test.ts finds every pixel equal to sharp's on 640×480
+ * images shrunk, enlarged and both.
  */
 
 /** One interleaved 8-bit image. */
