@@ -163,6 +163,7 @@ export class LlmScheduler implements Scheduler {
   private stopping = false;
   /** Triton requests whose `image` input was made ready: the prompt to tokenize and the images. */
   private readonly tritonImages = new WeakMap<PendingRequest, { prompt: string; images: ImageInput[] }>();
+  private readonly imagesRead = new WeakSet<PendingRequest>();
   private drained?: () => void;
   private active = 0;
 
@@ -196,8 +197,9 @@ export class LlmScheduler implements Scheduler {
       return;
     }
     const image = request.inputs.get('image');
-    if (image && !this.tritonImages.has(request)) {
+    if (image && !this.tritonImages.has(request) && !this.imagesRead.has(request)) {
       // Decoding and preprocessing are asynchronous: the request joins the queue once they are done.
+      this.imagesRead.add(request);
       this.imagesOf(request, image).then(() => this.enqueue(request, nowNs), (err) => this.refuse(request, err));
       return;
     }
@@ -237,7 +239,9 @@ export class LlmScheduler implements Scheduler {
     if (!vision) throw new TsiError('INVALID_ARG', `model '${name}' takes no 'image' input (it is not a vision-language model)`);
     if (t.datatype !== 'BYTES') throw new TsiError('INVALID_ARG', `input 'image' of model '${name}' must be BYTES (an image, its base64 or a data: URL an element), not ${t.datatype}`);
     const text = request.inputs.get('text_input');
-    const prompt = text?.datatype === 'BYTES' && (text.data as Uint8Array[]).length > 0 ? decodeString((text.data as Uint8Array[])[0]!) : '';
+    // Without a prompt, sequenceOf says what is missing.
+    if (text?.datatype !== 'BYTES' || (text.data as Uint8Array[]).length === 0) return;
+    const prompt = decodeString((text.data as Uint8Array[])[0]!);
     const images = [];
     const elements = t.data as Uint8Array[];
     for (let i = 0; i < elements.length; i++) {
