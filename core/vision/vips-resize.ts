@@ -128,14 +128,32 @@ function reduce(img: Pixels, factor: number, vertical: boolean): Pixels {
     return { data: out, width: w, height: outSize, channels: ch };
   }
   const out = new Uint8Array(h * outSize * ch);
+  const clip = (v: number) => (v < 0 ? 0 : v > 255 ? 255 : v);
+  for (let i = 0; i < taps.length; i++) taps[i]! *= ch;
   for (let l = 0; l < h; l++) {
     const src = l * w * ch, dst = l * outSize * ch;
+    if (ch === 3) {
+      // RGB, the processors' case: the three channels of a tap share its weight and address.
+      for (let o = 0, t = 0; o < outSize; o++) {
+        let r = round, g = round, b = round;
+        for (let i = 0; i < n; i++, t++) {
+          const k = weights[t]!, p = src + taps[t]!;
+          r += k * data[p]!;
+          g += k * data[p + 1]!;
+          b += k * data[p + 2]!;
+        }
+        const q = dst + o * 3;
+        out[q] = clip(r >> SHIFT);
+        out[q + 1] = clip(g >> SHIFT);
+        out[q + 2] = clip(b >> SHIFT);
+      }
+      continue;
+    }
     for (let o = 0; o < outSize; o++) {
       for (let c = 0; c < ch; c++) {
         let sum = round;
-        for (let i = 0; i < n; i++) sum += weights[o * n + i]! * data[src + taps[o * n + i]! * ch + c]!;
-        const v = sum >> SHIFT;
-        out[dst + o * ch + c] = v < 0 ? 0 : v > 255 ? 255 : v;
+        for (let i = 0; i < n; i++) sum += weights[o * n + i]! * data[src + taps[o * n + i]! + c]!;
+        out[dst + o * ch + c] = clip(sum >> SHIFT);
       }
     }
   }
