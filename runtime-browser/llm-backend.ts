@@ -25,7 +25,7 @@ import {
   type Backend, type DecoderLayout, type DecoderRuntime, type DecoderSession, type InstancePlacement,
   type KvArray, type ModelFiles, type ModelIoInfo, type StepRequest, type StepResult, type TensorKit,
 } from '../core/index.js';
-import { ImageBank, visionKit, type VisionRunner } from '../core/vision/index.js';
+import { ImageBank, visionKit, type Floats, type VisionRunner, type VisionTypes } from '../core/vision/index.js';
 import { externalDataFiles, readOnnxIo } from './onnx-io.js';
 import { loadOrt, probeEnvironment, runLock, type OnnxWebOptions, type OrtModule } from './onnx-web-backend.js';
 
@@ -66,6 +66,7 @@ export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
         embed: await ort.InferenceSession.create(await read(vision.embed), { logSeverityLevel: 3, executionProviders: ['wasm'] }),
         encoder: await ort.InferenceSession.create(await read(vision.encoder), { logSeverityLevel: 3, executionProviders: ['wasm'] }),
         imageTokenId: vision.imageTokenId,
+        types: vision.types,
       };
       const env = await probeEnvironment();
       const pref = opts.device ?? 'auto';
@@ -107,6 +108,7 @@ interface VisionSessions {
   embed: Ort.InferenceSession;
   encoder: Ort.InferenceSession;
   imageTokenId: number;
+  types: VisionTypes;
 }
 
 class WebDecoderSession implements DecoderSession {
@@ -142,7 +144,7 @@ class WebDecoderSession implements DecoderSession {
       dims: (t) => t.dims,
       run: (feeds, fetches) => locked(() => session.run(feeds, fetches) as Promise<Record<string, Ort.Tensor>>),
     };
-    if (vision) this.kit = visionKit(this.kit, visionRunner(ort, vision, locked), this.images, { inputIds: layout.inputIds, inputsEmbeds: layout.inputsEmbeds!, imageTokenId: vision.imageTokenId });
+    if (vision) this.kit = visionKit(this.kit, visionRunner(ort, vision, locked), this.images, { inputIds: layout.inputIds, inputsEmbeds: layout.inputsEmbeds!, imageTokenId: vision.imageTokenId, types: vision.types });
   }
 
   /**
@@ -178,19 +180,21 @@ class WebDecoderSession implements DecoderSession {
 
 /** The vision kit's runner over the page's two extra sessions. */
 function visionRunner(ort: OrtModule, v: VisionSessions, locked: <R>(run: () => Promise<R>) => Promise<R>): VisionRunner<Ort.Tensor> {
+  // float32 data as float32, half bits as float16.
+  const floatTensor = (data: Floats, dims: readonly number[]): Ort.Tensor => (data instanceof Uint16Array ? new ort.Tensor('float16', data, dims) : new ort.Tensor('float32', data, dims));
   return {
     async embed(ids, dims) {
       const out = await locked(() => v.embed.run({ [v.embed.inputNames[0]!]: new ort.Tensor('int64', ids, dims) }));
-      return out[v.embed.outputNames[0]!]!.data as Float32Array;
+      return asKvOrFloat(out[v.embed.outputNames[0]!]!.data);
     },
     async encode(pixels, dims) {
       const [, frames, , h, w] = dims as [number, number, number, number, number];
-      const feeds: Record<string, Ort.Tensor> = { pixel_values: new ort.Tensor('float32', pixels, dims) };
+      const feeds: Record<string, Ort.Tensor> = { pixel_values: floatTensor(pixels, dims) };
       if (v.encoder.inputNames.includes('pixel_attention_mask')) feeds.pixel_attention_mask = new ort.Tensor('bool', new Uint8Array(frames * h * w).fill(1), [1, frames, h, w]);
       const out = await locked(() => v.encoder.run(feeds));
-      return (out.image_features ?? out[v.encoder.outputNames[0]!]!).data as Float32Array;
+      return asKvOrFloat((out.image_features ?? out[v.encoder.outputNames[0]!]!).data);
     },
-    float32: (data, dims) => new ort.Tensor('float32', data, dims),
+    floats: (data, dims) => floatTensor(data, dims),
     ids: (t) => t.data as BigInt64Array,
   };
 }

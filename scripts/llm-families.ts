@@ -97,7 +97,7 @@ function invFreq(spec: FamilySpec): Float32Array {
 }
 
 /** float32 → IEEE half bits (round to nearest even). */
-function toHalf(src: Float32Array): Uint16Array {
+export function toHalf(src: Float32Array): Uint16Array {
   const out = new Uint16Array(src.length);
   const f = new Float32Array(1);
   const u = new Uint32Array(f.buffer);
@@ -165,7 +165,7 @@ function quantize4(w: Float32Array, K: number, N: number): { b: Uint8Array; scal
  * `inputs_embeds` [batch, seq, d] instead of `input_ids` (a vision-language model's decoder, fed by
  * its embed-tokens graph; vlm-model.ts), and is written as one file.
  */
-export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEmbeds?: boolean } = {}): { model: Uint8Array; data?: Uint8Array } {
+export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEmbeds?: boolean | 'float16' } = {}): { model: Uint8Array; data?: Uint8Array } {
   const { vocab: V, dModel: D, heads: H, kvHeads: KVH, headDim: hd, layers, ffn, family } = spec;
   const rep = H / KVH;
   const half = variant === 'model_fp16' || variant === 'model_q4f16';
@@ -208,7 +208,9 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
     return g.op('Mul', [g.op('Mul', [x, inv]), scale]);
   };
 
-  const embeds = opts.inputsEmbeds ? g.input('inputs_embeds', 'FLOAT', ['batch_size', 'sequence_length', D]) : undefined;
+  // inputs_embeds: float16 as vision-language fp16 exports take it, computed in float32 from there.
+  const embedsIn = opts.inputsEmbeds ? g.input('inputs_embeds', opts.inputsEmbeds === 'float16' ? 'FLOAT16' : 'FLOAT', ['batch_size', 'sequence_length', D]) : undefined;
+  const embeds = embedsIn && opts.inputsEmbeds === 'float16' ? g.op('Cast', [embedsIn], { to: 1 }) : embedsIn;
   const inputIds = embeds ? undefined : g.input('input_ids', 'INT64', ['batch_size', 'sequence_length']);
   const mask = g.input('attention_mask', 'INT64', ['batch_size', 'total_sequence_length']);
   const embedData = rand(V * D, 1);

@@ -15,12 +15,17 @@
  * each patch projected, a tanh MLP and a position embedding, out at the text model's width. The
  * decoder is llm-families.ts's Llama taking `inputs_embeds`. The tokenizer is tiny_gpt's byte-level
  * BPE with Idefics3's special tokens added after its vocabulary.
+ *
+ * Asked for (`variants: ['fp16']`), the `_fp16` files beside them, as fp16 exports are written: the
+ * weights stored as float16, the embed table giving float16 `inputs_embeds`, the encoder float16
+ * `image_features` (its `pixel_values` float32, as transformers.js hands them; `halfPixels` makes
+ * them float16 too), the decoder taking float16 `inputs_embeds` with an fp16 KV cache and logits.
  */
 
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { GraphBuilder, encodeModel, fillUniform } from '../graph/onnx-builder.js';
-import { familyConfig, familyModel, tinySpec, type FamilySpec } from './llm-families.js';
+import { familyConfig, familyModel, tinySpec, toHalf, type FamilySpec } from './llm-families.js';
 import { gpt2TokenizerJson } from './llm-model.js';
 
 /** The tokens Idefics3's processor and chat template write, after the BPE's 2048. */
@@ -51,15 +56,20 @@ export const SMOLVLM_CHAT_TEMPLATE = "<|im_start|>{% for message in messages %}{
 export const imageSeqLen = (spec: VlmSpec): number => (spec.image / spec.patch) ** 2;
 
 /** The vision encoder: frames → patches → projection, tanh MLP, position embedding → [frames, tokens, d]. */
-export function visionEncoderModel(spec: VlmSpec): Uint8Array {
+export function visionEncoderModel(spec: VlmSpec, half: { features?: boolean; pixels?: boolean } = {}): Uint8Array {
   const { image: S, patch: P, visionHidden: H } = spec;
   const D = spec.text.dModel;
   const n = S / P, T = n * n, PD = 3 * P * P;
   const g = new GraphBuilder('tiny_vlm_vision', { opset: 17, docString: `tiny Idefics3 vision encoder: ${S}×${S} frames, ${P}×${P} patches → ${T} tokens × ${D}, seed ${spec.seed}` });
   let seed = spec.seed * 1000;
-  const rand = (name: string, dims: number[], scale: number) => g.initializer(name, 'FLOAT', dims, fillUniform(new Float32Array(dims.reduce((a, b) => a * b, 1)), seed++, -scale, scale));
+  // Weights drawn in float32; the fp16 file stores them as float16 (cast back for the computation).
+  const rand = (name: string, dims: number[], scale: number) => {
+    const data = fillUniform(new Float32Array(dims.reduce((a, b) => a * b, 1)), seed++, -scale, scale);
+    return half.features ? g.op('Cast', [g.initializer(name, 'FLOAT16', dims, toHalf(data))], { to: 1 }) : g.initializer(name, 'FLOAT', dims, data);
+  };
   const i64 = (name: string, values: number[]) => g.initializer(name, 'INT64', [values.length], BigInt64Array.from(values.map(BigInt)));
-  const pixels = g.input('pixel_values', 'FLOAT', ['batch_size', 'num_images', 3, S, S]);
+  const pixelsIn = g.input('pixel_values', half.pixels ? 'FLOAT16' : 'FLOAT', ['batch_size', 'num_images', 3, S, S]);
+  const pixels = half.pixels ? g.op('Cast', [pixelsIn], { to: 1 }) : pixelsIn;
   const mask = g.input('pixel_attention_mask', 'BOOL', ['batch_size', 'num_images', S, S]);
   // Padding frames (a batch of unlike frame counts) are zeroed, as the real encoder ignores them.
   const kept = g.op('Mul', [pixels, g.op('Unsqueeze', [g.op('Cast', [mask], { to: 1 }), i64('ax2', [2])])]);
@@ -69,19 +79,21 @@ export function visionEncoderModel(spec: VlmSpec): Uint8Array {
   ]);
   const h = g.op('Tanh', [g.op('Add', [g.op('MatMul', [patches, rand('patch_embed.weight', [PD, H], 0.1)]), rand('patch_embed.bias', [H], 0.1)])]);
   const out = g.op('Add', [g.op('MatMul', [h, rand('connector.proj.weight', [H, D], 0.5)]), rand('position_embedding', [T, D], 0.5)]);
-  g.op('Identity', [out], undefined, 'image_features');
-  g.output('image_features', 'FLOAT', ['num_frames', T, D]);
+  if (half.features) g.op('Cast', [out], { to: 10 }, 'image_features');
+  else g.op('Identity', [out], undefined, 'image_features');
+  g.output('image_features', half.features ? 'FLOAT16' : 'FLOAT', ['num_frames', T, D]);
   return encodeModel(g.spec());
 }
 
 /** The embed-tokens graph: the decoder's table (llm-families.ts draws it first from the text seed). */
-export function embedTokensModel(spec: VlmSpec): Uint8Array {
+export function embedTokensModel(spec: VlmSpec, half = false): Uint8Array {
   const { vocab: V, dModel: D } = spec.text;
-  const g = new GraphBuilder('tiny_vlm_embed', { opset: 17, docString: `tiny Idefics3 embed_tokens: vocab ${V} × ${D}` });
+  const g = new GraphBuilder('tiny_vlm_embed', { opset: 17, docString: `tiny Idefics3 embed_tokens${half ? ' (fp16)' : ''}: vocab ${V} × ${D}` });
   const ids = g.input('input_ids', 'INT64', ['batch_size', 'sequence_length']);
-  const table = g.initializer('model.embed_tokens.weight', 'FLOAT', [V, D], fillUniform(new Float32Array(V * D), spec.text.seed * 1000, -1, 1));
+  const data = fillUniform(new Float32Array(V * D), spec.text.seed * 1000, -1, 1);
+  const table = half ? g.initializer('model.embed_tokens.weight', 'FLOAT16', [V, D], toHalf(data)) : g.initializer('model.embed_tokens.weight', 'FLOAT', [V, D], data);
   g.op('Gather', [table, ids], { axis: 0 }, 'inputs_embeds');
-  g.output('inputs_embeds', 'FLOAT', ['batch_size', 'sequence_length', D]);
+  g.output('inputs_embeds', half ? 'FLOAT16' : 'FLOAT', ['batch_size', 'sequence_length', D]);
   return encodeModel(g.spec());
 }
 
@@ -93,7 +105,7 @@ function vlmTokenizerJson(): string {
 }
 
 /** Writes the tiny VLM's folder (the onnx-community layout) into `dir`. */
-export async function writeVlmFolder(dir: string, spec: VlmSpec = tinyVlmSpec()): Promise<void> {
+export async function writeVlmFolder(dir: string, spec: VlmSpec = tinyVlmSpec(), opts: { variants?: 'fp16'[]; halfPixels?: boolean } = {}): Promise<void> {
   await mkdir(join(dir, 'onnx'), { recursive: true });
   const text = familyConfig(spec.text);
   delete text['transformers.js_config'];
@@ -123,4 +135,9 @@ export async function writeVlmFolder(dir: string, spec: VlmSpec = tinyVlmSpec())
   await writeFile(join(dir, 'onnx', 'vision_encoder.onnx'), visionEncoderModel(spec));
   await writeFile(join(dir, 'onnx', 'embed_tokens.onnx'), embedTokensModel(spec));
   await writeFile(join(dir, 'onnx', 'decoder_model_merged.onnx'), familyModel(spec.text, 'model', { inputsEmbeds: true }).model);
+  if (opts.variants?.includes('fp16')) {
+    await writeFile(join(dir, 'onnx', 'vision_encoder_fp16.onnx'), visionEncoderModel(spec, { features: true, pixels: opts.halfPixels }));
+    await writeFile(join(dir, 'onnx', 'embed_tokens_fp16.onnx'), embedTokensModel(spec, true));
+    await writeFile(join(dir, 'onnx', 'decoder_model_merged_fp16.onnx'), familyModel(spec.text, 'model_fp16', { inputsEmbeds: 'float16' }).model);
+  }
 }

@@ -40,6 +40,7 @@ import type { LlmModelInfo } from './model-info.js';
 import { LlmStats } from './stats.js';
 import { Tokenizer } from './tokenizer.js';
 import { readVisionFolder, type VisionPaths } from '../vision/idefics3.js';
+import type { VisionTypes } from '../vision/vision-kit.js';
 
 /** What a runtime provides: the graph's description, and a decoder session per instance. */
 export interface DecoderRuntime {
@@ -57,6 +58,8 @@ export type { LlmModelInfo };
 /** What a runtime's session needs to embed a vision-language prompt (core/vision/vision-kit.ts). */
 export interface VisionSessionFiles extends VisionPaths {
   imageTokenId: number;
+  /** The float types the encoder's pixel_values and the decoder's inputs_embeds take. */
+  types: VisionTypes;
 }
 
 /** The LLM side of a loaded model version (by its ModelStats), or undefined when it is no `llm` model. */
@@ -72,6 +75,8 @@ export const LLM_INPUTS: ModelInput[] = [
   { name: 'stream', data_type: 'TYPE_BOOL', dims: [1], optional: true },
   { name: 'sampling_parameters', data_type: 'TYPE_STRING', dims: [1], optional: true },
   { name: 'exclude_input_in_output', data_type: 'TYPE_BOOL', dims: [1], optional: true },
+  // Triton's vLLM backend's images: one an element (base64; here also the file or a data: URL).
+  { name: 'image', data_type: 'TYPE_STRING', dims: [-1], optional: true },
 ];
 export const LLM_OUTPUTS: ModelOutput[] = [{ name: 'text_output', data_type: 'TYPE_STRING', dims: [-1] }];
 
@@ -167,9 +172,7 @@ class LlmModel implements BackendModel {
     if (facts) checkMemory(ctx, facts, instancesOf(config), intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES), file);
     ctx.log.info(`model '${config.name}': decoder with ${layout.past.length} layers, ${layout.kvHeads} KV heads × ${layout.headDim}, ${layout.kvType} cache, context ${layout.maxContext}, vocabulary ${tokenizer.vocabSize}`);
     if (vlm && !layout.inputsEmbeds) throw new TsiError('INVALID_ARG', `model '${config.name}': ${path} takes input_ids; a vision-language decoder takes inputs_embeds`);
-    const embedsType = vlm && io.inputs.find((i) => i.name === layout.inputsEmbeds)?.datatype;
-    if (vlm && embedsType !== 'float32') throw new TsiError('INVALID_ARG', `model '${config.name}': ${path} takes ${embedsType} inputs_embeds; tsi feeds float32 (serve the fp32 or q4 files: config parameter variant)`);
-    const vision = vlm && { ...vlm.paths, imageTokenId: vlm.processor.imageTokenId };
+    const vision = vlm && { ...vlm.paths, imageTokenId: vlm.processor.imageTokenId, types: await visionTypes(runtime, files, vlm.paths, io, layout, config.name ?? '') };
     return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg, jinja), maxContext: layout.maxContext, defaults, vision: vlm?.processor }, vision);
   }
 
@@ -196,7 +199,7 @@ class LlmModel implements BackendModel {
     sctx.stats.sections.set('llm_stats', () => stats.toJson());
     return new LlmScheduler(sctx, {
       sessions: this.sessions, limits, tokenizer: this.info.tokenizer, defaults: this.info.defaults,
-      maxContext: this.layout.maxContext, kvBytesPerToken: perToken, llm: stats,
+      maxContext: this.layout.maxContext, kvBytesPerToken: perToken, llm: stats, vision: this.info.vision,
     });
   }
 
@@ -222,4 +225,24 @@ class LlmInstance implements BackendInstance {
   async unload(): Promise<void> {
     await this.session.close();
   }
+}
+
+/**
+ * The float types of a vision-language folder's edges: the encoder's pixel_values, the embed and
+ * encoder outputs, the decoder's inputs_embeds. float32 and float16 are served (core/vision converts
+ * between them); anything else is refused by name at load.
+ */
+async function visionTypes(runtime: DecoderRuntime, files: ModelFiles, paths: VisionPaths, decoder: ModelIoInfo, layout: DecoderLayout, name: string): Promise<VisionTypes> {
+  const [encoder, embed] = [await runtime.describe(files, paths.encoder), await runtime.describe(files, paths.embed)];
+  const float = (path: string, what: string, type: string | undefined): 'float32' | 'float16' => {
+    if (type === 'float32' || type === 'float16') return type;
+    throw new TsiError('INVALID_ARG', `model '${name}': ${path} ${what} is ${type ?? 'missing'}; tsi serves float32 and float16 vision-language graphs`);
+  };
+  const pixels = encoder.inputs.find((i) => i.name === 'pixel_values');
+  float(paths.encoder, "output 'image_features'", (encoder.outputs.find((o) => o.name === 'image_features') ?? encoder.outputs[0])?.datatype);
+  float(paths.embed, `output '${embed.outputs[0]?.name ?? 'inputs_embeds'}'`, embed.outputs[0]?.datatype);
+  return {
+    pixels: float(paths.encoder, "input 'pixel_values'", pixels?.datatype),
+    inputsEmbeds: float(paths.decoder, `input '${layout.inputsEmbeds}'`, decoder.inputs.find((i) => i.name === layout.inputsEmbeds)?.datatype),
+  };
 }

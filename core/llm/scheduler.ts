@@ -23,7 +23,8 @@ import type { PromptPosition } from './prompt-logprobs.js';
 import type { LlmStats } from './stats.js';
 import type { Tokenizer } from './tokenizer.js';
 import type { DecoderSession, DeviceUse } from './decoder.js';
-import type { ImageInput } from '../vision/image-input.js';
+import { imageElementBytes } from '../vision/image-decode.js';
+import type { ImageInput, ImageProcessor } from '../vision/image-input.js';
 import { imagePromptIds } from '../vision/vision-kit.js';
 
 export interface LlmSchedulerOptions {
@@ -34,6 +35,8 @@ export interface LlmSchedulerOptions {
   maxContext: number;
   kvBytesPerToken: number;
   llm: LlmStats;
+  /** A vision-language model's processor: Triton requests' `image` input goes through it. */
+  vision?: ImageProcessor;
 }
 
 let nextSeq = 1;
@@ -164,6 +167,9 @@ export class LlmScheduler implements Scheduler {
   readonly llm: LlmStats;
   private readonly queue: Sequence[] = [];
   private stopping = false;
+  /** Triton requests whose `image` input was made ready: the prompt to tokenize and the images. */
+  private readonly tritonImages = new WeakMap<PendingRequest, { prompt: string; images: ImageInput[] }>();
+  private readonly imagesRead = new WeakSet<PendingRequest>();
   private drained?: () => void;
   private active = 0;
 
@@ -196,15 +202,19 @@ export class LlmScheduler implements Scheduler {
       request.send(new TsiError('UNAVAILABLE', STOPPING_MESSAGE), true);
       return;
     }
+    const image = request.inputs.get('image');
+    if (image && !this.tritonImages.has(request) && !this.imagesRead.has(request)) {
+      // Decoding and preprocessing are asynchronous: the request joins the queue once they are done.
+      this.imagesRead.add(request);
+      this.imagesOf(request, image).then(() => this.enqueue(request, nowNs), (err) => this.refuse(request, err));
+      return;
+    }
     request.enqueuedNs = nowNs ?? this.ctx.clock.nowNs();
     let seq: Sequence;
     try {
       seq = this.sequenceOf(request);
     } catch (err) {
-      // Refused before it ran: a failure of the request itself, as Triton counts validation errors.
-      const e = asTsiError(err);
-      this.ctx.stats.recordFailure(this.ctx.clock.nowNs() - request.receivedNs, 'OTHER', this.ctx.clock.epochMs());
-      request.send(new TsiError(e.code, requestPrefix(request.id) + e.message), true);
+      this.refuse(request, err);
       return;
     }
     this.ctx.stats.pending++;
@@ -217,12 +227,48 @@ export class LlmScheduler implements Scheduler {
     for (const e of this.engines) e.wake();
   }
 
+  /** Refused before it ran: a failure of the request itself, as Triton counts validation errors. */
+  private refuse(request: PendingRequest, err: unknown): void {
+    const e = asTsiError(err);
+    this.ctx.stats.recordFailure(this.ctx.clock.nowNs() - request.receivedNs, 'OTHER', this.ctx.clock.epochMs());
+    request.send(new TsiError(e.code, requestPrefix(request.id) + e.message), true);
+  }
+
+  /**
+   * A Triton request's images (the `image` input of Triton's vLLM backend: one image an element),
+   * made ready by the model's processor, and its `text_input` with each `<image>` expanded as the
+   * chat route expands the template's.
+   */
+  private async imagesOf(request: PendingRequest, t: Tensor): Promise<void> {
+    const name = this.ctx.modelName;
+    const vision = this.opts.vision;
+    if (!vision) throw new TsiError('INVALID_ARG', `model '${name}' takes no 'image' input (it is not a vision-language model)`);
+    if (t.datatype !== 'BYTES') throw new TsiError('INVALID_ARG', `input 'image' of model '${name}' must be BYTES (an image, its base64 or a data: URL an element), not ${t.datatype}`);
+    const text = request.inputs.get('text_input');
+    // Without a prompt, sequenceOf says what is missing.
+    if (text?.datatype !== 'BYTES' || (text.data as Uint8Array[]).length === 0) return;
+    const prompt = decodeString((text.data as Uint8Array[])[0]!);
+    const images = [];
+    const elements = t.data as Uint8Array[];
+    for (let i = 0; i < elements.length; i++) {
+      const what = `input 'image'[${i}]`;
+      images.push(await vision.prepare(imageElementBytes(elements[i]!, what), what));
+    }
+    const holds = prompt.split(vision.imageToken).length - 1;
+    if (holds !== images.length) {
+      throw new TsiError('INVALID_ARG', `'text_input' of model '${name}' holds ${holds} '${vision.imageToken}' for the ${images.length} image(s) of input 'image': write '${vision.imageToken}' where each image goes, as the model's chat template does`);
+    }
+    this.tritonImages.set(request, { prompt: vision.expandPrompt(prompt, images), images });
+  }
+
   private sequenceOf(request: PendingRequest): Sequence {
     const text = request.inputs.get('text_input');
     if (!text || text.datatype !== 'BYTES' || (text.data as Uint8Array[]).length === 0) {
       throw new TsiError('INVALID_ARG', `model '${this.ctx.modelName}' needs the prompt in 'text_input' (a string)`);
     }
     const prompt = decodeString((text.data as Uint8Array[])[0]!);
+    // A Triton request's images: the expanded prompt is what is tokenized, the request's own what is echoed.
+    const triton = this.tritonImages.get(request);
     const get = (name: string): unknown => {
       const t = request.inputs.get(name);
       if (t) {
@@ -234,10 +280,11 @@ export class LlmScheduler implements Scheduler {
     // Parsed already when a front end read them from its own fields (the OpenAI API); else from the request's parameters.
     const asked = request.generation ?? readGenerationRequest(get);
     const params = withDefaults(asked, this.opts.defaults);
-    const encoded = this.opts.tokenizer.encode(prompt, { addSpecialTokens: asked.addSpecialTokens !== false });
-    let ids = asked.images?.length ? imagePromptIds(encoded, asked.images) : encoded;
+    const encoded = this.opts.tokenizer.encode(triton?.prompt ?? prompt, { addSpecialTokens: asked.addSpecialTokens !== false });
+    const images = asked.images ?? triton?.images;
+    let ids = images?.length ? imagePromptIds(encoded, images) : encoded;
     // Image positions are features, not tokens of the vocabulary: there is no log-probability to give.
-    if (asked.images?.length && params.promptLogprobs !== undefined) throw new TsiError('INVALID_ARG', `parameter 'prompt_logprobs' is not supported with images in the prompt (model '${this.ctx.modelName}')`);
+    if (images?.length && params.promptLogprobs !== undefined) throw new TsiError('INVALID_ARG', `parameter 'prompt_logprobs' is not supported with images in the prompt (model '${this.ctx.modelName}')`);
     const ctxLen = this.opts.maxContext;
     const vocab = this.opts.tokenizer.vocabSize;
     const outside = params.logitBias?.find(([t]) => t >= vocab);
@@ -266,7 +313,7 @@ export class LlmScheduler implements Scheduler {
     const group: Group = { size: n, running: n, unsettled: n, failed: false };
     const make = (i: number) => new Sequence(this, request, new Generation(this.opts.tokenizer, ids, params, maxTokens, this.opts.defaults.eosTokenIds, i), reserve, prompt, group);
     const lead = make(0);
-    if (asked.images?.length) lead.images = asked.images;
+    if (images?.length) lead.images = images;
     if (n > 1) lead.followers = Array.from({ length: n - 1 }, (_, i) => make(i + 1));
     return lead;
   }

@@ -7,13 +7,10 @@
  * decoder_model_merged) whose decoder is a plain Llama with a KV cache, so tsi's engine, batching and
  * prefix cache serve it unchanged once the decoder is fed embeddings; its image tokens are one id
  * repeated (positions are ordinary 1-D ones: no Qwen2-VL M-RoPE grid to compute); and its processor is
- * a few float steps that can be matched exactly: RGB, rescale, normalise (in that order, float32),
- * then onnxruntime's bilinear `Resize` (half_pixel) to the frame side, or, with `do_image_splitting`,
- * to a multiple of it cut into frames plus the whole image as a last frame.
- *
- * Not exact: `do_resize: true` (real SmolVLM folders), which transformers.js does with sharp's Lanczos
- * before the steps above; here the same target size is reached with the bilinear resize, so pixels
- * (and possibly tokens) differ a little from transformers.js on such folders.
+ * a few steps that can be matched exactly: RGB; with `do_resize` the 8-bit image brought to
+ * `size.longest_edge` by sharp's Lanczos (vips-resize.ts); rescale, normalise (in that order,
+ * float32); then onnxruntime's bilinear `Resize` (half_pixel) to the frame side, or, with
+ * `do_image_splitting`, to a multiple of it cut into frames plus the whole image as a last frame.
  */
 
 import type { ModelFiles } from '../backend.js';
@@ -21,6 +18,7 @@ import type { ModelConfig } from '../config/model-config.js';
 import { TsiError } from '../errors.js';
 import { decodeString } from '../tensor.js';
 import { decodeImage, type DecodedImage } from './image-decode.js';
+import { resizeLanczos3 } from './vips-resize.js';
 import { IMAGE_KEY_BASE, IMAGE_KEY_SPAN, type ImageProcessor, type PreparedImage } from './image-input.js';
 
 type Json = Record<string, any>;
@@ -91,7 +89,7 @@ export class Idefics3Processor implements ImageProcessor {
   /** An image's bytes (PNG or JPEG) made ready for the model; `what` names the request's part in refusals. */
   async prepare(bytes: Uint8Array, what: string): Promise<PreparedImage> {
     const img = await decodeImage(bytes, what);
-    const { pixels, frames, rows, cols } = this.pixelValues(img);
+    const { pixels, frames, rows, cols } = this.pixelValues(img, what);
     const tokens = frames * this.seqLen;
     if (tokens >= IMAGE_KEY_SPAN) throw new TsiError('INVALID_ARG', `${what}: the image takes ${tokens} image tokens, more than ${IMAGE_KEY_SPAN - 1}`);
     const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes as Uint8Array<ArrayBuffer>));
@@ -100,11 +98,22 @@ export class Idefics3Processor implements ImageProcessor {
     return { key: IMAGE_KEY_BASE + h * IMAGE_KEY_SPAN, tokenId: this.imageTokenId, tokens, pixels, dims: [1, frames, 3, this.side, this.side], rows, cols };
   }
 
-  /** transformers.js's preprocess and `_call`: HWC float32 rescaled and normalised, then resized / split. */
-  pixelValues(img: DecodedImage): { pixels: Float32Array; frames: number; rows: number; cols: number } {
+  /**
+   * transformers.js's preprocess and `_call`: RGB, the 8-bit resize (`do_resize`), then HWC float32
+   * rescaled and normalised, then resized / split. The resize is sharp's lanczos3 whatever
+   * `resample` says: Idefics3 folders say 1 (Lanczos); transformers.js would run sharp's affine
+   * bilinear / bicubic for 2 / 3.
+   */
+  pixelValues(img: DecodedImage, what = 'the image'): { pixels: Float32Array; frames: number; rows: number; cols: number } {
     const pre = this.pre;
+    let rgb = toRgb(img);
     let { width: w, height: h } = img;
-    const rgb = toRgb(img);
+    if (pre.do_resize ?? pre.size !== undefined) {
+      const [nw, nh] = resizeTarget(w, h, pre.size ?? {});
+      if (nw < 1 || nh < 1) throw new TsiError('INVALID_ARG', `${what}: the ${w}×${h} image resizes to ${nw}×${nh} (size ${JSON.stringify(pre.size)}); each side must come to at least 1 pixel`);
+      rgb = resizeLanczos3({ data: rgb, width: w, height: h, channels: 3 }, nw, nh).data;
+      [w, h] = [nw, nh];
+    }
     let chw: Float32Array = new Float32Array(3 * w * h);
     const rescale = pre.do_rescale ?? true;
     const factor = pre.rescale_factor ?? 1 / 255;
@@ -117,11 +126,6 @@ export class Idefics3Processor implements ImageProcessor {
         if (normalize) v = Math.fround((v - mean[c]!) / std[c]!);
         chw[c * w * h + i] = v;
       }
-    }
-    if (pre.do_resize ?? pre.size !== undefined) {
-      const [nw, nh] = resizeTarget(w, h, pre.size ?? {});
-      chw = resizeBilinear(chw, 3, h, w, nh, nw);
-      [w, h] = [nw, nh];
     }
     const L = this.side;
     if (pre.do_image_splitting ?? true) {

@@ -25,18 +25,31 @@ export function dataUrlBytes(url: string, what: string): { mediaType: string; by
   const mediaType = (meta[0] || 'text/plain').toLowerCase();
   if (!mediaType.startsWith('image/')) throw new TsiError('INVALID_ARG', `${what}: a data: URL of '${mediaType}', not an image (${IMAGE_FORMATS} expected)`);
   const body = url.slice(comma + 1);
-  if (meta.includes('base64')) {
-    let bin: string;
-    try {
-      bin = atob(body.replace(/\s+/g, ''));
-    } catch {
-      throw new TsiError('INVALID_ARG', `${what}: the data: URL's base64 does not decode`);
-    }
-    const bytes = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-    return { mediaType, bytes };
-  }
+  if (meta.includes('base64')) return { mediaType, bytes: base64Bytes(body, `${what}: the data: URL's base64 does not decode`) };
   return { mediaType, bytes: new TextEncoder().encode(decodeURIComponent(body)) };
+}
+
+function base64Bytes(text: string, refusal: string): Uint8Array {
+  let bin: string;
+  try {
+    bin = atob(text.replace(/\s+/g, ''));
+  } catch {
+    throw new TsiError('INVALID_ARG', refusal);
+  }
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return bytes;
+}
+
+/**
+ * One element of a Triton request's `image` input (BYTES): the image file itself (PNG or JPEG, told
+ * by its first bytes), its base64 as Triton's vLLM backend takes it, or a `data:` URL.
+ */
+export function imageElementBytes(element: Uint8Array, what: string): Uint8Array {
+  if (isPng(element) || isJpeg(element)) return element;
+  const text = new TextDecoder().decode(element).trim();
+  if (text.startsWith('data:')) return dataUrlBytes(text, what).bytes;
+  return base64Bytes(text, `${what}: neither ${IMAGE_FORMATS} bytes, their base64, nor a data: URL`);
 }
 
 /** Decodes PNG or JPEG bytes; anything else, or a broken file, is an INVALID_ARG naming `what`. */

@@ -34,6 +34,8 @@ export interface PreparedImage extends ImageInput {
 /** What the chat route needs of a model's image processor (idefics3.ts), as a contract of its own. */
 export interface ImageProcessor {
   readonly imageTokenId: number;
+  /** The placeholder a prompt writes where an image goes (`<image>`). */
+  readonly imageToken: string;
   /** An image's bytes made ready for the model; `what` names the request's part in refusals. */
   prepare(bytes: Uint8Array, what: string): Promise<PreparedImage>;
   /** The rendered prompt with each image placeholder expanded to the image's tokens. */

@@ -3,8 +3,9 @@
  * that feeds image features into a decoder through its embeddings. See docs/llm.md, "Images".
  */
 
-export { IMAGE_FORMATS, dataUrlBytes, decodeImage, type DecodedImage } from './image-decode.js';
+export { IMAGE_FORMATS, dataUrlBytes, decodeImage, imageElementBytes, type DecodedImage } from './image-decode.js';
 export { decodePng } from './png.js';
 export { Idefics3Processor, readVisionFolder, resizeBilinear, type VisionPaths } from './idefics3.js';
-export { ImageBank, imagePromptIds, imageTokenOf, visionKit, type VisionRunner } from './vision-kit.js';
+export { resizeLanczos3, type Pixels } from './vips-resize.js';
+export { ImageBank, floatsOf, halfBitsOf, imagePromptIds, imageTokenOf, visionKit, type Floats, type VisionRunner, type VisionTypes } from './vision-kit.js';
 export { IMAGE_KEY_BASE, IMAGE_KEY_SPAN, type ImageInput, type ImageProcessor, type PreparedImage } from './image-input.js';

@@ -39,7 +39,7 @@ import { loadOrt } from '../gpu/ort.js';
 import { openSession } from '../onnx/session-options.js';
 import { movable } from '../worker-instance.js';
 import { DeviceKv, countBytes, type BusBytes } from './device-kv.js';
-import { ImageBank, visionKit, type VisionRunner } from '../../core/vision/vision-kit.js';
+import { ImageBank, visionKit, type Floats, type VisionRunner, type VisionTypes } from '../../core/vision/vision-kit.js';
 
 /** onnxruntime-node: the dependency, or the CUDA-matched core serve chose (gpu/ort.ts). */
 const ort = loadOrt();
@@ -58,7 +58,7 @@ export interface DecoderInit {
   /** On WebGPU, keep the KV caches (and logits) on the device (device-kv.ts). */
   deviceCaches?: boolean;
   /** A vision-language decoder: its embed-tokens and vision-encoder graphs (file paths or bytes), run on the CPU. */
-  vision?: { embed: string | Uint8Array; encoder: string | Uint8Array; imageTokenId: number; inputsEmbeds: string };
+  vision?: { embed: string | Uint8Array; encoder: string | Uint8Array; imageTokenId: number; inputsEmbeds: string; types: VisionTypes };
 }
 
 /** `parts`: a prefill run in parts answers part by part (only with `handOff`: each part's caches go with it). */
@@ -115,21 +115,24 @@ const visionOpts = { intraOpNumThreads: init.sessionOptions.intraOpNumThreads, e
 const runner: VisionRunner<Ort.Tensor> = {
   async embed(ids, dims) {
     const out = await embedSession!.run({ [embedSession!.inputNames[0]!]: new ort.Tensor('int64', ids, dims) });
-    return out[embedSession!.outputNames[0]!]!.data as Float32Array;
+    return out[embedSession!.outputNames[0]!]!.data as Floats;
   },
   async encode(pixels, dims) {
     const v = init.vision!;
     encoderSession ??= ort.InferenceSession.create(v.encoder as string, visionOpts);
     const s = await encoderSession;
     const [, frames, , h, w] = dims as [number, number, number, number, number];
-    const feeds: Record<string, Ort.Tensor> = { pixel_values: new ort.Tensor('float32', pixels, dims) };
+    const feeds: Record<string, Ort.Tensor> = { pixel_values: floatTensor(pixels, dims) };
     if (s.inputNames.includes('pixel_attention_mask')) feeds.pixel_attention_mask = new ort.Tensor('bool', new Uint8Array(frames * h * w).fill(1), [1, frames, h, w]);
     const out = await s.run(feeds);
-    return (out.image_features ?? out[s.outputNames[0]!]!).data as Float32Array;
+    return (out.image_features ?? out[s.outputNames[0]!]!).data as Floats;
   },
-  float32: (data, dims) => input(new ort.Tensor('float32', data, dims)),
+  floats: (data, dims) => input(floatTensor(data, dims)),
   ids: (t) => t.data as BigInt64Array,
 };
+
+/** float32 data as float32, half bits (a Uint16Array) as float16. */
+const floatTensor = (data: Floats, dims: readonly number[]): Ort.Tensor => (data instanceof Uint16Array ? new ort.Tensor('float16', data, dims) : new ort.Tensor('float32', data, dims));
 
 function input(t: Ort.Tensor): Ort.Tensor {
   if (bus) countBytes(bus.toDevice, 'inputs', (t.data as ArrayBufferView).byteLength);
@@ -172,7 +175,7 @@ async function start(): Promise<void> {
   // After readLogits is set: the vision kit copies the kit's members.
   if (init.vision) {
     embedSession = await ort.InferenceSession.create(init.vision.embed as string, visionOpts);
-    stepKit = visionKit(kit, runner, images, { inputIds: L.inputIds, inputsEmbeds: init.vision.inputsEmbeds, imageTokenId: init.vision.imageTokenId });
+    stepKit = visionKit(kit, runner, images, { inputIds: L.inputIds, inputsEmbeds: init.vision.inputsEmbeds, imageTokenId: init.vision.imageTokenId, types: init.vision.types });
   }
   port.postMessage({ kind: 'ready', provider: opened.provider, failures: opened.failures } satisfies DecoderWorkerReply);
 }

@@ -77,7 +77,7 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
       };
       if (vision) {
         const file = async (p: string) => ctx.files.localPath?.(p) ?? await ctx.files.read(p);
-        init.vision = { embed: await file(vision.embed), encoder: await file(vision.encoder), imageTokenId: vision.imageTokenId, inputsEmbeds: layout.inputsEmbeds! };
+        init.vision = { embed: await file(vision.embed), encoder: await file(vision.encoder), imageTokenId: vision.imageTokenId, inputsEmbeds: layout.inputsEmbeds!, types: vision.types };
       }
       const name = ctx.config.name ?? 'llm';
       const decodeThreads = threadCount(ctx.config, 'decode_thread_count');

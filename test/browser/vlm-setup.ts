@@ -2,7 +2,8 @@
  * Global setup of the browser project's vision-chat test (runs in Node): writes the tiny SmolVLM /
  * Idefics3 folder (scripts/vlm-model.ts) and serves it from a real tsi-node server with the browser
  * routes on, so the page reads the very files the Node server serves (whose answers
- * test/node/vlm-chat.test.ts holds to transformers.js's). Tests get its URL and two PNG images as
+ * test/node/vlm-chat.test.ts holds to transformers.js's), and its fp16 files beside them
+ * (test/node/vlm-fp16.test.ts). Tests get its URL and two PNG images as
  * data URLs by `inject`.
  */
 
@@ -27,7 +28,11 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const repo = join(root, 'repo');
   await writeVlmFolder(join(repo, 'tiny_vlm', '1'));
   mkdirSync(join(repo, 'tiny_vlm'), { recursive: true });
-  writeFileSync(join(repo, 'tiny_vlm', 'config.pbtxt'), 'backend: "llm"\nparameters { key: "kv_cache_bytes" value { string_value: "16777216" } }\nparameters { key: "separate_prefill" value { string_value: "false" } }\n');
+  const pbtxt = 'backend: "llm"\nparameters { key: "kv_cache_bytes" value { string_value: "16777216" } }\nparameters { key: "separate_prefill" value { string_value: "false" } }\n';
+  writeFileSync(join(repo, 'tiny_vlm', 'config.pbtxt'), pbtxt);
+  // The fp16 files (float16 embeds, features and inputs_embeds), served with variant fp16.
+  await writeVlmFolder(join(repo, 'tiny_vlm_fp16', '1'), undefined, { variants: ['fp16'] });
+  writeFileSync(join(repo, 'tiny_vlm_fp16', 'config.pbtxt'), `${pbtxt}parameters { key: "variant" value { string_value: "fp16" } }\n`);
   const image = (w: number, h: number, seed: number) => {
     const data = new Uint8Array(w * h * 3).map((_, i) => (i * seed + ((i * i) >> 3)) % 256);
     return `data:image/png;base64,${Buffer.from(encodePng(w, h, 3, data)).toString('base64')}`;
