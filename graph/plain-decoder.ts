@@ -316,7 +316,7 @@ function readGraph(g: Graph, context: number): PlainDecoderRead {
       if (n.op_type === 'Mul') scale *= need(c, `${where}: the scores multiplied by a non-constant`);
       if (n.op_type === 'Div') scale /= need(c, `${where}: the scores divided by a non-constant`);
     }
-    need(Math.abs(scale * Math.sqrt(hd) - 1) < 1e-4, `${where}: attention scale ${scale}, not 1/√${hd}`);
+    need(Math.abs(scale * Math.sqrt(hd) - 1) < 1e-4, `${where}: attention scale ${Number(scale.toPrecision(4))}, not 1/√${hd}`);
     need(scores.ends.length === 1, `${where}: the scores do not end in one Softmax`);
     const softmax = scores.ends[0]!;
     need([-1, 3].includes(g.attr(softmax, 'axis') ?? -1), `${where}: Softmax over another axis than the keys'`);

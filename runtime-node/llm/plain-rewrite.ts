@@ -166,7 +166,9 @@ function overlay(files: ModelFiles, path: string, file: string): ModelFiles {
 /**
  * Runs the plain and the fused graph on one prompt (batch 1, empty cache) and compares the logits at
  * every position: the largest difference relative to the largest logit, and whether the argmax agrees.
- * The same arithmetic must agree to ~1e-4 (float sums in another order); int8 activations within a few percent.
+ * The same arithmetic must agree to 1e-4 of the largest logit (float sums in another order) with the
+ * same top token everywhere; int8 activations to 15 % with the same top token at half the positions or
+ * more (tiny random models' logits move by ~5 % under them; a wrong rotary moved them by ~110 %, 2 of 12).
  */
 async function compareGraphs(plainFile: string, fusedFile: string, w: DecoderWeights, int8Activations: boolean): Promise<{ ok: boolean; detail: string }> {
   const vocab = w.embed.length / w.finalNorm.length;
@@ -195,7 +197,7 @@ async function compareGraphs(plainFile: string, fusedFile: string, w: DecoderWei
     }
     for (let s = 0; s < S; s++) if (argmax(a, s * vocab, vocab) === argmax(b, s * vocab, vocab)) agree++;
     const rel = maxDiff / (maxAbs || 1);
-    const ok = int8 ? rel < 0.05 && agree >= S - 2 : rel < 1e-4 && agree === S;
+    const ok = int8 ? rel < 0.15 && agree >= S / 2 : rel < 1e-4 && agree === S;
     return { ok, detail: `largest logit difference ${rel.toExponential(1)} of the largest logit, the same top token at ${agree} of ${S} positions` };
   } finally {
     await Promise.all([plain.release(), fused.release()]);
