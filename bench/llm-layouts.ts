@@ -49,7 +49,8 @@ async function modelFile(variant: Variant, layout: Layout): Promise<string> {
     const plain = await modelFile(variant, 'plain');
     const t0 = performance.now();
     const bytes = await readFile(plain);
-    const read = readPlainDecoder(bytes, { context: SMOLLM.context, external: () => new Uint8Array(readFileSync(join(plain, '..', 'model.onnx_data'))) });
+    let external: Uint8Array | undefined;
+    const read = readPlainDecoder(bytes, { context: SMOLLM.context, external: () => (external ??= new Uint8Array(readFileSync(join(plain, '..', 'model.onnx_data')))) });
     if (!read.ok) throw new Error(`the plain graph was not recognised: ${read.reason}`);
     ({ model, data } = fusedDecoderModel(read.weights, { name: 'rewritten', external: 'model.onnx_data', int8Activations: layout === 'rewritten' }));
     console.log(`${variant}: the plain graph read and rewritten in ${((performance.now() - t0) / 1000).toFixed(1)} s (${read.summary})`);

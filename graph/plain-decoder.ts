@@ -323,9 +323,8 @@ function readGraph(g: Graph, context: number): PlainDecoderRead {
     const pv = walk(g, softmax.output[0]!, new Set(['Cast']), (n) => n.op_type === 'MatMul', `${where} probabilities`).ends;
     const valueEnds = walk(g, values!.output[0]!, new Set(), (n) => n.op_type === 'MatMul', `${where} values`).ends;
     need(pv.length === 1 && valueEnds.length === 1 && pv[0] === valueEnds[0], `${where}: the probabilities do not meet the values in one MatMul`);
-    const oEnd = walk(g, pv[0]!.output[0]!, new Set(), (n) => projection(g, n) !== undefined, `${where} attention output`).ends;
-    need(oEnd.length === 1, `${where}: no o_proj`);
-    const o = projection(g, oEnd[0]!)!;
+    const oEnd = walk(g, pv[0]!.output[0]!, new Set(), (n) => n.op_type === 'MatMul' || n.op_type === 'MatMulNBits', `${where} attention output`).ends;
+    const o = need(oEnd.length === 1 && projection(g, oEnd[0]!), `${where}: no o_proj`);
     const x2 = residual(g, o.out, x, `${where} attention`);
     const n2 = rmsNorm(g, x2, `${where} post-attention norm`);
     epsilons.add(n2.eps);
