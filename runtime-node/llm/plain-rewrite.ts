@@ -78,7 +78,8 @@ export async function rewritePlainDecoder(ctx: ModelLoadContext, path: string, o
   }
   if (!read.ok) return notRewritten(`its graph is not recognised (${read.reason})`);
   const fused = fusedDecoderModel(read.weights, { name: `fused ${basename(local)}`, docString: `${local} rewritten into the fused layout by tsi`, external: 'model.onnx_data', int8Activations: how === 'fast' });
-  const tmp = `${dir}.tmp-${process.pid}`;
+  // Two loads of the same files in one process each write their own, and the first to finish wins.
+  const tmp = `${dir}.tmp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
   let stage = `the cache at ${dir} could not be written`;
   try {
     await forgetStale(dirname(dir));
@@ -110,8 +111,8 @@ async function forgetStale(root: string): Promise<void> {
       const { source } = JSON.parse(readFileSync(record, 'utf8')) as { source: string[] };
       if (source.every((f) => existsSync(f))) continue;
     } catch {
-      // No record: another process's rewrite in flight (`.tmp-<pid>`) unless that process is gone.
-      const pid = Number(/\.tmp-(\d+)$/.exec(entry)?.[1]);
+      // No record: a rewrite in flight (`.tmp-<pid>-<n>`) unless its process is gone.
+      const pid = Number(/\.tmp-(\d+)-\w+$/.exec(entry)?.[1]);
       if (pid && alive(pid)) continue;
     }
     await rm(join(root, entry), { recursive: true, force: true });
