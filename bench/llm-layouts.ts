@@ -7,13 +7,15 @@
  * decoding worker runs it, rounds alternating between layouts so a loaded machine hurts both alike;
  * printed: median ms per step, the ratio, and onnxruntime's profile (kernel time by operator) of one
  * extra round per layout: its decode steps, and a prompt of PREFILL tokens (where a time to first token goes).
+ * `rewritten` is the plain graph as the server serves it by default (graph/plain-decoder.ts read into
+ * graph/fused-decoder.ts: the fused layout, int8 activations for int4), `rewritten_exact` the same with
+ * the export's own accuracy level (rewrite_plain_layout: exact).
  *
  * Run:  npx tsx bench/llm-layouts.ts   (env: ROWS=1,8  VARIANTS=model_q4,model  ROUNDS=3  STEPS=24
- *       THREADS=2  LAYOUTS=plain,gqa  PREFILL=512 (the profiled prompt)  PROFILE=0 skips the profile; --markdown: the tables become
- *       docs/performance.md's section). npm run bench:llm-layouts
  */
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
@@ -22,13 +24,17 @@ import { KvBatch, type KvArray, type TensorKit } from '../core/llm/kv-batch.js';
 import { readOnnxIo } from '../runtime-node/onnx/info.js';
 import { markdownTable } from './markdown.js';
 import { opCell, profileDecoder } from './ort-profile.js';
-import { familyConfig, familyModel, type FamilySpec, type Layout, type Variant } from '../scripts/llm-families.js';
+import { familyConfig, familyModel, type FamilySpec, type Variant } from '../scripts/llm-families.js';
+import { fusedDecoderModel } from '../graph/fused-decoder.js';
+import { readPlainDecoder } from '../graph/plain-decoder.js';
 
-const SMOLLM: FamilySpec = { family: 'llama', vocab: 32000, dModel: 576, heads: 9, kvHeads: 3, headDim: 64, layers: 30, ffn: 1536, context: 2048, seed: 3, bos: 1, eos: 2 };
+const SMOLLM: FamilySpec = { family: 'llama', vocab: 32000, dModel: 576, heads: 9, kvHeads: 3, headDim: 64, layers: Number(process.env.LAYERS ?? 30), ffn: 1536, context: 2048, seed: 3, bos: 1, eos: 2 };
+/** The builder's two layouts, and the plain one rewritten as the server does at load. */
+type Layout = 'plain' | 'gqa' | 'rewritten' | 'rewritten_exact';
 const list = (v: string | undefined, d: string) => (v ?? d).split(',').filter(Boolean);
 const ROWS = list(process.env.ROWS, '1,8').map(Number);
 const VARIANTS = list(process.env.VARIANTS, 'model_q4,model') as Variant[];
-const LAYOUTS = list(process.env.LAYOUTS, 'plain,gqa') as Layout[];
+const LAYOUTS = list(process.env.LAYOUTS, 'plain,rewritten,gqa') as Layout[];
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const STEPS = Number(process.env.STEPS ?? 24);
 const THREADS = Number(process.env.THREADS ?? cpus().length);
@@ -36,15 +42,25 @@ const PREFILL = Number(process.env.PREFILL ?? 512);
 const cacheDir = join(tmpdir(), 'tsi-llm-layouts');
 
 /** What writes the models: a folder built by other sources is not this one. */
-const builderKey = createHash('sha256').update(await readFile(new URL('../scripts/llm-families.ts', import.meta.url))).update(await readFile(new URL('../graph/onnx-builder.ts', import.meta.url))).digest('hex').slice(0, 12);
+const builderKey = createHash('sha256').update(await readFile(new URL('../scripts/llm-families.ts', import.meta.url))).update(await readFile(new URL('../graph/onnx-builder.ts', import.meta.url))).update(await readFile(new URL('../graph/fused-decoder.ts', import.meta.url))).update(await readFile(new URL('../graph/plain-decoder.ts', import.meta.url))).digest('hex').slice(0, 12);
 
 /** The model's folder, built once per machine and builder (the weights are seeded: the same bytes every time). */
 async function modelFile(variant: Variant, layout: Layout): Promise<string> {
-  const dir = join(cacheDir, `${layout}_${variant}_${builderKey}`);
+  const dir = join(cacheDir, `${SMOLLM.layers}_${layout}_${variant}_${builderKey}`);
   const file = join(dir, 'model.onnx');
   if (await stat(file).then(() => true, () => false)) return file;
+  let model: Uint8Array, data: Uint8Array | undefined;
+  if (layout === 'rewritten' || layout === 'rewritten_exact') {
+    const plain = await modelFile(variant, 'plain');
+    const t0 = performance.now();
+    const bytes = await readFile(plain);
+    let external: Uint8Array | undefined;
+    const read = readPlainDecoder(bytes, { context: SMOLLM.context, external: () => (external ??= new Uint8Array(readFileSync(join(plain, '..', 'model.onnx_data')))) });
+    if (!read.ok) throw new Error(`the plain graph was not recognised: ${read.reason}`);
+    ({ model, data } = fusedDecoderModel(read.weights, { name: 'rewritten', external: 'model.onnx_data', int8Activations: layout === 'rewritten' }));
+    console.log(`${variant}: the plain graph read and rewritten in ${((performance.now() - t0) / 1000).toFixed(1)} s (${read.summary})`);
+  } else ({ model, data } = familyModel({ ...SMOLLM, layout }, variant));
   await mkdir(dir, { recursive: true });
-  const { model, data } = familyModel({ ...SMOLLM, layout }, variant);
   if (data) await writeFile(join(dir, 'model.onnx_data'), data);
   await writeFile(file, model);
   return file;
@@ -105,7 +121,7 @@ function argmax(logits: Float32Array, V: number): number[] {
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-console.log(`SmolLM2-135M shape, ${THREADS} intra-op threads, ${STEPS} steps × ${ROUNDS} alternating rounds (medians; on a shared machine compare within a row)`);
+console.log(`SmolLM2-135M shape (${SMOLLM.layers} layers), ${THREADS} intra-op threads, ${STEPS} steps × ${ROUNDS} alternating rounds (medians; on a shared machine compare within a row)`);
 const table: (string | number)[][] = [['variant', 'rows', 'layout', 'ms/step', 'graph ms', 'inputs ms', 'tokens/s', `vs ${LAYOUTS[0]}`, `greedy tokens = ${LAYOUTS[0]}'s`]];
 const profiles: (string | number)[][] = [['variant', 'layout', 'run', 'kernel time by operator (share, × calls a run)']];
 for (const variant of VARIANTS) {
@@ -133,5 +149,5 @@ for (const variant of VARIANTS) {
     }
   }
 }
-markdownTable(`Decode steps of the SmolLM2-135M shape, ${THREADS} intra-op threads, ${STEPS} steps × ${ROUNDS} alternating rounds (medians; ratios from this run). The int4 gqa graph computes MatMulNBits with int8 activations, so its greedy tokens may part from the plain graph's; fp32 must not.`, table);
+markdownTable(`Decode steps of the SmolLM2-135M shape (${SMOLLM.layers} layers), ${THREADS} intra-op threads, ${STEPS} steps × ${ROUNDS} alternating rounds (medians; ratios from this run). \`rewritten\` is the plain graph as the server serves it by default (rewritten into the fused layout at load), \`rewritten_exact\` with rewrite_plain_layout: exact. The int4 gqa and rewritten graphs compute MatMulNBits with int8 activations, so their greedy tokens may part from the plain graph's; fp32 and rewritten_exact must not.`, table);
 if (profiles.length > 1) markdownTable('onnxruntime profile (enableProfiling), kernel time by operator', profiles);

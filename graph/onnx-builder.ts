@@ -294,6 +294,27 @@ export function decodeModel(bytes: Uint8Array): Record<string, unknown> {
 }
 
 /**
+ * The decoded message itself (snake_case fields; int64 as numbers or Longs; `raw_data` as views of
+ * `bytes`, not copies), for readers of large models such as plain-decoder.ts.
+ */
+export function decodeModelMessage(bytes: Uint8Array): OnnxModelMessage {
+  return modelType().decode(bytes) as unknown as OnnxModelMessage;
+}
+type Int64 = number | { toNumber(): number };
+export interface OnnxTensorMessage {
+  name: string; dims: Int64[]; data_type: number; raw_data?: Uint8Array; float_data?: number[]; int64_data?: Int64[]; int32_data?: number[];
+  external_data?: { key: string; value: string }[]; data_location?: number;
+}
+export interface OnnxAttributeMessage { name: string; type: number; f?: number; i?: Int64; s?: Uint8Array; t?: OnnxTensorMessage; ints?: Int64[]; floats?: number[] }
+export interface OnnxNodeMessage { input: string[]; output: string[]; name?: string; op_type: string; domain?: string; attribute: OnnxAttributeMessage[] }
+export interface OnnxValueInfoMessage { name: string; type?: { tensor_type?: { elem_type?: number; shape?: { dim?: { dim_value?: Int64; dim_param?: string }[] } } } }
+export interface OnnxModelMessage {
+  graph: { node: OnnxNodeMessage[]; initializer: OnnxTensorMessage[]; input: OnnxValueInfoMessage[]; output: OnnxValueInfoMessage[] };
+}
+/** An int64 field as protobufjs gives it (a number, or a Long where long.js is present) as a number. */
+export const int64 = (v: Int64 | undefined): number => (v === undefined ? 0 : typeof v === 'number' ? v : v.toNumber());
+
+/**
  * The same model with the first dimension of every graph input and output that names one (`'batch'`)
  * left unset instead, the way Triton's example models are written.
  */

@@ -26,7 +26,8 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { attentionAllowed } from './llm-model.js';
-import { GraphBuilder, attrFloat, encodeModelParts, fillUniform, type Dim } from '../graph/onnx-builder.js';
+import { GraphBuilder, encodeModelParts, fillUniform } from '../graph/onnx-builder.js';
+import { fusedDecoderModel, type DecoderLayerWeights, type Linear } from '../graph/fused-decoder.js';
 
 export type Family = 'llama' | 'qwen2' | 'phi3' | 'gemma';
 export type Variant = 'model' | 'model_fp16' | 'model_q4' | 'model_q4f16';
@@ -179,14 +180,14 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
   const weight = (name: string, dims: number[], data: Float32Array) =>
     half ? g.op('Cast', [g.initializer(name, 'FLOAT16', dims, toHalf(data))], { to: 1 }) : g.initializer(name, 'FLOAT', dims, data);
   const fused = spec.layout === 'gqa';
-  if (fused && half) throw new Error(`the gqa layout is written as model and model_q4 (asked: ${variant})`);
-  /** x @ W (+ bias) for W [K, N] given: MatMulNBits in the q4 variant (int8 activations in the fused layout). */
+  if (fused && (half || opts.inputsEmbeds)) throw new Error(`the gqa layout is written as model and model_q4 taking input_ids (asked: ${variant}${opts.inputsEmbeds ? ', inputs_embeds' : ''})`);
+  /** x @ W (+ bias) for W [K, N] given: MatMulNBits in the q4 variant. */
   const linearW = (x: string, name: string, K: number, N: number, w: Float32Array, bias?: Float32Array): string => {
     let y: string;
     if (q4) {
       const { b, scales } = quantize4(w, K, N);
       const bT = g.initializer(`${name}.weight_Q4`, 'UINT8', [N, K / 32, 16], b);
-      const nbits = { K, N, bits: 4, block_size: 32, ...(fused ? { accuracy_level: 4 } : {}) };
+      const nbits = { K, N, bits: 4, block_size: 32 };
       if (half) {
         // q4f16: MatMulNBits in fp16 (its T1), the rest of the graph computing in float32 as the other variants do.
         const sT = g.initializer(`${name}.weight_scales`, 'FLOAT16', [N * (K / 32)], toHalf(scales));
@@ -214,6 +215,12 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
   const inputIds = embeds ? undefined : g.input('input_ids', 'INT64', ['batch_size', 'sequence_length']);
   const mask = g.input('attention_mask', 'INT64', ['batch_size', 'total_sequence_length']);
   const embedData = rand(V * D, 1);
+  /** Gemma's tied output: the embedding table, transposed to [D, V]. */
+  const tiedHead = () => {
+    const t = new Float32Array(D * V);
+    for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) t[d * V + v] = embedData[v * D + d]!;
+    return t;
+  };
   let x = embeds ?? g.op('Gather', [weight('model.embed_tokens.weight', [V, D], embedData), inputIds!], { axis: 0 });
   if (family === 'gemma') x = g.op('Mul', [x, f32('model.embed_scale', Math.sqrt(D))]);
   /** The MLP's gate activation: GELU with the tanh approximation (Gemma's gelu_pytorch_tanh), else SiLU. */
@@ -224,93 +231,51 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
   };
   const kvType = half ? 'FLOAT16' : 'FLOAT';
   /** The final norm's output to logits, and the encoded model. */
-  const finish = (last: string, positions: Dim = 'sequence_length') => {
+  const finish = (last: string) => {
     let logits: string;
     if (family === 'gemma' && !q4) {
       // Tied output: the embedding table, transposed.
-      const t = new Float32Array(D * V);
-      for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) t[d * V + v] = embedData[v * D + d]!;
-      logits = g.op('MatMul', [last, weight('lm_head.weight', [D, V], t)]);
+      logits = g.op('MatMul', [last, weight('lm_head.weight', [D, V], tiedHead())]);
     } else logits = linear(last, 'lm_head', D, V, 0.5);
     if (half) g.op('Cast', [logits], { to: 10 }, 'logits');
     else g.op('Identity', [logits], undefined, 'logits');
-    g.output('logits', half ? 'FLOAT16' : 'FLOAT', ['batch_size', positions, V]);
+    g.output('logits', half ? 'FLOAT16' : 'FLOAT', ['batch_size', 'sequence_length', V]);
     return encodeModelParts(g.spec(), variant === 'model' && !opts.inputsEmbeds ? { location: 'model.onnx_data' } : undefined);
   };
   /** A [K, N] projection's uniform range: the family's own, or scaledInit's (std 1/√K, less on a residual branch's output). */
   const range = (K: number, own: number, residualOut = false) => (spec.scaledInit ? Math.sqrt(3 / K) / (residualOut ? Math.sqrt(2 * layers) : 1) : own);
   if (fused) {
     // The weights are drawn in the plain layout's order (same seeds), so both layouts hold the same model.
-    const eps = attrFloat(1e-6);
-    const normW = (name: string) => weight(`${name}.weight`, [D], fillUniform(new Float32Array(D), seed++, 0.8, 1.2));
-    /** RMSNorm of `skip` + `y` (com.microsoft's fused kernel): the normed sum, and the sum (the next residual). */
-    const skipNorm = (y: string, skip: string, name: string): [string, string] => {
-      const [out, sum] = [`${name}.out`, `${name}.sum`];
-      g.node('SkipSimplifiedLayerNormalization', [y, skip, normW(name)], [out, '', '', sum], { epsilon: eps }, 'com.microsoft');
-      return [out, sum];
-    };
-    // The attention reads each row's length from the mask (its rows start at position 0, padding after):
-    // seqlens_k = Σ mask − 1 and total_sequence_length = the mask's width, as onnxruntime-genai feeds them.
-    const lastAt = g.op('Sub', [g.op('ReduceSum', [mask, i64('mask_axis', [1])], { keepdims: 0 }), i64('one', [1], [])]);
-    const width = g.op('Gather', [g.op('Shape', [mask]), i64('mask_width', [1], [])], { axis: 0 });
-    const seqlensK = g.op('Cast', [lastAt], { to: 6 });
-    const total = g.op('Cast', [width], { to: 6 });
-    // RoPE's cos/sin per position and frequency (rope scaling applied), as GroupQueryAttention's rotary reads them.
-    const freqs = invFreq(spec);
-    const cosCache = new Float32Array(spec.context * (hd / 2));
-    const sinCache = new Float32Array(spec.context * (hd / 2));
-    for (let t = 0; t < spec.context; t++) {
-      for (let i = 0; i < hd / 2; i++) {
-        cosCache[t * (hd / 2) + i] = Math.cos(t * freqs[i]!);
-        sinCache[t * (hd / 2) + i] = Math.sin(t * freqs[i]!);
-      }
-    }
-    const cos = g.initializer('rope.cos_cache', 'FLOAT', [spec.context, hd / 2], cosCache);
-    const sin = g.initializer('rope.sin_cache', 'FLOAT', [spec.context, hd / 2], sinCache);
+    const norm = () => fillUniform(new Float32Array(D), seed++, 0.8, 1.2);
+    const lin = (K: number, N: number, w: Float32Array, bias?: Float32Array): Linear =>
+      (q4 ? { kind: 'int4', K, N, blockSize: 32, bias, ...quantize4(w, K, N) } : { kind: 'float', K, N, w, bias });
     const qbias = family === 'qwen2';
-    let h = g.op('SimplifiedLayerNormalization', [x, normW('model.layers.0.input_layernorm')], { axis: -1, epsilon: eps });
+    let inputNorm = norm();
+    const layerWeights: DecoderLayerWeights[] = [];
     for (let l = 0; l < layers; l++) {
-      const p = `model.layers.${l}`;
-      // q, k and v as one matrix [D, (H + 2·KVH)·hd]; `seed++` stands for the plain layout's reshape names.
-      const parts = ([[H, 0.5], [KVH, 0.5], [KVH, 0.5]] as const).map(([n, sc]) => {
+      // `seed++` stands for the plain layout's reshape names.
+      const [q, k, v] = [H, KVH, KVH].map((n) => {
         const bias = qbias ? rand(n * hd, 0.1) : undefined;
-        const w = rand(D * n * hd, range(D, sc));
+        const w = rand(D * n * hd, range(D, 0.5));
         seed++;
-        return { n: n * hd, w, bias };
-      });
-      const qkvN = parts.reduce((a, q) => a + q.n, 0);
-      const qkv = linearW(h, `${p}.self_attn.qkv_proj`, D, qkvN, concatColumns(parts, D), qbias ? Float32Array.from(parts.flatMap((q) => [...q.bias!])) : undefined);
-      const attn = `${p}.attn`;
-      g.node('GroupQueryAttention', [qkv, '', '', `past_key_values.${l}.key`, `past_key_values.${l}.value`, seqlensK, total, cos, sin], [attn, `present.${l}.key`, `present.${l}.value`], {
-        num_heads: H, kv_num_heads: KVH, scale: attrFloat(1 / Math.sqrt(hd)), do_rotary: 1, rotary_interleaved: 0,
-      }, 'com.microsoft');
-      g.input(`past_key_values.${l}.key`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
-      g.input(`past_key_values.${l}.value`, kvType, ['batch_size', KVH, 'past_sequence_length', hd]);
-      let h2: string;
-      [h2, x] = skipNorm(linear(attn, `${p}.self_attn.o_proj`, H * hd, D, range(H * hd, 0.3, true)), x, `${p}.post_attention_layernorm`);
-      const gu = [rand(D * ffn, range(D, 0.3)), rand(D * ffn, range(D, 0.3))].map((w) => ({ n: ffn, w }));
-      const [gate, up] = [`${p}.mlp.gate`, `${p}.mlp.up`];
-      g.node('Split', [linearW(h2, `${p}.mlp.gate_up_proj`, D, 2 * ffn, concatColumns(gu, D)), i64(`${p}.mlp.split`, [ffn, ffn])], [gate, up], { axis: -1 });
-      const down = linear(g.op('Mul', [activation(gate, p), up]), `${p}.mlp.down_proj`, ffn, D, range(ffn, 0.2, true));
-      [h, x] = skipNorm(down, x, l + 1 < layers ? `model.layers.${l + 1}.input_layernorm` : 'model.norm');
-      g.output(`present.${l}.key`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
-      g.output(`present.${l}.value`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
+        return lin(D, n * hd, w, bias);
+      }) as [Linear, Linear, Linear];
+      const o = lin(H * hd, D, rand(H * hd * D, range(H * hd, 0.3, true)));
+      const postNorm = norm();
+      const gate = lin(D, ffn, rand(D * ffn, range(D, 0.3)));
+      const up = lin(D, ffn, rand(D * ffn, range(D, 0.3)));
+      const down = lin(ffn, D, rand(ffn * D, range(ffn, 0.2, true)));
+      layerWeights.push({ inputNorm, q, k, v, o, postNorm, gate, up, down });
+      inputNorm = norm();
     }
-    // Logits for each row's last `num_logits_to_keep` tokens only (transformers' input; 0 keeps every
-    // position): a step reads one, as llama.cpp computes them, so a prompt's other positions skip the
-    // lm_head, which at a 512-token prefill is a fifth of the work (a quarter at a 152k vocabulary) and
-    // its logits hundreds of MB; a prefill whose rows want their prompt's log-probabilities keeps all.
-    // A row's last token sits at its length − 1 − the past (right padding; a decode's is 0 for every
-    // row), and its last K at max(that − K + 1, 0) + j, which for K = the run's length is every position.
-    const S = g.op('Gather', [g.op('Shape', [h]), i64('seq_axis', [1], [])], { axis: 0 });
-    const at = g.op('Max', [g.op('Sub', [lastAt, g.op('Sub', [width, S])]), i64('zero', [0], [])]);
-    const keep = g.op('Unsqueeze', [g.input('num_logits_to_keep', 'INT64', []), i64('keep_axis', [0])]);
-    const K = g.op('Min', [g.op('Where', [g.op('Equal', [keep, i64('keep_all', [0])]), S, keep]), S]);
-    const first = g.op('Max', [g.op('Add', [g.op('Sub', [at, K]), i64('one_more', [1])]), i64('zero_start', [0])]);
-    const span = g.op('Range', [i64('range_start', [0], []), g.op('Squeeze', [K, i64('k_axis', [0])]), i64('range_step', [1], [])]);
-    const index = g.op('Add', [g.op('Unsqueeze', [first, i64('first_axis', [1])]), g.op('Unsqueeze', [span, i64('span_axis', [0])])]);
-    const last = g.op('GatherND', [h, g.op('Unsqueeze', [index, i64('index_axis', [2])])], { batch_dims: 1 });
-    return finish(last, 'logits_length');
+    let lmHead: Linear;
+    if (family === 'gemma' && !q4) {
+      lmHead = lin(D, V, tiedHead());
+    } else lmHead = lin(D, V, rand(D * V, 0.5));
+    return fusedDecoderModel({
+      heads: H, kvHeads: KVH, headDim: hd, eps: 1e-6, embed: embedData, embedScale: family === 'gemma' ? Math.sqrt(D) : undefined,
+      invFreq: invFreq(spec), context: spec.context, layers: layerWeights, finalNorm: inputNorm, lmHead, activation: family === 'gemma' ? 'gelu_tanh' : 'silu',
+    }, { name: `tiny_${family}`, docString: g.spec().docString, external: variant === 'model' ? 'model.onnx_data' : undefined, int8Activations: true });
   }
   const positions = g.input('position_ids', 'INT64', ['batch_size', 'sequence_length']);
 
@@ -366,20 +331,6 @@ export function familyModel(spec: FamilySpec, variant: Variant, opts: { inputsEm
     g.output(`present.${l}.value`, kvType, ['batch_size', KVH, 'total_sequence_length', hd]);
   }
   return finish(rmsNorm(x, 'model.norm'));
-}
-
-/** Weight matrices [K, n_i] side by side as one [K, Σ n_i] (x @ W then splits into the x @ W_i). */
-function concatColumns(parts: readonly { n: number; w: Float32Array }[], K: number): Float32Array {
-  const N = parts.reduce((a, p) => a + p.n, 0);
-  const out = new Float32Array(K * N);
-  for (let k = 0; k < K; k++) {
-    let at = k * N;
-    for (const p of parts) {
-      out.set(p.w.subarray(k * p.n, (k + 1) * p.n), at);
-      at += p.n;
-    }
-  }
-  return out;
 }
 
 /** The Hugging Face config.json of `spec`, as its family writes it. */

@@ -19,8 +19,10 @@
  * scheduler, engine, sampling and text are core's. Config parameters (per instance):
  * `max_num_seqs` (64), `kv_cache_bytes` (512 MiB), `max_prefill_tokens` (4096), `enable_prefix_caching`
  * (true: prompts' caches kept for later prompts with the same prefix, prefix-cache.ts), `max_context`
- * (default: config.json), `variant` (model_q4, model_fp16...; default: the best present), and the
- * onnxruntime backend's thread settings.
+ * (default: config.json), `variant` (model_q4, model_fp16...; default: the best present),
+ * `rewrite_plain_layout` (true, exact or false: whether the Node runtime serves a plain Llama-shaped
+ * graph rewritten into the fused layout; runtime-node/llm/plain-rewrite.ts), and the onnxruntime
+ * backend's thread settings.
  */
 
 import type {
@@ -32,7 +34,7 @@ import type { Scheduler, SchedulerContext } from '../scheduling/scheduler.js';
 import type { ModelStats } from '../stats.js';
 import { decodeString } from '../tensor.js';
 import { ChatTemplate } from './chat.js';
-import { kvBytesPerToken, layoutOf, type DecoderLayout, type DecoderSession } from './decoder.js';
+import { contextOf, kvBytesPerToken, layoutOf, type DecoderLayout, type DecoderSession } from './decoder.js';
 import { checkMemory, modelFile, type MemoryFacts, type ModelFile, type VariantRule } from './model-folder.js';
 import { generationDefaults, type GenerationDefaults } from './params.js';
 import { LlmScheduler } from './scheduler.js';
@@ -49,6 +51,12 @@ export interface DecoderRuntime {
   open(args: { ctx: ModelLoadContext; spec: InstanceSpec; path: string; layout: DecoderLayout; instanceCount: number; vision?: VisionSessionFiles }): Promise<DecoderSession>;
   /** Which variant (`model`, `model_fp16`, `model_q4`...) the device `config`'s instances run on prefers; default: the CPU's. */
   variantRule?(config: ModelConfig): VariantRule | Promise<VariantRule>;
+  /**
+   * The files to serve the decoder at `path` from instead of the folder's, where the runtime rewrites
+   * the graph (runtime-node: a plain export into the fused layout, cached on disk); undefined to serve
+   * it as it is. `context`: the context length it will be served at.
+   */
+  rewrite?(ctx: ModelLoadContext, path: string, opts: { context?: number }): Promise<ModelFiles | undefined>;
   /** What the memory check needs to know, where the runtime can tell. */
   memory?(ctx: ModelLoadContext, path: string): Promise<MemoryFacts | undefined>;
 }
@@ -164,9 +172,13 @@ class LlmModel implements BackendModel {
     const folderCfg = await readJson(files, `${dir}/config.json`, false);
     // A vision-language config nests its language model's (context, heads) under text_config.
     const hf = vlm && folderCfg?.text_config ? { ...folderCfg, ...folderCfg.text_config } : folderCfg;
-    const io = await runtime.describe(files, path);
     const maxContextParam = config.parameters?.max_context?.string_value;
-    const layout = layoutOf(io, hf ?? {}, { maxContext: maxContextParam !== undefined ? intParam(config, 'max_context', 1) : undefined });
+    const maxContext = maxContextParam !== undefined ? intParam(config, 'max_context', 1) : undefined;
+    // A rewritten graph (docs/llm.md, "Two export layouts") is read, measured and served in the folder's place.
+    const rewritten = vlm ? undefined : await runtime.rewrite?.(ctx, path, { context: contextOf(hf ?? {}, maxContext) });
+    if (rewritten) ctx = { ...ctx, files: rewritten };
+    const io = await runtime.describe(ctx.files, path);
+    const layout = layoutOf(io, hf ?? {}, { maxContext });
     const defaults = generationDefaults(genCfg, hf, tokenizer.eosId);
     const facts = await runtime.memory?.(ctx, path);
     if (facts) checkMemory(ctx, facts, instancesOf(config), intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES), file);

@@ -160,6 +160,11 @@ type Json = Record<string, any>;
 const PAST = /^(?:past_key_values|past)\.(\d+)\.(key|value)$/;
 const PRESENT = /^(?:present|present_key_values)\.(\d+)\.(key|value)$/;
 
+/** The context length a decoder is served at: the config parameter's, else the HF config's. */
+export function contextOf(hf: Json, maxContext?: number): number | undefined {
+  return maxContext ?? hf.max_position_embeddings ?? hf.n_positions ?? hf.n_ctx ?? hf.seq_length;
+}
+
 /** Reads the export layout from the graph's inputs and outputs and the HF config (both may be partial). */
 export function layoutOf(io: ModelIoInfo, hf: Json = {}, overrides: { maxContext?: number } = {}): DecoderLayout {
   const inputs = new Map(io.inputs.map((i) => [i.name, i]));
@@ -196,7 +201,7 @@ export function layoutOf(io: ModelIoInfo, hf: Json = {}, overrides: { maxContext
   if (!kvType) throw fail(`keeps its KV cache as ${k0.datatype} (float32 and float16 are supported)`);
   const lt = outputs.get(logits)!.datatype;
   if (lt !== 'float32' && lt !== 'float16') throw fail(`returns logits as ${lt}`);
-  const maxContext = overrides.maxContext ?? hf.max_position_embeddings ?? hf.n_positions ?? hf.n_ctx ?? hf.seq_length;
+  const maxContext = contextOf(hf, overrides.maxContext);
   if (!maxContext) throw new TsiError('INVALID_ARG', 'the decoder\'s context length is unknown: give config.json (max_position_embeddings) or the config parameter max_context');
   const has = (n: string) => (inputs.has(n) ? n : undefined);
   return {

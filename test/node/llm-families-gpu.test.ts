@@ -44,9 +44,11 @@ describeWith(!!process.env.CI, 'WebGPU adapter (Dawn)', missing)('an onnx-commun
       writeFileSync(join(root, 'repo', name, 'config.pbtxt'), `backend: "llm"\n${pbtxt}${SMALL}`);
     };
     entry('llama_gpu', 'instance_group [{ kind: KIND_GPU }]\n');
-    entry('llama_cpu', 'instance_group [{ kind: KIND_CPU }]\n');
+    // The CPU serves the files as exported (not rewritten into the fused layout, as KIND_GPU never is), so both run one graph.
+    const asExported = 'parameters { key: "rewrite_plain_layout" value { string_value: "false" } }\n';
+    entry('llama_cpu', `instance_group [{ kind: KIND_CPU }]\n${asExported}`);
     for (const v of ['fp16', 'q4', 'q4f16']) {
-      entry(`llama_cpu_${v}`, `instance_group [{ kind: KIND_CPU }]\nparameters { key: "variant" value { string_value: "${v}" } }\n`);
+      entry(`llama_cpu_${v}`, `instance_group [{ kind: KIND_CPU }]\nparameters { key: "variant" value { string_value: "${v}" } }\n${asExported}`);
       if (v !== 'fp16') entry(`llama_gpu_${v}`, `instance_group [{ kind: KIND_GPU }]\nparameters { key: "variant" value { string_value: "${v}" } }\n`);
     }
     server = await startTestServer({ modelRepositories: [join(root, 'repo')] });

@@ -5,8 +5,9 @@
  * for Llama onnx/model_q4f16.onnx, MatMulNBits in fp16):
  * Llama (RoPE with Llama 3 scaling, grouped-query attention, RMSNorm, SwiGLU), Qwen2 (q/k/v biases),
  * Phi-3 and Gemma (embedding scale, (1 + w) RMSNorm, GELU-tanh, SentencePiece tokenizer). Each is
- * served by the real Node server from the folder as it is, and gives at 1, 4 and 16 concurrent
- * requests the same greedy tokens as transformers.js (the independent reference) on the same files.
+ * served by the real Node server from the folder as it is (the fp32 and int4 Llama-shaped ones rewritten
+ * into the fused layout at load), and gives at 1, 4 and 16 concurrent requests the same greedy tokens as
+ * transformers.js (the independent reference) on the same files.
  */
 
 import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -50,7 +51,10 @@ beforeAll(async () => {
       const entry = join(root, 'repo', `${family}_${variant}`);
       mkdirSync(entry, { recursive: true });
       symlinkSync(folder, join(entry, '1'));
-      writeFileSync(join(entry, 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "${variant}" } }\n${SMALL}`);
+      // Llama, Qwen2 and Phi-3 are served rewritten into the fused layout (runtime-node/llm/plain-rewrite.ts);
+      // int4 keeping the export's arithmetic (not int8 activations), so transformers.js's tokens hold exactly.
+      const exact = variant === 'model_q4' ? 'parameters { key: "rewrite_plain_layout" value { string_value: "exact" } }\n' : '';
+      writeFileSync(join(entry, 'config.pbtxt'), `backend: "llm"\nparameters { key: "variant" value { string_value: "${variant}" } }\n${SMALL}${exact}`);
     }
   }
   // int4 with fp16 scales and activations (MatMulNBits' fp16 kernel), on one family.
