@@ -37,7 +37,9 @@ beforeAll(async () => {
     const dir = join(root, `llama_${layout}`);
     const spec = { ...tinySpec('llama', tokenizer.vocabSize, tokenizer.bosId ?? tokenizer.eosId!, tokenizer.eosId!), layout };
     await writeFamilyFolder(join(dir, '1'), spec, tok, ['model']);
-    writeFileSync(join(dir, 'config.pbtxt'), 'backend: "llm"\nparameters { key: "kv_cache_bytes" value { string_value: "16777216" } }\n');
+    // The plain layout as exported (left-padded rows), not rewritten into the fused one at load.
+    const keepPlain = layout === 'plain' ? 'parameters { key: "rewrite_plain_layout" value { string_value: "false" } }\n' : '';
+    writeFileSync(join(dir, 'config.pbtxt'), `backend: "llm"\nparameters { key: "kv_cache_bytes" value { string_value: "16777216" } }\n${keepPlain}`);
     sessions.set(`llama_${layout}`, await ort.InferenceSession.create(join(dir, '1', 'onnx', 'model.onnx'), { intraOpNumThreads: 1 }));
   }
   sessions.set('tiny_gpt', await ort.InferenceSession.create(join(MODELS, 'tiny_gpt', '1', 'model.onnx'), { intraOpNumThreads: 1 }));
