@@ -65,6 +65,13 @@ export const WHISPER_OUTPUTS: ModelOutput[] = [
   { name: 'segments', data_type: 'TYPE_STRING', dims: [1] },
 ];
 
+/**
+ * The cache a Whisper instance may hold: each window reserves max_length + 1500 positions (its
+ * cross-attention cache is whole from the start), so 2 GiB holds 89 whisper-tiny windows (max_num_seqs
+ * stops at 64), 14 whisper-small ones.
+ */
+const DEFAULT_KV_BYTES = 2 * 1024 * 1024 * 1024;
+
 /** Seconds one timestamp token step stands for, and encoder frames per mel frame. */
 const TIME_PRECISION = 0.02;
 const INPUT_STRIDE = 2;
@@ -518,7 +525,7 @@ export function createWhisperBackend(innerBackend: () => Promise<Backend>): Back
       const perPosition = 2 * layers * heads * headDim * 4;
       const limits: EngineLimits = {
         maxNumSeqs: intParam(config, 'max_num_seqs', 64),
-        kvTokens: Math.floor(intParam(config, 'kv_cache_bytes', 512 * 1024 * 1024) / perPosition),
+        kvTokens: Math.floor(intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES) / perPosition),
         maxPrefillTokens: intParam(config, 'max_prefill_tokens', 4096),
       };
       ctx.log.info(`model '${name}': Whisper, ${mels} mels, ${layers} decoder layers × ${heads} heads, ${gen.multilingual ? `${Object.keys(gen.langToId).length} languages` : 'English-only'}; ${encFile} + ${decFile}; in-flight decoding of up to ${limits.maxNumSeqs} windows, ${Math.floor(limits.kvTokens / m.reserve)} within kv_cache_bytes`);
