@@ -290,9 +290,6 @@ class WhisperInstance implements BackendInstance {
     for (const req of requests) {
       try {
         const job = jobOf(req, name);
-        if (!this.engine.fits(m.reserve)) {
-          throw new TsiError('INVALID_ARG', `model '${name}': a window needs ${m.reserve} positions of cache (max_length ${m.gen.maxLength} + ${m.encoderPositions} encoder positions), more than an instance holds (${this.engine.limits.kvTokens}; config parameter kv_cache_bytes)`);
-        }
         const long = job.samples.length > WINDOW_FRAMES * 160;
         const { features, frames } = long ? logMelWhole(job.samples, m.mels, m.filters) : { features: logMel(job.samples, m.mels, m.filters), frames: WINDOW_FRAMES };
         rows.push(new Row(req, job, features, frames, m, name));
@@ -515,12 +512,8 @@ export function createWhisperBackend(innerBackend: () => Promise<Backend>): Back
       const decIo = await onnx.describeModel?.(decConfig, version, ctx.files);
       checkIo(decIo, ['input_ids', 'encoder_hidden_states', 'use_cache_branch', ...past], decFile, name);
       const headDim = dModel / heads;
-      const encoder = await onnx.loadModel({ ...ctx, config: encConfig });
-      const decoder = await onnx.loadModel({ ...ctx, config: decConfig });
       const encoderPositions = hf.max_source_positions ?? WINDOW_FRAMES / INPUT_STRIDE;
-      const m: Loaded = {
-        tokenizer, gen, mels, filters, layers, heads, headDim, dModel, encoder, decoder, encoderPositions, reserve: gen.maxLength + encoderPositions, stats: new WhisperStats(),
-      };
+      const reserve = gen.maxLength + encoderPositions;
       // The engine's limits: rows decoding at once, and cache positions (self- and cross-attention) within kv_cache_bytes.
       const perPosition = 2 * layers * heads * headDim * 4;
       const limits: EngineLimits = {
@@ -528,7 +521,13 @@ export function createWhisperBackend(innerBackend: () => Promise<Backend>): Back
         kvTokens: Math.floor(intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES) / perPosition),
         maxPrefillTokens: intParam(config, 'max_prefill_tokens', 4096),
       };
-      ctx.log.info(`model '${name}': Whisper, ${mels} mels, ${layers} decoder layers × ${heads} heads, ${gen.multilingual ? `${Object.keys(gen.langToId).length} languages` : 'English-only'}; ${encFile} + ${decFile}; in-flight decoding of up to ${limits.maxNumSeqs} windows, ${Math.floor(limits.kvTokens / m.reserve)} within kv_cache_bytes`);
+      if (limits.kvTokens < reserve) {
+        throw new TsiError('INVALID_ARG', `model '${name}': config parameter 'kv_cache_bytes' holds ${limits.kvTokens} cache positions; a window needs ${reserve} (max_length ${gen.maxLength} + ${encoderPositions} encoder positions, ${perPosition} bytes each)`);
+      }
+      const encoder = await onnx.loadModel({ ...ctx, config: encConfig });
+      const decoder = await onnx.loadModel({ ...ctx, config: decConfig });
+      const m: Loaded = { tokenizer, gen, mels, filters, layers, heads, headDim, dModel, encoder, decoder, encoderPositions, reserve, stats: new WhisperStats() };
+      ctx.log.info(`model '${name}': Whisper, ${mels} mels, ${layers} decoder layers × ${heads} heads, ${gen.multilingual ? `${Object.keys(gen.langToId).length} languages` : 'English-only'}; ${encFile} + ${decFile}; in-flight decoding of up to ${limits.maxNumSeqs} windows, ${Math.floor(limits.kvTokens / reserve)} within kv_cache_bytes`);
       return {
         createInstance: async (spec: InstanceSpec) => new WhisperInstance(name, m, await encoder.createInstance(spec), await decoder.createInstance(spec), limits),
         // The config's scheduler (the dynamic batcher) hands batches to the encoder; the engine answers

@@ -35,6 +35,9 @@ beforeAll(async () => {
   repo = await mkdtemp(join(tmpdir(), 'tsi-whisper-'));
   await writeWhisperFolder(join(repo, 'whisper', '1'), join(MODELS, 'tiny_gpt', '1', 'tokenizer.json'));
   await writeFile(join(repo, 'whisper', 'config.pbtxt'), 'backend: "whisper"\nmax_batch_size: 16\ndynamic_batching { max_queue_delay_microseconds: 20000 }\n');
+  // A cache budget under one window's (64 + 1500 positions of 1 KiB): refused at load, naming the parameter.
+  await writeWhisperFolder(join(repo, 'whisper_tight', '1'), join(MODELS, 'tiny_gpt', '1', 'tokenizer.json'));
+  await writeFile(join(repo, 'whisper_tight', 'config.pbtxt'), 'backend: "whisper"\nmax_batch_size: 4\nparameters { key: "kv_cache_bytes" value { string_value: "1000000" } }\n');
   server = await startTestServer({ modelRepositories: [repo], maxInputSize: MAX_INPUT });
   http = new HttpClient(server.url.replace('http://', ''));
   client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -172,6 +175,13 @@ describe('whisper: the decoder on the in-flight batching engine', () => {
     // Mixed lengths finish independently: the shorter recordings are answered while the long one decodes.
     expect(done.at(-1)).toBe(long.name);
   }, 300_000);
+
+  it('a kv_cache_bytes under one window refuses the model at load, naming the parameter and what a window needs', async () => {
+    const index = (await postJson(`${server.url}/v2/repository/index`, {})).body as { name: string; state?: string; reason?: string }[];
+    const tight = index.find((e) => e.name === 'whisper_tight');
+    expect(tight?.state).toBe('UNAVAILABLE');
+    expect(tight?.reason).toMatch(/config parameter 'kv_cache_bytes' holds 976 cache positions; a window needs 1564 \(max_length 64 \+ 1500 encoder positions, 1024 bytes each\)/);
+  });
 });
 
 describe('/v1/audio/transcriptions with the official openai client', () => {
