@@ -118,7 +118,8 @@ async function readJson(files: ModelFiles, path: string, required: boolean): Pro
   }
 }
 
-function intParam(config: ModelConfig, key: string, dflt: number): number {
+/** A positive integer config parameter (`key`), or `dflt` when it is not given. */
+export function intParam(config: ModelConfig, key: string, dflt: number): number {
   const raw = config.parameters?.[key]?.string_value;
   if (raw === undefined) return dflt;
   const v = Number(raw);

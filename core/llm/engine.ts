@@ -38,9 +38,12 @@ import type { Accepted, Generation } from './generation.js';
  */
 const allGreedy = (seqs: readonly EngineSequence[]) => seqs.every((s) => s.gen.argmaxOnly);
 
+/** A sequence's generation in an auto decode (the engine starts one only when every row has it). */
+const autoGen = (s: EngineSequence): Generation => s.gen.autoDecoding!;
+
 /** A sampled sequence's state as an auto decode takes it (copies: the loop updates its own). */
 const autoSample = (s: EngineSequence): AutoSample | null => {
-  const g = s.gen;
+  const g = autoGen(s);
   if (g.argmaxOnly) return null;
   const p = g.params;
   return {
@@ -61,10 +64,28 @@ const reserveOf = (group: readonly EngineSequence[]) => group.reduce((n, x) => n
 /** The sequences a prefill row's logits serve: the one admitted and its followers. */
 const withFollowers = (s: EngineSequence) => (s.followers?.length ? [s, ...s.followers] : [s]);
 
+/**
+ * What the engine needs of a sequence's output: the tokens it starts from (its prompt, or a Whisper
+ * window's forced tokens) and those it chose, the choice of a token from a row of logits and its
+ * acceptance (text and whether it ends). `argmaxOnly`: the choice is the row's argmax, so a session
+ * may make it where the logits are. `autoDecoding`: the generation, when a session's own decode
+ * loop may choose its tokens (auto-decode.ts); an LLM's Generation is one.
+ */
+export interface StepGeneration {
+  readonly prompt: readonly number[];
+  readonly tokens: readonly number[];
+  readonly argmaxOnly: boolean;
+  /** Prompt tokens whose caches came from the prefix cache (set at prefill). */
+  cachedTokens: number;
+  choose(row: Float32Array): number;
+  accept(token: number): Accepted;
+  readonly autoDecoding?: Generation;
+}
+
 /** A sequence as the engine sees it; the scheduler owns the request behind it. */
 export interface EngineSequence {
   readonly id: number;
-  readonly gen: Generation;
+  readonly gen: StepGeneration;
   /** KV tokens reserved while it runs: prompt + the tokens it may generate. */
   readonly reserve: number;
   readonly cancelled: boolean;
@@ -237,7 +258,7 @@ export class Engine {
         if (admit.length > 0) {
           req = { kind: 'prefill', free: this.takeFree(), rows: admit.map(prefillRow), greedy: allGreedy(admit.flatMap(withFollowers)), ...this.prefixRoom() };
           seqs = admit;
-        } else if (this.running.length > 0 && this.session.autoDecode && this.running.every((s) => s.gen.autoOk)) {
+        } else if (this.running.length > 0 && this.session.autoDecode && this.running.every((s) => s.gen.autoDecoding)) {
           deliver?.();
           deliver = undefined;
           await this.autoRun();
@@ -314,7 +335,7 @@ export class Engine {
     const req: StepRequest = {
       kind: 'decode', free: this.takeFree(), rows: seqs.map((s) => ({ seq: s.id, token: s.gen.tokens[s.gen.tokens.length - 1]! })), greedy: true,
       auto: {
-        remaining: seqs.map((s) => s.gen.maxTokens - s.gen.tokens.length), endIds: seqs.map((s) => [...s.gen.endIds]),
+        remaining: seqs.map((s) => autoGen(s).maxTokens - s.gen.tokens.length), endIds: seqs.map((s) => [...autoGen(s).endIds]),
         ...(sample ? { sample } : {}),
       },
     };
@@ -337,7 +358,7 @@ export class Engine {
           return;
         }
         // The loop drew from its copy of the PRNG: this one goes on from where that one is.
-        if (step.random && sampled.has(id)) s.gen.random.state = step.random[k]!;
+        if (step.random && sampled.has(id)) autoGen(s).random.state = step.random[k]!;
         const acc = s.gen.accept(tokens[k]!);
         if (acc.finish) {
           leave(s);

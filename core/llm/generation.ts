@@ -81,6 +81,11 @@ export class Generation {
     return !this.grammar && this.params.logprobs === undefined;
   }
 
+  /** This generation where a decode loop may choose its tokens (autoOk), as the engine asks it. */
+  get autoDecoding(): Generation | undefined {
+    return this.autoOk ? this : undefined;
+  }
+
   /** Whether the next token is the row's argmax, so a session may choose it where the logits are. */
   get argmaxOnly(): boolean {
     return isGreedy(this.params) && !this.suppressEnd && !this.grammar && this.params.logprobs === undefined;

@@ -59,7 +59,7 @@ export interface KvMoves {
 export const isHostKv = (a: KvData): a is KvArray => ArrayBuffer.isView(a);
 
 /** The host's moves: typed arrays, copied head by head. */
-export function hostMoves(layout: DecoderLayout): KvMoves {
+export function hostMoves(layout: Pick<DecoderLayout, 'kvHeads' | 'headDim' | 'kvType' | 'past'>): KvMoves {
   const H = layout.kvHeads;
   const D = layout.headDim;
   const alloc = (n: number): KvArray => (layout.kvType === 'float16' ? new Uint16Array(n) : new Float32Array(n));

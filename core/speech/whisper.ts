@@ -24,25 +24,35 @@
  * (the pipeline's features); longer audio is one spectrogram of the whole recording, decoded window
  * after window.
  *
- * Batching: the dynamic batcher hands an instance several requests; their current windows go through
- * the encoder as one batch, and their decoders step together, one batch per group of rows whose caches
- * have the same length (the merged decoder takes no attention mask, so rows of different lengths
- * cannot share a step). Each row's self-attention cache grows step by step; its cross-attention cache
- * is computed at its first step and passed back unchanged afterwards, while `encoder_hidden_states`
- * goes empty. The model runs on the runtime's onnxruntime backend (two inner models, as encoders/
- * does), so Node and the page share this file.
+ * Batching: the dynamic batcher hands an instance several requests, whose first windows go through
+ * the encoder as one batch; the windows then decode on the llm engine's in-flight batching
+ * (core/llm/engine.ts, over the decoder session of whisper-session.ts): a window joins the running
+ * decode batch at the engine's next step boundary and leaves it when it ends, and a recording's next
+ * window is encoded then and joins likewise, so a short request never waits for a long one. Each
+ * row's self-attention cache grows step by step; its cross-attention cache is computed at its first
+ * step from its encoder output and fed back unchanged. `execute` resolves once its windows are
+ * queued for the engine, which answers each request when its last window ends. The model runs on
+ * the runtime's onnxruntime backend (two inner models, as encoders/ does), so Node and the page
+ * share this file.
  */
 
 import type { Backend, BackendInstance, BackendModel, InstanceSpec, ModelLoadContext } from '../backend.js';
 import type { BackendRequest, ExecutionTimes, ModelIoInfo } from '../execution.js';
 import type { ModelConfig, ModelInput, ModelOutput } from '../config/model-config.js';
-import { TsiError } from '../errors.js';
+import { TsiError, asTsiError } from '../errors.js';
 import { generationOf, initTokens, pick, processLogits, type WhisperGeneration } from './decoding.js';
 import { readJson } from '../encoders/encoder.js';
+import { intParam } from '../llm/backend.js';
+import { Engine, type EngineLimits, type EngineSequence, type StepGeneration, type StepStats } from '../llm/engine.js';
+import type { Accepted } from '../llm/generation.js';
 import { seededRandom } from '../llm/sampling.js';
 import { Tokenizer } from '../llm/tokenizer.js';
+import { requestPrefix } from '../request.js';
+import { createScheduler } from '../scheduling/schedulers.js';
+import type { SchedulerContext } from '../scheduling/scheduler.js';
 import { encodeString } from '../tensor.js';
 import type { Tensor } from '../types.js';
+import { WhisperSession, WhisperStats } from './whisper-session.js';
 import { audioSamples, logMel, logMelWhole, SAMPLE_RATE, WINDOW_FRAMES } from './audio.js';
 
 export const WHISPER_INPUTS: ModelInput[] = [
@@ -54,6 +64,13 @@ export const WHISPER_OUTPUTS: ModelOutput[] = [
   { name: 'tokens', data_type: 'TYPE_INT32', dims: [-1] },
   { name: 'segments', data_type: 'TYPE_STRING', dims: [1] },
 ];
+
+/**
+ * The cache a Whisper instance may hold: each window reserves max_length + 1500 positions (its
+ * cross-attention cache is whole from the start), so 2 GiB holds 89 whisper-tiny windows (max_num_seqs
+ * stops at 64), 14 whisper-small ones.
+ */
+const DEFAULT_KV_BYTES = 2 * 1024 * 1024 * 1024;
 
 /** Seconds one timestamp token step stands for, and encoder frames per mel frame. */
 const TIME_PRECISION = 0.02;
@@ -91,6 +108,11 @@ interface Loaded {
   dModel: number;
   encoder: BackendModel;
   decoder: BackendModel;
+  /** Encoder positions of a window (config.json's max_source_positions). */
+  encoderPositions: number;
+  /** Cache positions a window reserves in the engine: max_length self-attention + the encoder positions. */
+  reserve: number;
+  stats: WhisperStats;
 }
 
 /** One recording being decoded: its features, where the seek is, and what it has produced. */
@@ -102,6 +124,8 @@ class Row {
   readonly segments: Segment[] = [];
   windowTokens: number[] = [];
   done = false;
+  /** Its response (or error) went out. */
+  answered = false;
   readonly random: () => number;
 
   constructor(readonly req: BackendRequest, readonly job: WhisperJob, readonly features: Float32Array, readonly frames: number, m: Loaded, model: string) {
@@ -153,10 +177,81 @@ export function jobOf(req: BackendRequest, model: string): WhisperJob {
 }
 
 /** An instance: the encoder's and the decoder's inner instances, and the decoding of a gathered batch. */
+/**
+ * One window of one recording as the engine runs it: the forced tokens are its prompt, and each step's
+ * token is chosen by Whisper's rules (suppressed tokens, the timestamp rules; greedy or sampled). It
+ * ends at `<|endoftext|>` or generation_config's `max_length`.
+ */
+class WindowGeneration implements StepGeneration {
+  readonly tokens: number[] = [];
+  readonly argmaxOnly = false;
+  cachedTokens = 0;
+  constructor(private readonly row: Row, private readonly gen: WhisperGeneration) {}
+
+  get prompt(): readonly number[] {
+    return this.row.prefix;
+  }
+
+  choose(logits: Float32Array): number {
+    processLogits(logits, this.tokens, this.gen, this.row.job.timestamps);
+    return pick(logits, this.row.job.temperature, this.row.random);
+  }
+
+  accept(token: number): Accepted {
+    this.tokens.push(token);
+    if (token === this.gen.eot) return { delta: '', finish: 'stop' };
+    if (this.row.prefix.length + this.tokens.length >= this.gen.maxLength) return { delta: '', finish: 'length' };
+    return { delta: '' };
+  }
+}
+
+let nextSeq = 1;
+
+/** A window in the engine: when it ends, the instance moves its recording's seek on. */
+class WindowSequence implements EngineSequence {
+  readonly id = nextSeq++;
+  readonly gen: WindowGeneration;
+  constructor(readonly row: Row, gen: WhisperGeneration, readonly reserve: number, private readonly owner: WhisperInstance) {
+    this.gen = new WindowGeneration(row, gen);
+  }
+
+  get cancelled(): boolean {
+    return this.row.req.cancelled === true;
+  }
+
+  accepted(acc: Accepted): void {
+    if (acc.finish) this.owner.windowDone(this.row, this.gen.tokens);
+  }
+
+  dropped(err?: TsiError): void {
+    this.owner.fail(this.row, err ?? new TsiError('CANCELLED', `${requestPrefix(this.row.req.id)}Request was cancelled`));
+  }
+}
+
+/**
+ * An instance: the encoder's and the decoder's inner instances, and the llm engine over the decoder.
+ * `execute` gets a batch from the dynamic batcher, runs its recordings' first windows through the
+ * encoder as one batch and hands them to the engine, which admits them into the running decode batch
+ * at its next step; `execute` then resolves (the model's batcher runs as for a decoupled model: the
+ * engine answers each request when its last window ends). A recording's next window is encoded when
+ * its previous one ends (windows ending at the same step together) and joins the batch likewise.
+ */
 class WhisperInstance implements BackendInstance {
   readonly device: string;
-  constructor(private readonly name: string, private readonly m: Loaded, private readonly enc: BackendInstance, private readonly dec: BackendInstance) {
+  private readonly queue: WindowSequence[] = [];
+  private readonly session: WhisperSession;
+  private readonly engine: Engine;
+  /** The encoder runs one batch at a time (execute and next windows share it). */
+  private encoderFree: Promise<void> = Promise.resolve();
+  /** Rows whose next window waits to be encoded (gathered over one step's endings). */
+  private nextWindows: Row[] = [];
+
+  constructor(private readonly name: string, private readonly m: Loaded, private readonly enc: BackendInstance, private readonly dec: BackendInstance, limits: EngineLimits) {
     this.device = enc.device;
+    const { layers, heads, headDim, dModel } = m;
+    this.session = new WhisperSession(dec.device, { layers, heads, headDim, dModel }, (inputs, outputs, rows) => this.run(this.dec, `${name}-decoder`, inputs, outputs, rows), m.stats);
+    const source = { peek: () => this.queue[0], shift: () => this.queue.shift() };
+    this.engine = new Engine(this.session, limits, source, (s) => this.stepped(s));
   }
 
   get spec(): InstanceSpec {
@@ -177,6 +272,18 @@ class WhisperInstance implements BackendInstance {
     return result;
   }
 
+  private stepped(s: StepStats): void {
+    const st = this.m.stats;
+    if (s.kind === 'prefill') {
+      st.prefillSteps++;
+      st.joinedSequences += s.joined ?? 0;
+    } else if (s.kind === 'decode') {
+      st.decodeSteps++;
+      st.decodeRows += s.rows;
+      st.maxRowsInStep = Math.max(st.maxRowsInStep, s.rows);
+    }
+  }
+
   async execute(requests: BackendRequest[]): Promise<ExecutionTimes | void> {
     const { m, name } = this;
     const rows: Row[] = [];
@@ -187,112 +294,73 @@ class WhisperInstance implements BackendInstance {
         const { features, frames } = long ? logMelWhole(job.samples, m.mels, m.filters) : { features: logMel(job.samples, m.mels, m.filters), frames: WINDOW_FRAMES };
         rows.push(new Row(req, job, features, frames, m, name));
       } catch (err) {
-        req.send(err instanceof TsiError ? err : new TsiError('INTERNAL', String(err)), true);
+        req.send(asTsiError(err), true);
       }
     }
-    let live = rows;
-    while (live.length > 0) {
+    if (rows.length > 0) await this.encode(rows);
+  }
+
+  /**
+   * Encodes every row's current window as one batch and queues the windows for the engine. Never
+   * rejects: a failure is each row's error response.
+   */
+  private encode(rows: Row[]): Promise<void> {
+    const turn = this.encoderFree.then(async () => {
+      const { m } = this;
       try {
-        await this.window(live);
+        const R = rows.length;
+        const per = m.mels * WINDOW_FRAMES;
+        const feats = new Float32Array(R * per);
+        rows.forEach((r, i) => feats.set(r.window(m.mels), i * per));
+        const encoded = await this.run(this.enc, rows[0]!.req.id, [{ name: 'input_features', datatype: 'FP32', shape: [R, m.mels, WINDOW_FRAMES], data: feats }], ['last_hidden_state'], R);
+        const hidden = encoded.get('last_hidden_state')!;
+        const E = hidden.shape[1]!;
+        const D = hidden.shape[2]!;
+        rows.forEach((r, i) => {
+          const seq = new WindowSequence(r, m.gen, m.reserve, this);
+          this.session.attach(seq.id, (hidden.data as Float32Array).slice(i * E * D, (i + 1) * E * D), E);
+          this.queue.push(seq);
+          m.stats.windows++;
+        });
       } catch (err) {
-        for (const r of live) r.req.send(err instanceof TsiError ? err : new TsiError('INTERNAL', String(err)), true);
+        for (const r of rows) this.fail(r, asTsiError(err));
         return;
       }
-      for (const r of live) if (r.done) this.answer(r);
-      live = live.filter((r) => !r.done);
+      this.engine.wake();
+    });
+    this.encoderFree = turn;
+    return turn;
+  }
+
+  /** A window ended: the row's seek moves on; the request is answered, or its next window encoded. */
+  windowDone(r: Row, tokens: readonly number[]): void {
+    r.windowTokens = [...tokens];
+    try {
+      this.advance(r);
+    } catch (err) {
+      this.fail(r, asTsiError(err));
+      return;
+    }
+    if (r.done) {
+      this.answer(r);
+      return;
+    }
+    // Rows whose windows end at one step are handed out together: their next windows share an encoder batch.
+    if (this.nextWindows.push(r) === 1) {
+      queueMicrotask(() => {
+        const rows = this.nextWindows;
+        this.nextWindows = [];
+        void this.encode(rows);
+      });
     }
   }
 
-  /** Encodes every row's current window as one batch, decodes them, and moves each row's seek. */
-  private async window(rows: Row[]): Promise<void> {
-    const { m } = this;
-    const R = rows.length;
-    const per = m.mels * WINDOW_FRAMES;
-    const feats = new Float32Array(R * per);
-    rows.forEach((r, i) => feats.set(r.window(m.mels), i * per));
-    const encoded = await this.run(this.enc, rows[0]!.req.id, [{ name: 'input_features', datatype: 'FP32', shape: [R, m.mels, WINDOW_FRAMES], data: feats }], ['last_hidden_state'], R);
-    const hidden = encoded.get('last_hidden_state')!;
-    const E = hidden.shape[1]!;
-    const D = hidden.shape[2]!;
-    // Rows with the same forced prefix step together.
-    const groups = new Map<number, number[]>();
-    rows.forEach((r, i) => groups.set(r.prefix.length, [...(groups.get(r.prefix.length) ?? []), i]));
-    await Promise.all([...groups.values()].map(async (idx) => {
-      const h = new Float32Array(idx.length * E * D);
-      idx.forEach((i, k) => h.set((hidden.data as Float32Array).subarray(i * E * D, (i + 1) * E * D), k * E * D));
-      await this.decode(idx.map((i) => rows[i]!), h, E, D);
-    }));
-    for (const r of rows) this.advance(r);
+  fail(r: Row, err: TsiError): void {
+    if (r.answered) return;
+    r.answered = true;
+    r.req.send(err, true);
   }
 
-  /** Greedy (or sampled) decoding of one window for rows sharing a prefix length, step by step. */
-  private async decode(rows: Row[], hidden: Float32Array, E: number, D: number): Promise<void> {
-    const { m } = this;
-    const { layers: L, heads: H, headDim: hd, gen } = m;
-    for (const r of rows) r.windowTokens = [];
-    let live = rows.map((_, i) => i);
-    let self: Float32Array[] = Array.from({ length: 2 * L }, () => new Float32Array(0));
-    let cross: Float32Array[] = Array.from({ length: 2 * L }, () => new Float32Array(0));
-    let past = 0;
-    let first = true;
-    while (live.length > 0) {
-      const B = live.length;
-      const S = first ? rows[0]!.prefix.length : 1;
-      const ids = new BigInt64Array(B * S);
-      live.forEach((i, k) => {
-        const r = rows[i]!;
-        if (first) r.prefix.forEach((t, j) => (ids[k * S + j] = BigInt(t)));
-        else ids[k] = BigInt(r.windowTokens[r.windowTokens.length - 1]!);
-      });
-      const inputs: Tensor[] = [
-        { name: 'input_ids', datatype: 'INT64', shape: [B, S], data: ids },
-        { name: 'encoder_hidden_states', datatype: 'FP32', shape: [B, first ? E : 0, D], data: first ? hidden : new Float32Array(0) },
-        { name: 'use_cache_branch', datatype: 'BOOL', shape: [1], data: Uint8Array.of(first ? 0 : 1) },
-      ];
-      for (let l = 0; l < L; l++) {
-        inputs.push({ name: `past_key_values.${l}.decoder.key`, datatype: 'FP32', shape: [B, H, past, hd], data: self[2 * l]! });
-        inputs.push({ name: `past_key_values.${l}.decoder.value`, datatype: 'FP32', shape: [B, H, past, hd], data: self[2 * l + 1]! });
-        // Copies: the runtime may move input buffers to the model's thread, and these are kept.
-        inputs.push({ name: `past_key_values.${l}.encoder.key`, datatype: 'FP32', shape: [B, H, first ? 0 : E, hd], data: cross[2 * l]!.slice() });
-        inputs.push({ name: `past_key_values.${l}.encoder.value`, datatype: 'FP32', shape: [B, H, first ? 0 : E, hd], data: cross[2 * l + 1]!.slice() });
-      }
-      const outs = [`logits`];
-      for (let l = 0; l < L; l++) {
-        outs.push(`present.${l}.decoder.key`, `present.${l}.decoder.value`);
-        if (first) outs.push(`present.${l}.encoder.key`, `present.${l}.encoder.value`);
-      }
-      const res = await this.run(this.dec, rows[live[0]!]!.req.id, inputs, outs, B);
-      self = Array.from({ length: 2 * L }, (_, j) => res.get(`present.${j >> 1}.decoder.${j & 1 ? 'value' : 'key'}`)!.data as Float32Array);
-      if (first) cross = Array.from({ length: 2 * L }, (_, j) => res.get(`present.${j >> 1}.encoder.${j & 1 ? 'value' : 'key'}`)!.data as Float32Array);
-      past += S;
-      first = false;
-      const logits = res.get('logits')!;
-      const V = logits.shape[2]!;
-      const all = logits.data as Float32Array;
-      const keep: number[] = [];
-      live.forEach((i, k) => {
-        const r = rows[i]!;
-        const row = all.slice((k * S + S - 1) * V, (k * S + S) * V);
-        processLogits(row, r.windowTokens, gen, r.job.timestamps);
-        const t = pick(row, r.job.temperature, r.random);
-        r.windowTokens.push(t);
-        const stop = t === gen.eot || r.prefix.length + r.windowTokens.length >= gen.maxLength || r.req.cancelled;
-        if (!stop) keep.push(k);
-      });
-      if (keep.length < live.length) {
-        // Rows that finished leave the batch: their cache rows are dropped.
-        const sel = (a: Float32Array, len: number) => {
-          const rowLen = H * len * hd;
-          const out = new Float32Array(keep.length * rowLen);
-          keep.forEach((k, j) => out.set(a.subarray(k * rowLen, (k + 1) * rowLen), j * rowLen));
-          return out;
-        };
-        self = self.map((a) => sel(a, past));
-        cross = cross.map((a) => sel(a, E));
-        live = keep.map((k) => live[k]!);
-      }
-    }
-  }
 
   /** After a window: the row's tokens and segments, and where its next window starts (transformers.js's seek rules). */
   private advance(r: Row): void {
@@ -345,6 +413,7 @@ class WhisperInstance implements BackendInstance {
   }
 
   private answer(r: Row): void {
+    r.answered = true;
     const { gen, tokenizer } = this.m;
     const text = tokenizer.decode(r.tokens.filter((t) => t < gen.eot), { skipSpecialTokens: true });
     const tokens = Int32Array.from(r.tokens);
@@ -358,6 +427,9 @@ class WhisperInstance implements BackendInstance {
   }
 
   async unload(): Promise<void> {
+    this.engine.stop();
+    await this.engine.idle();
+    await this.session.close();
     await Promise.all([this.enc.unload(), this.dec.unload()]);
   }
 }
@@ -440,12 +512,30 @@ export function createWhisperBackend(innerBackend: () => Promise<Backend>): Back
       const decIo = await onnx.describeModel?.(decConfig, version, ctx.files);
       checkIo(decIo, ['input_ids', 'encoder_hidden_states', 'use_cache_branch', ...past], decFile, name);
       const headDim = dModel / heads;
+      const encoderPositions = hf.max_source_positions ?? WINDOW_FRAMES / INPUT_STRIDE;
+      const reserve = gen.maxLength + encoderPositions;
+      // The engine's limits: rows decoding at once, and cache positions (self- and cross-attention) within kv_cache_bytes.
+      const perPosition = 2 * layers * heads * headDim * 4;
+      const limits: EngineLimits = {
+        maxNumSeqs: intParam(config, 'max_num_seqs', 64),
+        kvTokens: Math.floor(intParam(config, 'kv_cache_bytes', DEFAULT_KV_BYTES) / perPosition),
+        maxPrefillTokens: intParam(config, 'max_prefill_tokens', 4096),
+      };
+      if (limits.kvTokens < reserve) {
+        throw new TsiError('INVALID_ARG', `model '${name}': config parameter 'kv_cache_bytes' holds ${limits.kvTokens} cache positions; a window needs ${reserve} (max_length ${gen.maxLength} + ${encoderPositions} encoder positions, ${perPosition} bytes each)`);
+      }
       const encoder = await onnx.loadModel({ ...ctx, config: encConfig });
       const decoder = await onnx.loadModel({ ...ctx, config: decConfig });
-      const m: Loaded = { tokenizer, gen, mels, filters, layers, heads, headDim, dModel, encoder, decoder };
-      ctx.log.info(`model '${name}': Whisper, ${mels} mels, ${layers} decoder layers × ${heads} heads, ${gen.multilingual ? `${Object.keys(gen.langToId).length} languages` : 'English-only'}; ${encFile} + ${decFile}`);
+      const m: Loaded = { tokenizer, gen, mels, filters, layers, heads, headDim, dModel, encoder, decoder, encoderPositions, reserve, stats: new WhisperStats() };
+      ctx.log.info(`model '${name}': Whisper, ${mels} mels, ${layers} decoder layers × ${heads} heads, ${gen.multilingual ? `${Object.keys(gen.langToId).length} languages` : 'English-only'}; ${encFile} + ${decFile}; in-flight decoding of up to ${limits.maxNumSeqs} windows, ${Math.floor(limits.kvTokens / reserve)} within kv_cache_bytes`);
       return {
-        createInstance: async (spec: InstanceSpec) => new WhisperInstance(name, m, await encoder.createInstance(spec), await decoder.createInstance(spec)),
+        createInstance: async (spec: InstanceSpec) => new WhisperInstance(name, m, await encoder.createInstance(spec), await decoder.createInstance(spec), limits),
+        // The config's scheduler (the dynamic batcher) hands batches to the encoder; the engine answers
+        // each request later, when its last window ends, as a decoupled model's backend may.
+        createScheduler: (sctx: SchedulerContext) => {
+          sctx.stats.sections.set('whisper_stats', () => m.stats.toJson());
+          return createScheduler({ ...sctx, decoupled: true });
+        },
         unload: async () => { await Promise.all([encoder.unload(), decoder.unload()]); },
       };
     },

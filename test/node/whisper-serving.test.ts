@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HttpClient } from '../../client/index.js';
 import { audioSamples, encodeWav, SAMPLE_RATE } from '../../core/speech/audio.js';
 import { writeWhisperFolder } from '../../scripts/whisper-model.js';
-import { MODELS, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { getJson, MODELS, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { chirp, espeakMissing, flacMissing, flacOf, speechWav } from '../helpers/audio.js';
 import { requireCapability } from '../helpers/capability.js';
 
@@ -35,6 +35,9 @@ beforeAll(async () => {
   repo = await mkdtemp(join(tmpdir(), 'tsi-whisper-'));
   await writeWhisperFolder(join(repo, 'whisper', '1'), join(MODELS, 'tiny_gpt', '1', 'tokenizer.json'));
   await writeFile(join(repo, 'whisper', 'config.pbtxt'), 'backend: "whisper"\nmax_batch_size: 16\ndynamic_batching { max_queue_delay_microseconds: 20000 }\n');
+  // A cache budget under one window's (64 + 1500 positions of 1 KiB): refused at load, naming the parameter.
+  await writeWhisperFolder(join(repo, 'whisper_tight', '1'), join(MODELS, 'tiny_gpt', '1', 'tokenizer.json'));
+  await writeFile(join(repo, 'whisper_tight', 'config.pbtxt'), 'backend: "whisper"\nmax_batch_size: 4\nparameters { key: "kv_cache_bytes" value { string_value: "1000000" } }\n');
   server = await startTestServer({ modelRepositories: [repo], maxInputSize: MAX_INPUT });
   http = new HttpClient(server.url.replace('http://', ''));
   client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -143,6 +146,42 @@ describe('whisper: tokens equal transformers.js', () => {
     expect(info.duration).toBeCloseTo(36, 1);
     expect(Math.max(...info.segments.map((s: { seek: number }) => s.seek))).toBeGreaterThan(0);
   }, 120_000);
+});
+
+describe('whisper: the decoder on the in-flight batching engine', () => {
+  const stats = async () => (await getJson(`${server.url}/v2/models/whisper/stats`)).body.model_stats[0].whisper_stats as Record<string, number>;
+
+  it('requests join a running decode batch and leave it when their windows end, each with its own tokens', async () => {
+    // A first request of five 30 s windows decodes on; the others (4.5 s, 9 s and 36 s: one window,
+    // one, two) are sent once it is decoding (the statistics say so, not a timer). Between its windows
+    // a recording waits for the encoder, so the rows meet in the engine one way or the other: the
+    // others join its running batch, or its next window joins theirs; all finish long before it.
+    const long = { name: 'long 150 s', x: clip(150, 6) };
+    const all = clips();
+    const short = [all[0]!, all[2]!, all[3]!];
+    const expectLong = await want(long, false);
+    const expectShort = await Promise.all(short.map((c) => want(c, false)));
+    const before = await stats();
+    const done: string[] = [];
+    const first = served(long.x, false).then((t) => (done.push(long.name), t));
+    while ((await stats()).decode_steps === before.decode_steps) await new Promise((r) => setTimeout(r, 5));
+    const others = await Promise.all(short.map((c) => served(c.x, false).then((t) => (done.push(c.name), t))));
+    expect(await first).toEqual(expectLong);
+    others.forEach((t, i) => expect(t, short[i]!.name).toEqual(expectShort[i]));
+    const after = await stats();
+    expect(after.windows - before.windows).toBe(5 + 1 + 1 + 2);
+    expect(after.joined_sequences - before.joined_sequences).toBeGreaterThan(0);
+    expect(after.max_rows_in_step).toBeGreaterThanOrEqual(2);
+    // Mixed lengths finish independently: the shorter recordings are answered while the long one decodes.
+    expect(done.at(-1)).toBe(long.name);
+  }, 300_000);
+
+  it('a kv_cache_bytes under one window refuses the model at load, naming the parameter and what a window needs', async () => {
+    const index = (await postJson(`${server.url}/v2/repository/index`, {})).body as { name: string; state?: string; reason?: string }[];
+    const tight = index.find((e) => e.name === 'whisper_tight');
+    expect(tight?.state).toBe('UNAVAILABLE');
+    expect(tight?.reason).toMatch(/config parameter 'kv_cache_bytes' holds 976 cache positions; a window needs 1564 \(max_length 64 \+ 1500 encoder positions, 1024 bytes each\)/);
+  });
 });
 
 describe('/v1/audio/transcriptions with the official openai client', () => {
