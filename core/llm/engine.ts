@@ -31,6 +31,7 @@ import type { ImageInput } from '../vision/image-input.js';
 import { TsiError, asTsiError } from '../errors.js';
 import type { AutoSample, AutoTokens, DecoderSession, DeviceUse, PrefillPart, StepRequest, StepResult } from './decoder.js';
 import type { Accepted, Generation } from './generation.js';
+import type { PromptPosition } from './prompt-logprobs.js';
 
 /**
  * Whether every row's token is its argmax, so the session may choose them where the logits are (a
@@ -55,7 +56,7 @@ const autoSample = (s: EngineSequence): AutoSample | null => {
 /** A prefill row: the prompt, once for a request's n sequences (its cache copied to the followers'). */
 const prefillRow = (s: EngineSequence) => ({
   seq: s.id, tokens: [...s.gen.prompt], ...(s.followers?.length ? { forks: s.followers.map((f) => f.id) } : {}), ...(s.images ? { images: s.images } : {}),
-  ...(s.gen.params.promptLogprobs !== undefined ? { promptLogprobs: s.gen.params.promptLogprobs } : {}),
+  ...(s.gen.promptLogprobs !== undefined ? { promptLogprobs: s.gen.promptLogprobs } : {}),
 });
 
 /** The KV tokens a request's sequences reserve together. */
@@ -80,6 +81,10 @@ export interface StepGeneration {
   choose(row: Float32Array): number;
   accept(token: number): Accepted;
   readonly autoDecoding?: Generation;
+  /** vLLM's prompt_logprobs: how many alternatives each prompt position reports (llm generations only). */
+  readonly promptLogprobs?: number;
+  /** Those positions' log-probabilities, set at prefill. */
+  promptPositions?: PromptPosition[];
 }
 
 /** A sequence as the engine sees it; the scheduler owns the request behind it. */

@@ -51,6 +51,9 @@ export class Generation {
   cachedTokens = 0;
   /** The prompt's log-probabilities (params.promptLogprobs), set when the prompt was prefilled. */
   promptPositions?: PromptPosition[];
+  get promptLogprobs(): number | undefined {
+    return this.params.promptLogprobs;
+  }
 
   constructor(
     tokenizer: Tokenizer, readonly prompt: readonly number[], readonly params: GenerationParams,
