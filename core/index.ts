@@ -28,6 +28,10 @@ export {
   type CompressionPolicy,
   type HttpOptions, type HttpReply, type InferHttpRequest,
 } from './protocol/http.js';
+export {
+  createSagemakerApp, createVertexAiApp, vertexAiDefaultModel, cloudHeaderLength, SAGEMAKER_BINARY, VERTEX_AI_BINARY, VERTEX_AI_REDIRECT,
+  type SagemakerModelStore, type SagemakerOptions, type SagemakerInferenceType, type VertexAiOptions,
+} from './protocol/cloud-endpoints.js';
 export { readRequestBody, readWebBody, tooLarge, type BodyKind, type BodySource, type BodyOptions } from './protocol/http-body.js';
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './protocol/v2-codec.js';
 export { InstancePool, runExecution, type Scheduler, type SchedulerContext, type SchedulerDelay } from './scheduling/scheduler.js';
