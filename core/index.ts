@@ -50,7 +50,7 @@ export {
   TraceManager, Trace, attachTrace, traceOf, traceContextOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
   type TraceMode, type TraceContext, type TraceExporter, type TraceAttribute,
 } from './trace.js';
-export { LogSettings, controllableLogger, parseTraceConfig, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
+export { LogSettings, controllableLogger, parseTraceConfig, legacyTraceSpecs, type LegacyTraceFlags, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
 export {
   ModelControl, RepositoryPoller, checkOverridePath, checkModelName, memoryStager, CODE_UPLOAD_FLAG,
   type ModelFileStager, type StagedFiles, type LoadParamValue, type ModelCodePolicy,

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
-import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheFlags, parseTraceConfig, type IndexEntry, type ModelControlMode, type SagemakerInferenceType } from '../core/index.js';
+import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, legacyTraceSpecs, parseCacheFlags, parseTraceConfig, type IndexEntry, type ModelControlMode, type SagemakerInferenceType } from '../core/index.js';
 import { nodeLogger, startServer } from './index.js';
 import type { TlsFiles } from './http/tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
@@ -225,6 +225,12 @@ export function buildCli(): Command {
     .addOption(boolOption('--allow-client-shm', 'let clients register system shared memory regions', false))
     .option('--repository-poll-secs <secs>', 'poll interval in poll mode', parseNonNegativeSecs, 15)
     .option('--trace-config <[mode,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; opentelemetry,url=URL (default http://localhost:4318/v1/traces), opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_max_queue_size=N (2048), opentelemetry,bsp_schedule_delay=MS (5000), opentelemetry,bsp_max_export_batch_size=N (512) (repeatable)', collect)
+    .option('--trace-file <path>', "deprecated by tritonserver: --trace-config triton,file=<path>")
+    .option('--trace-level <level>', "deprecated by tritonserver: --trace-config level=<OFF|TIMESTAMPS|TENSORS> (MIN and MAX read as TIMESTAMPS; repeatable)", collect)
+    .option('--trace-rate <n>', 'deprecated by tritonserver: --trace-config rate=<n>')
+    .option('--trace-count <n>', 'deprecated by tritonserver: --trace-config count=<n>')
+    .option('--trace-log-frequency <n>', 'deprecated by tritonserver: --trace-config triton,log-frequency=<n>')
+    .option('--http-thread-count <n>', "accepted for tritonserver's scripts; tsi serves HTTP on one event loop", parsePositiveInt)
     .option('--log-verbose <level>', 'verbose logging level (0 = off; true and false are 1 and 0, as tritonserver reads them)', parseIntBool, 0)
     .addOption(boolOption('--log-info', 'print info lines', true))
     .addOption(boolOption('--log-warning', 'print warning lines', true))
@@ -339,7 +345,10 @@ export function buildCli(): Command {
       }
       let trace;
       try {
-        trace = parseTraceConfig((o.traceConfig ?? []) as string[], process.env);
+        const configSpecs = (o.traceConfig ?? []) as string[];
+        const legacy = legacyTraceSpecs(o, configSpecs);
+        for (const w of legacy.warnings) process.stderr.write(`${w}\n`);
+        trace = parseTraceConfig([...legacy.specs, ...configSpecs], process.env);
       } catch (err) {
         process.stderr.write(`Error: ${asTsiError(err).message}\n`);
         process.exit(1);

@@ -215,12 +215,12 @@ EOF
 }
 
 # Points a copied folder's /opt/tritonserver, /data/inferenceserver and /opt/ml (SageMaker's model
-# folders) at QA_WORK's.
+# folders) at QA_WORK's, and scripts run as `#!/usr/bin/python` (Triton's image has one) at PATH's python3.
 readdress() {
   local f
-  for f in $(grep -rlE '/opt/tritonserver|/data/inferenceserver|/opt/ml' "$1" 2>/dev/null || true); do
+  for f in $(grep -rlE '/opt/tritonserver|/data/inferenceserver|/opt/ml|^#!/usr/bin/python' "$1" 2>/dev/null || true); do
     sed -i -e "s#/opt/tritonserver#$QA_WORK/opt/tritonserver#g" -e "s#/data/inferenceserver#$QA_WORK/data#g" \
-      -e "s#/opt/ml\\([/ \"]\\|\$\\)#$QA_WORK/opt/ml\\1#g" "$f"
+      -e "s#/opt/ml\\([/ \"]\\|\$\\)#$QA_WORK/opt/ml\\1#g" -e "1s@^#!/usr/bin/python3\\?\$@#!/usr/bin/env python3@" "$f"
   done
 }
 

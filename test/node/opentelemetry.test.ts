@@ -215,7 +215,11 @@ describeOtel('OpenTelemetry mode', () => {
       expect(r.traceId).toBe(traceId);
       expect(r.parentSpanId).toBe(parentSpan);
     }
-    expect(roots.map((r) => names(r)[0]).sort()).toEqual(['GRPC_WAITREAD_END', 'GRPC_WAITREAD_END', 'HTTP_RECV_START']);
+    expect(roots.map((r) => names(r)[0]).sort()).toEqual(['GRPC_WAITREAD_START', 'GRPC_WAITREAD_START', 'HTTP_RECV_START']);
+    // gRPC roots carry Triton's read and send activities, unary and streamed alike.
+    for (const r of roots.filter((x) => names(x)[0] === 'GRPC_WAITREAD_START')) {
+      expect(names(r)).toEqual(expect.arrayContaining(['GRPC_WAITREAD_START', 'GRPC_WAITREAD_END', 'GRPC_SEND_START', 'GRPC_SEND_END']));
+    }
   });
 
   it('traces an OpenAI chat stream with the GenAI conventions: model, token usage, first token', async () => {
