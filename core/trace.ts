@@ -152,7 +152,8 @@ export class TraceManager {
     if (otel ? !this.exporter : !this.writer || !s.file) return undefined;
     if (!(otel && context)) {
       if (s.rate <= 0) return undefined;
-      const n = sampler ? sampler.counter++ : this.globalCounter++;
+      // Triton's sampling: every rate-th request, counting from 1 (rate 9 traces the 9th, the 18th...).
+      const n = sampler ? ++sampler.counter : ++this.globalCounter;
       if (n % s.rate !== 0) return undefined;
       const holder = sampler && sampler.override.count !== undefined ? sampler.override : this.global;
       if (holder.count === 0) return undefined;

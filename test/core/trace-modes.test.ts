@@ -62,7 +62,8 @@ describe('the settings each mode shows', () => {
 describe('sampling in OpenTelemetry mode', () => {
   it('traces every request with a client context, whatever rate and count say, and takes nothing from count', () => {
     const { m } = otelManager(['rate=2', 'count=1']);
-    expect(m.sample('simple')).toBeDefined(); // request 0 of every 2; count 1 → 0
+    expect(m.sample('simple')).toBeUndefined(); // Triton samples the 2nd of every 2 (counting from 1)
+    expect(m.sample('simple')).toBeDefined(); // count 1 → 0
     expect([m.sample('simple'), m.sample('simple'), m.sample('simple')].every((t) => t === undefined)).toBe(true);
     const t = m.sample('simple', undefined, CONTEXT)!;
     expect(t.context).toEqual(CONTEXT);

@@ -261,7 +261,7 @@ describeOtel('OpenTelemetry mode', () => {
   it('honours rate and count for requests without a context, and traces every propagated one', async () => {
     expect((await postJson(`${s.url}/v2/trace/setting`, { trace_rate: '3', trace_count: '2' })).status).toBe(200);
     for (let i = 0; i < 9; i++) expect((await postJson(`${s.url}/v2/models/simple/infer`, body())).status).toBe(200);
-    // Requests 0 and 3 are sampled; then the count is spent.
+    // Every third request is sampled (Triton counts from 1); after two the count is spent.
     expect(traces(await collect(2))).toHaveLength(2);
     expect((await getJson(`${s.url}/v2/trace/setting`)).body.trace_count).toBe('0');
     for (let i = 0; i < 4; i++) {
