@@ -94,5 +94,7 @@ describe('tsi-node serve: tritonserver\'s spellings and start-up checks', () => 
     expect(() => checkPortCollision([{ service: 'HTTP', address: '0.0.0.0', port: 8080 }, { service: 'Vertex AI', address: '0.0.0.0', port: 8080 }]))
       .toThrow('The server cannot listen to HTTP requests and Vertex AI requests at the same address and port 0.0.0.0:8080');
     expect(() => checkPortCollision([{ service: 'HTTP', address: '127.0.0.1', port: 8080 }, { service: 'Vertex AI', address: '0.0.0.0', port: 8080 }])).not.toThrow();
+    // Port 0 is a free port the system picks: never a collision.
+    expect(() => checkPortCollision([{ service: 'HTTP', address: '127.0.0.1', port: 0 }, { service: 'GRPC', address: '127.0.0.1', port: 0 }])).not.toThrow();
   });
 });
