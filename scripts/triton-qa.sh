@@ -315,14 +315,6 @@ run_suite() {
   if [ ! -d "$QA_WORK/qa/clients" ]; then
     mkdir -p "$QA_WORK/qa/clients"
     cp "$TRITON_CLIENT"/src/python/examples/*.py "$QA_WORK/qa/clients/"
-    # The image's C++ examples (not built here) where a Python twin sends the same requests: the twin.
-    local py cc
-    for py in "$QA_WORK"/qa/clients/*.py; do
-      cc=$(basename "$py" .py)
-      [ -f "$TRITON_CLIENT/src/c++/examples/$cc.cc" ] || continue
-      printf '#!/bin/sh\nexec python3 "%s" "$@"\n' "$py" > "$QA_WORK/qa/clients/$cc"
-      chmod +x "$QA_WORK/qa/clients/$cc"
-    done
   fi
   rm -f "$QA_WORK/results/$suite.jsonl"
   # Suites use tritonserver's fixed ports: a server left over from elsewhere makes every start fail.
