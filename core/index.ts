@@ -28,6 +28,10 @@ export {
   type CompressionPolicy,
   type HttpOptions, type HttpReply, type InferHttpRequest,
 } from './protocol/http.js';
+export {
+  createSagemakerApp, createVertexAiApp, vertexAiDefaultModel, cloudHeaderLength, SAGEMAKER_BINARY, VERTEX_AI_BINARY, VERTEX_AI_REDIRECT,
+  type SagemakerModelStore, type SagemakerOptions, type SagemakerInferenceType, type VertexAiOptions,
+} from './protocol/cloud-endpoints.js';
 export { readRequestBody, readWebBody, tooLarge, type BodyKind, type BodySource, type BodyOptions } from './protocol/http-body.js';
 export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './protocol/v2-codec.js';
 export { InstancePool, runExecution, type Scheduler, type SchedulerContext, type SchedulerDelay } from './scheduling/scheduler.js';
@@ -46,7 +50,7 @@ export {
   TraceManager, Trace, attachTrace, traceOf, traceContextOf, type TraceSetting, type TraceWriter, type TraceLevel, type TraceSettingUpdate,
   type TraceMode, type TraceContext, type TraceExporter, type TraceAttribute,
 } from './trace.js';
-export { LogSettings, controllableLogger, parseTraceConfig, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
+export { LogSettings, controllableLogger, parseTraceConfig, legacyTraceSpecs, type LegacyTraceFlags, parseTraceUpdate, traceSettingsJson, type LogSettingsJson, type TraceSettingsJson } from './settings.js';
 export {
   ModelControl, RepositoryPoller, checkOverridePath, checkModelName, memoryStager, CODE_UPLOAD_FLAG,
   type ModelFileStager, type StagedFiles, type LoadParamValue, type ModelCodePolicy,

@@ -62,6 +62,8 @@ export interface ServerOptions {
   residency?: ResidencyOptions;
   /** Triton's scheduler test hook (TRITONSERVER_DELAY_SCHEDULER); absent: no hold. See SchedulerDelay. */
   schedulerDelay?: SchedulerDelay;
+  /** tritonserver's `--model-config-name`: each model's `configs/<name>.pbtxt` where it has one. */
+  modelConfigName?: string;
 }
 
 export const TSI_VERSION = '0.1.0';
@@ -126,6 +128,7 @@ export class InferenceServer implements InProcessServer {
       loadThreadCount: opts.modelLoadThreadCount,
       loadRetryCount: opts.modelLoadRetryCount,
       schedulerDelay: opts.schedulerDelay,
+      configName: opts.modelConfigName,
     });
     this.residency = new Residency(this.repository, opts.residency ?? {}, this.clock, this.log);
     registerServerMetrics(this.metrics, this);

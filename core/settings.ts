@@ -223,7 +223,7 @@ export function parseTraceConfig(specs: readonly string[], env: Readonly<Record<
     for (const [key, name, value] of BSP_DEFAULTS) {
       if (otel.some(([k]) => k === key)) continue;
       const v = env[name] ?? value;
-      if (!/^\d+$/.test(v) || Number(v) > 0xffffffff) throw new TsiError('INVALID_ARG', `${name}: expected an unsigned integer, got '${v}'`);
+      if (!/^\d+$/.test(v) || Number(v) > 0xffffffff) throw new TsiError('INVALID_ARG', `Bad option: "${name}". ${name}: expected an unsigned integer, got '${v}'`);
       otel.push([key, String(Number(v))]);
     }
     out.modeSettings = otel;
@@ -240,8 +240,65 @@ function openTelemetrySetting(key: string, value: string): [string, string] {
       if (!/^[^=]+=/.test(value)) throw new TsiError('INVALID_ARG', `--trace-config opentelemetry,resource expects <key>=<value>, got '${value}'`);
       return [key, value];
     case 'bsp_max_queue_size': case 'bsp_schedule_delay': case 'bsp_max_export_batch_size':
-      return [key, String(parseUint(key, value))];
+      try {
+        return [key, String(parseUint(key, value))];
+      } catch (err) {
+        throw new TsiError('INVALID_ARG', `Bad option: "--trace-config opentelemetry,${key}". ${(err as Error).message}`);
+      }
     default:
       throw new TsiError('INVALID_ARG', `--trace-config: unknown opentelemetry setting '${key}' (expected url, resource, bsp_max_queue_size, bsp_schedule_delay or bsp_max_export_batch_size)`);
   }
+}
+
+/** tritonserver's trace flags from before `--trace-config`: deprecated aliases of its settings. */
+export interface LegacyTraceFlags {
+  traceFile?: string;
+  /** Repeatable: the levels add up; OFF (or false) turns tracing off. */
+  traceLevel?: readonly string[];
+  traceRate?: string;
+  traceCount?: string;
+  traceLogFrequency?: string;
+}
+
+/** Per flag: the `--trace-config` spec it stands for, the key that overrides it, and Triton's words. */
+const LEGACY_TRACE: [flag: keyof LegacyTraceFlags, name: string, spec: string, replacement: string, overriddenBy: RegExp, what: string][] = [
+  ['traceFile', '--trace-file', 'triton,file', 'triton,file=<filepath>', /^triton,file=/, 'file'],
+  ['traceLevel', '--trace-level', 'level', 'level=<OFF|TIMESTAMPS|TENSORS>', /^level=/, 'level'],
+  ['traceRate', '--trace-rate', 'rate', 'rate=<rate value>', /^rate=/, 'rate value'],
+  ['traceCount', '--trace-count', 'count', 'count=<count value>', /^count=/, 'count'],
+  ['traceLogFrequency', '--trace-log-frequency', 'triton,log-frequency', 'triton,log-frequency=<log frequency value>', /^triton,log[-_]frequency=/, 'log-frequency'],
+];
+
+/** tritonserver's reading of a --trace-level value: MIN and MAX are its older names for TIMESTAMPS. */
+function legacyTraceLevel(arg: string): 'OFF' | 'TIMESTAMPS' | 'TENSORS' {
+  const a = arg.toLowerCase();
+  if (a === 'false' || a === 'off') return 'OFF';
+  if (['true', 'on', 'min', 'max', 'timestamps'].includes(a)) return 'TIMESTAMPS';
+  if (a === 'tensors') return 'TENSORS';
+  throw new TsiError('INVALID_ARG', `invalid value for trace level option: ${a}`);
+}
+
+/**
+ * The older flags as `--trace-config` specs to put before the given ones (which then win, as in
+ * Triton), with tritonserver's warnings: one per deprecated flag used, and one per flag a
+ * `--trace-config` setting overrides.
+ */
+export function legacyTraceSpecs(flags: LegacyTraceFlags, specs: readonly string[]): { specs: string[]; warnings: string[] } {
+  const out: string[] = [];
+  const warnings: string[] = [];
+  for (const [flag, name, spec, replacement, overriddenBy, what] of LEGACY_TRACE) {
+    const v = flags[flag];
+    if (v === undefined) continue;
+    const values = typeof v === 'string' ? [v] : v;
+    for (const value of values) {
+      warnings.push(`Warning: '${name}' has been deprecated and will be removed in future releases. Please use '--trace-config ${replacement} instead.`);
+      out.push(`${spec}=${flag === 'traceLevel' ? legacyTraceLevel(value) : value}`);
+    }
+    if (specs.some((s) => overriddenBy.test(s))) {
+      warnings.push(`Warning: Overriding deprecated '${name}' in favor of provided ${what} in --trace-config!`);
+    }
+  }
+  // An explicit OFF among the levels wins over the others, as tritonserver reads them.
+  if (out.includes('level=OFF')) out.push('level=OFF');
+  return { specs: out, warnings };
 }

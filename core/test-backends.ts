@@ -6,7 +6,10 @@
  * - identity: inputs INPUT<i> and outputs OUTPUT<i> in pairs of equal datatype and shape; each
  *   response carries OUTPUT<i> equal to INPUT<i> (an optional input left out gives zeros) and the
  *   parameters param0..param3 Triton's backend attaches. Config parameters `execute_delay_ms`
- *   (with `instance_wise_delay_multiplier`) and `creation_delay_sec` slow it down, as in Triton.
+ *   (with `instance_wise_delay_multiplier`) and `creation_delay_sec` slow it down, as in Triton;
+ *   `enable_custom_tracing: "true"` adds its activities to a traced request's timestamps
+ *   (CUSTOM_ACTIVITY_START, CUSTOM_SINGLE_ACTIVITY, CUSTOM_ACTIVITY_END around the delay, with
+ *   `nested_span_count` CUSTOM_ACTIVITY<i>_START/_END pairs nested inside).
  * - repeat: decoupled (or not: then its one response, and the final flag sent on its own, complete
  *   the request before execute returns), max_batch_size 0, inputs IN (INT32 vector), DELAY (UINT32, IN's shape) and
  *   WAIT (UINT32 [1]); outputs OUT (INT32 [1]) and IDX (UINT32 [1]). One response per element of IN,
@@ -113,8 +116,21 @@ function identityBackend(): Backend {
         }
         r.send({ outputs, parameters: { ...IDENTITY_PARAMETERS } }, true);
       };
+      // Triton's identity backend reports activities of its own into traced requests' traces.
+      const customTracing = param(cfg, 'enable_custom_tracing') === 'true';
+      const nested = Math.max(0, Number(param(cfg, 'nested_span_count') ?? 0) || 0);
       return stateless(async (requests, spec) => {
+        const traces = customTracing ? requests.flatMap((r) => (r.trace ? [r.trace] : [])) : [];
+        for (const t of traces) {
+          t.mark('CUSTOM_ACTIVITY_START');
+          for (let i = 0; i < nested; i++) t.mark(`CUSTOM_ACTIVITY${i}_START`);
+          t.mark('CUSTOM_SINGLE_ACTIVITY');
+        }
         if (delayMs > 0) await sleep(delayMs * Math.max(multiplier > 0 ? multiplier * spec.index : 1, 1));
+        for (const t of traces) {
+          for (let i = nested - 1; i >= 0; i--) t.mark(`CUSTOM_ACTIVITY${i}_END`);
+          t.mark('CUSTOM_ACTIVITY_END');
+        }
         for (const r of requests) respond(r);
       });
     },

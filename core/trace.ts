@@ -21,7 +21,7 @@
  */
 
 import type { BackendInstance, BackendRequest, ExecutionTimes } from './backend.js';
-import type { Clock, Logger, TraceStamps } from './types.js';
+import type { Clock, Logger, Tensor, TraceStamps } from './types.js';
 
 export type TraceLevel = 'TIMESTAMPS' | 'TENSORS';
 export type TraceMode = 'triton' | 'opentelemetry';
@@ -152,7 +152,8 @@ export class TraceManager {
     if (otel ? !this.exporter : !this.writer || !s.file) return undefined;
     if (!(otel && context)) {
       if (s.rate <= 0) return undefined;
-      const n = sampler ? sampler.counter++ : this.globalCounter++;
+      // Triton's sampling: every rate-th request, counting from 1 (rate 9 traces the 9th, the 18th...).
+      const n = sampler ? ++sampler.counter : ++this.globalCounter;
       if (n % s.rate !== 0) return undefined;
       const holder = sampler && sampler.override.count !== undefined ? sampler.override : this.global;
       if (holder.count === 0) return undefined;
@@ -165,6 +166,7 @@ export class TraceManager {
       // The OpenTelemetry ids are chosen now, so a model can be told its span's context while it runs.
       t.otelIds = { traceId: context ? context.traceparent.trim().slice(3, 35) : randomHex(16), spanId: randomHex(8) };
     }
+    if (!otel && s.level.includes('TENSORS')) t.withTensors = true;
     if (startStamp) t.mark(startStamp.name, startStamp.ns);
     return t;
   }
@@ -220,6 +222,9 @@ export class Trace implements TraceStamps {
   readonly attributes: Record<string, TraceAttribute> = {};
   /** "opentelemetry" mode: the trace's id and its model span's id, in hex, chosen when it starts. */
   otelIds?: { traceId: string; spanId: string };
+  /** Level TENSORS (Triton mode): the request's queued inputs and its backend's outputs are recorded. */
+  withTensors = false;
+  readonly tensors: { activity: string; tensor: { name: string; data: string; shape: string; dtype: string } }[] = [];
   private computing = 0;
   private finished = false;
   private emitted = false;
@@ -235,6 +240,15 @@ export class Trace implements TraceStamps {
     this.stamps.push({ name, ns: Math.round(ns) });
   }
 
+  /** Records a tensor as Triton's TENSORS level writes it: values, shape and datatype as text. */
+  tensor(activity: 'TENSOR_QUEUE_INPUT' | 'TENSOR_BACKEND_OUTPUT', t: Tensor): void {
+    if (!this.withTensors) return;
+    const data = Array.isArray(t.data)
+      ? t.data.map((b) => new TextDecoder().decode(b)).join(',')
+      : Array.from(t.data as ArrayLike<number | bigint>, (v) => String(v)).join(',');
+    this.tensors.push({ activity, tensor: { name: t.name, data, shape: t.shape.join(','), dtype: t.datatype } });
+  }
+
   /** The trace of a request this one's model makes to `model`; this trace waits for it. */
   spawn(model: string): Trace {
     this.computing++;
@@ -244,6 +258,7 @@ export class Trace implements TraceStamps {
     }, this.newId);
     t.parentId = this.id;
     t.child = true;
+    t.withTensors = this.withTensors;
     if (this.otelIds) t.otelIds = { traceId: this.otelIds.traceId, spanId: randomHex(8) };
     return t;
   }
@@ -299,6 +314,9 @@ export class Trace implements TraceStamps {
       if (t.parentId) head.parent_id = t.parentId;
       const timestamps = [...t.stamps].sort((a, b) => a.ns - b.ns);
       out.push(head, { id: t.id, timestamps });
+      // Tensor records carry the top-level request's id, as Triton's trace file shows them for an
+      // ensemble's steps (L0_cmdline_trace finds a step's outputs under id 1).
+      for (const r of t.tensors) out.push({ id: this.id, ...r });
     }
     return out;
   }

@@ -89,6 +89,9 @@ export interface TraceStamps {
   spawn(model: string): TraceStamps;
   /** The request's final response left its model (stamps REQUEST_END; `error` when it failed). */
   requestEnd(error?: string): void;
+  /** Level TENSORS: whether tensor activities are recorded, and the recording (Triton's trace file). */
+  readonly withTensors?: boolean;
+  tensor?(activity: 'TENSOR_QUEUE_INPUT' | 'TENSOR_BACKEND_OUTPUT', t: Tensor): void;
 }
 
 export interface OutputTensor extends Tensor {

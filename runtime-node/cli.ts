@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
-import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, parseCacheFlags, parseTraceConfig, type IndexEntry, type ModelControlMode } from '../core/index.js';
+import { NOT_LOADED_BUDGET, TSI_VERSION, asTsiError, legacyTraceSpecs, parseCacheFlags, parseTraceConfig, type IndexEntry, type ModelControlMode, type SagemakerInferenceType } from '../core/index.js';
 import { nodeLogger, startServer } from './index.js';
 import type { TlsFiles } from './http/tls.js';
 import { doctorReport, formatDoctor, table } from './doctor.js';
@@ -60,6 +60,42 @@ function parsePort(v: string): number {
   return n;
 }
 
+/** `<from>-<to>`, two ports (tritonserver's --sagemaker-safe-port-range). */
+function parsePortRange(v: string): [number, number] {
+  const m = /^(\d+)-(\d+)$/.exec(v);
+  if (!m) throw new InvalidArgumentError(`expected <integer>-<integer>, got '${v}'`);
+  return [parsePort(m[1]!), parsePort(m[2]!)];
+}
+
+interface PortUse {
+  service: string;
+  address: string;
+  port: number;
+  /** The ports every other service must keep within (SageMaker's safe range). */
+  range?: [number, number];
+}
+
+/**
+ * tritonserver's check of its listeners before any starts, with its texts: two on one address and port,
+ * or one outside the SageMaker safe range. Port 0 is left out (a free port the system picks).
+ */
+export function checkPortCollision(uses: PortUse[]): void {
+  for (let i = 0; i < uses.length; i++) {
+    const a = uses[i]!;
+    for (let j = a.range ? 0 : i + 1; j < uses.length; j++) {
+      const b = uses[j]!;
+      // Port 0 (the system picks a free one, as tests ask) collides with nothing.
+      if (j === i || a.address !== b.address || b.port === 0) continue;
+      if (a.range && (b.port < a.range[0] || b.port > a.range[1])) {
+        throw new Error(`The server cannot listen to ${b.service} requests at port ${b.port}, allowed port range is [${a.range[0]}, ${a.range[1]}]`);
+      }
+      if (a.port === b.port) {
+        throw new Error(`The server cannot listen to ${a.service} requests and ${b.service} requests at the same address and port ${a.address}:${a.port}`);
+      }
+    }
+  }
+}
+
 /** A parser for a choice flag that tritonserver reads in any case (`--model-control-mode=POLL`). */
 function anyCase(...choices: string[]): (v: string) => string {
   return (v) => {
@@ -73,6 +109,14 @@ function parseIntArg(v: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative integer, got '${v}'`);
   return n;
+}
+
+/** tritonserver's int-or-bool options (--log-verbose): true and false are 1 and 0. */
+function parseIntBool(v: string): number {
+  const s = v.toLowerCase();
+  if (s === 'true' || s === 'on' || s === 'yes') return 1;
+  if (s === 'false' || s === 'off' || s === 'no') return 0;
+  return parseIntArg(v);
 }
 
 function parsePositiveInt(v: string): number {
@@ -182,7 +226,13 @@ export function buildCli(): Command {
     .addOption(boolOption('--allow-client-shm', 'let clients register system shared memory regions', false))
     .option('--repository-poll-secs <secs>', 'poll interval in poll mode', parseNonNegativeSecs, 15)
     .option('--trace-config <[mode,]key=value>', 'trace setting: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; opentelemetry,url=URL (default http://localhost:4318/v1/traces), opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_max_queue_size=N (2048), opentelemetry,bsp_schedule_delay=MS (5000), opentelemetry,bsp_max_export_batch_size=N (512) (repeatable)', collect)
-    .option('--log-verbose <level>', 'verbose logging level (0 = off)', parseIntArg, 0)
+    .option('--trace-file <path>', "deprecated by tritonserver: --trace-config triton,file=<path>")
+    .option('--trace-level <level>', "deprecated by tritonserver: --trace-config level=<OFF|TIMESTAMPS|TENSORS> (MIN and MAX read as TIMESTAMPS; repeatable)", collect)
+    .option('--trace-rate <n>', 'deprecated by tritonserver: --trace-config rate=<n>')
+    .option('--trace-count <n>', 'deprecated by tritonserver: --trace-config count=<n>')
+    .option('--trace-log-frequency <n>', 'deprecated by tritonserver: --trace-config triton,log-frequency=<n>')
+    .option('--http-thread-count <n>', "accepted for tritonserver's scripts; tsi serves HTTP on one event loop", parsePositiveInt)
+    .option('--log-verbose <level>', 'verbose logging level (0 = off; true and false are 1 and 0, as tritonserver reads them)', parseIntBool, 0)
     .addOption(boolOption('--log-info', 'print info lines', true))
     .addOption(boolOption('--log-warning', 'print warning lines', true))
     .addOption(new Option('--log-warn [bool]', 'tritonserver accepts this prefix of --log-warning').argParser(parseBool).preset('true').hideHelp())
@@ -195,6 +245,10 @@ export function buildCli(): Command {
     .addOption(boolOption('--exit-on-error', 'exit if any model fails to load at start-up; false: serve the others (a --model-repository folder that is missing leaves the server up, neither live nor ready, as tritonserver)', true))
     .addOption(boolOption('--strict-readiness', 'ready only when every model is ready', true))
     .option('--model-load-thread-count <n>', 'models loaded at once (at start-up and by repository polls)', parsePositiveInt, 4)
+    .option('--model-config-name <name>', 'read each model\'s config from configs/<name>.pbtxt in its folder where that file exists, else from config.pbtxt', (v) => {
+      if (v === '') throw new InvalidArgumentError('Error: empty argument for --model-config-name');
+      return v;
+    })
     .option('--model-load-retry-count <n>', 'times a model version that fails to load is tried again before its load fails', parseIntArg, 0)
     .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
     .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
@@ -221,12 +275,48 @@ export function buildCli(): Command {
     }, 'off')
     .addOption(boolOption('--allow-dashboard', 'serve the live dashboard at /dashboard/ on the HTTP port (in the statistics category of --http-restricted-api and --api-key)', false))
     .option('--dashboard-tune-reports <dir>', 'a folder of tsi-node tune reports the dashboard lists')
+    .addOption(boolOption('--allow-sagemaker', 'serve SageMaker\'s routes on --sagemaker-port: /ping, /invocations (SAGEMAKER_TRITON_DEFAULT_MODEL_NAME, SAGEMAKER_TRITON_INFERENCE_TYPE infer|generate|generate_stream) and the multi-model /models API', false))
+    .option('--sagemaker-port <port>', 'SageMaker port', parsePort, 8080)
+    .option('--sagemaker-safe-port-range <from-to>', 'the ports every other listener must use (SageMaker\'s SAGEMAKER_SAFE_PORT_RANGE); a listener outside it stops the start', parsePortRange)
+    .option('--sagemaker-thread-count <n>', 'accepted for tritonserver\'s scripts; tsi serves every listener on one event loop', parsePositiveInt, 8)
+    .addOption(new Option('--sagemaker-models-root <dir>', 'where SageMaker multi-model loads\' urls must point (<dir>/<hash>/model[/<subdir>])').env('TSI_SAGEMAKER_MODELS_ROOT').default('/opt/ml/models'))
+    .addOption(new Option('--allow-vertex-ai [bool]', 'serve Vertex AI\'s routes (AIP_HEALTH_ROUTE, AIP_PREDICT_ROUTE with X-Vertex-Ai-Triton-Redirect) on --vertex-ai-port once the models are loaded (default: true when AIP_MODE=PREDICTION, which also turns HTTP and gRPC off unless asked for)').argParser(parseBool).preset('true'))
+    .option('--vertex-ai-port <port>', 'Vertex AI port (default: AIP_HTTP_PORT, else 8080)', parsePort)
+    .option('--vertex-ai-thread-count <n>', 'accepted for tritonserver\'s scripts; tsi serves every listener on one event loop', parsePositiveInt, 8)
+    .option('--vertex-ai-default-model <name>', 'the model a Vertex AI predict reaches without a redirect (default: the only model loaded)')
     .option('--rate-limit-resource <name:count[:device]>', 'copies of a rate-limiter resource (per device, or on one device; default: the largest count any instance lists) (repeatable)', collect)
     .action(async (o) => {
       // With the CUDA provider installed, this process hands over to one that can load it (gpu/command.ts).
       if (await reexecForCuda((m) => process.stderr.write(`Warning: ${m}\n`))) return;
       const repos: string[] = [...(o.modelRepository ?? []), ...(o.modelStore ?? [])];
+      // Vertex AI's environment, read as tritonserver reads it: AIP_MODE=PREDICTION turns its endpoint
+      // on and HTTP and gRPC off (unless asked for), AIP_STORAGE_URI is the repository if none is given.
+      const env = process.env;
+      const predicting = env.AIP_MODE === 'PREDICTION';
+      const given = (key: string) => serve.getOptionValueSource(key) === 'cli';
+      const allowVertexAi: boolean = o.allowVertexAi ?? predicting;
+      const allowHttp: boolean = predicting && !given('allowHttp') ? false : o.allowHttp;
+      const allowGrpc: boolean = predicting && !given('allowGrpc') ? false : o.allowGrpc;
+      const vertexAiPort: number = o.vertexAiPort ?? (env.AIP_HTTP_PORT ? Number.parseInt(env.AIP_HTTP_PORT, 10) : 8080);
+      if (repos.length === 0 && env.AIP_STORAGE_URI) repos.push(env.AIP_STORAGE_URI);
       if (repos.length === 0) repos.push(defaultRepository());
+      const inferenceType = env.SAGEMAKER_TRITON_INFERENCE_TYPE ?? 'infer';
+      if (o.allowSagemaker && !['infer', 'generate', 'generate_stream'].includes(inferenceType)) {
+        process.stderr.write(`Error: Invalid SAGEMAKER_TRITON_INFERENCE_TYPE '${inferenceType}': must be one of infer, generate, generate_stream\n`);
+        process.exit(1);
+      }
+      try {
+        checkPortCollision([
+          ...(allowHttp ? [{ service: 'HTTP', address: o.httpAddress, port: o.httpPort }] : []),
+          ...(allowGrpc ? [{ service: 'GRPC', address: o.grpcAddress, port: o.grpcPort }] : []),
+          ...(o.allowMetrics ? [{ service: 'metrics', address: o.metricsAddress ?? o.httpAddress, port: o.metricsPort }] : []),
+          ...(o.allowSagemaker ? [{ service: 'SageMaker', address: '0.0.0.0', port: o.sagemakerPort, range: o.sagemakerSafePortRange }] : []),
+          ...(allowVertexAi ? [{ service: 'Vertex AI', address: '0.0.0.0', port: vertexAiPort }] : []),
+        ]);
+      } catch (err) {
+        process.stderr.write(`Error: ${(err as Error).message}\n`);
+        process.exit(1);
+      }
       const mode = o.modelControlMode as ModelControlMode;
       if (o.loadModel && mode !== 'explicit') {
         process.stderr.write("Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well.\n");
@@ -256,7 +346,10 @@ export function buildCli(): Command {
       }
       let trace;
       try {
-        trace = parseTraceConfig((o.traceConfig ?? []) as string[], process.env);
+        const configSpecs = (o.traceConfig ?? []) as string[];
+        const legacy = legacyTraceSpecs(o, configSpecs);
+        for (const w of legacy.warnings) process.stderr.write(`${w}\n`);
+        trace = parseTraceConfig([...legacy.specs, ...configSpecs], process.env);
       } catch (err) {
         process.stderr.write(`Error: ${asTsiError(err).message}\n`);
         process.exit(1);
@@ -288,13 +381,14 @@ export function buildCli(): Command {
           modelRepositories: repos,
           httpPort: o.httpPort,
           httpAddress: o.httpAddress,
-          allowHttp: o.allowHttp,
+          allowHttp,
           log,
           logFile: o.logFile,
           strictReadiness: o.strictReadiness,
           exitOnError: o.exitOnError,
           modelLoadThreadCount: o.modelLoadThreadCount,
           modelLoadRetryCount: o.modelLoadRetryCount,
+          modelConfigName: o.modelConfigName,
           maxLoadedModels: o.maxLoadedModels,
           modelMemoryBudget: o.modelMemoryBudget,
           modelControlMode: mode,
@@ -309,7 +403,7 @@ export function buildCli(): Command {
           id: o.id,
           browserDemo: o.browserDemo,
           responseCacheBytes: cache?.size,
-          grpcPort: o.allowGrpc ? o.grpcPort : undefined,
+          grpcPort: allowGrpc ? o.grpcPort : undefined,
           grpcAddress: o.grpcAddress,
           grpcRestrictedProtocol: o.grpcRestrictedProtocol,
           grpcResponseCompression: o.grpcInferResponseCompressionLevel,
@@ -337,6 +431,13 @@ export function buildCli(): Command {
           rateLimitResources: o.rateLimitResource,
           allowDashboard: o.allowDashboard,
           dashboardTuneReports: o.dashboardTuneReports,
+          sagemaker: o.allowSagemaker ? {
+            port: o.sagemakerPort, defaultModel: env.SAGEMAKER_TRITON_DEFAULT_MODEL_NAME, inferenceType: inferenceType as SagemakerInferenceType,
+            pingMode: env.SAGEMAKER_TRITON_PING_MODE === 'live' ? 'live' : 'ready', modelsRoot: o.sagemakerModelsRoot,
+          } : undefined,
+          vertexAi: allowVertexAi ? {
+            port: vertexAiPort, predictRoute: env.AIP_PREDICT_ROUTE, healthRoute: env.AIP_HEALTH_ROUTE, defaultModel: o.vertexAiDefaultModel,
+          } : undefined,
         });
       } catch (err) {
         log.error(`failed to start: ${asTsiError(err).message}`);
@@ -374,6 +475,8 @@ export function buildCli(): Command {
       if (running.grpc) log.info(`Started GRPCInferenceService at ${o.grpcAddress}:${running.grpc.port}`);
       if (running.http) log.info(`Started HTTPService at ${o.httpAddress}:${running.http.port}`);
       if (running.metrics) log.info(`Started Metrics Service at ${o.metricsAddress ?? o.httpAddress}:${running.metrics.port}`);
+      if (running.sagemaker) log.info(`Started Sagemaker HTTPService at 0.0.0.0:${running.sagemaker.port}`);
+      if (running.vertexAi) log.info(`Started Vertex AI HTTPService at 0.0.0.0:${running.vertexAi.port}`);
       // Only with something to reload: otherwise SIGHUP keeps its default (ending the process).
       if (httpTls || grpcTls || o.apiKeyFile !== undefined) {
         process.on('SIGHUP', () => {

@@ -10,7 +10,7 @@ import { deflate, gzip } from 'node:zlib';
 import { availableParallelism, totalmem } from 'node:os';
 import {
   BackendRegistry, createEmbeddingBackend, createClassifierBackend, createWhisperBackend, DEFAULT_MAX_INPUT_SIZE, InferenceServer, inferEndpoint, RepositoryPoller, ResponseCache, ServerExtensions, parseRateLimitResource, type RateLimitMode, controllableLogger, createHttpApp,
-  createLogger, headerForwardPattern, type ConfigurableLogger, type LogFormat, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
+  createLogger, headerForwardPattern, createSagemakerApp, createVertexAiApp, vertexAiDefaultModel, TsiError, asTsiError, type SagemakerInferenceType, type ConfigurableLogger, type LogFormat, parseMemoryBudget, parseRestrictions, type Backend, type CompressionPolicy, type Logger, type ModelControlMode, type SchedulerDelay, type TraceSetting,
 } from '../core/index.js';
 import { fileTraceWriter, tempFolderStager } from './fs-extensions.js';
 import { listenGrpc, type GrpcListener } from './grpc/server.js';
@@ -18,6 +18,7 @@ import { listenMetrics, registerHostMetrics, type MetricsListener } from './metr
 import { nodeShmProvider } from './shm.js';
 import { repositorySources } from './fs-source.js';
 import { listen, type Listener } from './http/server.js';
+import { sagemakerModelStore } from './http/sagemaker-store.js';
 import { Shutdown, type ShutdownProgress, type ShutdownReport, type StopOptions } from './shutdown.js';
 import { ReloadableTls, type TlsFiles } from './http/tls.js';
 import { ApiKeyring, grpcAuthorizer, httpAuthorizer } from './http/api-keys.js';
@@ -52,6 +53,8 @@ export interface NodeServerOptions {
   modelLoadThreadCount?: number;
   /** tritonserver's `--model-load-retry-count`: times a version that fails to load is tried again (default 0). */
   modelLoadRetryCount?: number;
+  /** tritonserver's `--model-config-name`: each model's `configs/<name>.pbtxt` where it has one, else its config.pbtxt. */
+  modelConfigName?: string;
   /** `--max-loaded-models`: load models on demand, at most this many at once (core/repository/residency.ts). */
   maxLoadedModels?: number;
   /** `--model-memory-budget`: load models on demand within this memory (bytes, `2G`, or `50%` of the machine's). */
@@ -131,11 +134,40 @@ export interface NodeServerOptions {
   schedulerDelay?: SchedulerDelay;
   /** Triton's gRPC test hook, in ms; default: read from the environment by `grpcResponseDelayFromEnv`. */
   grpcResponseDelayMs?: number;
+  /** --allow-sagemaker: SageMaker's routes on a port of their own (core/protocol/cloud-endpoints.ts). */
+  sagemaker?: SagemakerListenOptions;
+  /** --allow-vertex-ai: Vertex AI's routes on a port of their own, listening once the models are loaded. */
+  vertexAi?: VertexAiListenOptions;
+}
+
+export interface SagemakerListenOptions {
+  port: number;
+  address?: string;
+  /** SAGEMAKER_TRITON_DEFAULT_MODEL_NAME */
+  defaultModel?: string;
+  /** SAGEMAKER_TRITON_INFERENCE_TYPE */
+  inferenceType?: SagemakerInferenceType;
+  /** SAGEMAKER_TRITON_PING_MODE */
+  pingMode?: 'ready' | 'live';
+  /** Where multi-model loads' urls must point (default /opt/ml/models). */
+  modelsRoot?: string;
+}
+
+export interface VertexAiListenOptions {
+  port: number;
+  address?: string;
+  /** AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE; either missing stops the start, as in Triton. */
+  predictRoute?: string;
+  healthRoute?: string;
+  /** --vertex-ai-default-model; default: the only model loaded. */
+  defaultModel?: string;
 }
 
 export interface RunningServer {
   server: InferenceServer;
   http?: Listener;
+  sagemaker?: Listener;
+  vertexAi?: Listener;
   grpc?: GrpcListener;
   metrics?: MetricsListener;
   /** Shared-memory regions, trace/log settings and model control, shared by HTTP and gRPC. */
@@ -299,6 +331,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     rateLimitResources: (opts.rateLimitResources ?? []).map(parseRateLimitResource),
     modelLoadThreadCount: opts.modelLoadThreadCount,
     modelLoadRetryCount: opts.modelLoadRetryCount,
+    modelConfigName: opts.modelConfigName,
     schedulerDelay,
     residency: {
       maxLoadedModels: opts.maxLoadedModels,
@@ -342,7 +375,14 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     grpcTls?.close();
     keyring?.close();
   };
+  // The cloud endpoints' v2 routes: the HTTP port's size limit and restrictions; no compression and no
+  // forwarded headers, as Triton's.
+  const cloudHttpOptions = () => ({
+    maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE, extensions, restrictedApi: httpRestrictions,
+    compression: { mode: 'off' as const, minBytes: 0 },
+  });
   let http: Listener | undefined;
+  let sagemaker: Listener | undefined;
   let grpc: GrpcListener | undefined;
   let metrics: MetricsListener | undefined;
   let gpuMetrics: GpuMetrics | undefined;
@@ -365,6 +405,18 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
         onError: (err) => log.error(`HTTP: ${err.message}`),
         tls: httpTls, onTlsError: (err, from) => log.verbose(1, `HTTPS: TLS handshake with ${from ?? 'a client'} failed: ${err.message}`),
         authorize: keyring && httpAuthorizer(keyring),
+        headersTimeoutMs: opts.httpHeadersTimeoutMs, requestTimeoutMs: opts.httpRequestTimeoutMs,
+      });
+    }
+    if (opts.sagemaker) {
+      const sm = opts.sagemaker;
+      const app = createSagemakerApp({
+        server, extensions, infer: inferEndpoint(server, cloudHttpOptions()), maxInputSize: opts.maxInputSize ?? DEFAULT_MAX_INPUT_SIZE,
+        restrictions: httpRestrictions, defaultModel: sm.defaultModel, inferenceType: sm.inferenceType, pingMode: sm.pingMode,
+        store: sagemakerModelStore(sm.modelsRoot), log,
+      });
+      sagemaker = await listen(sm.port, sm.address ?? '0.0.0.0', {
+        fetch: app.fetch, onError: (err) => log.error(`SageMaker: ${err.message}`),
         headersTimeoutMs: opts.httpHeadersTimeoutMs, requestTimeoutMs: opts.httpRequestTimeoutMs,
       });
     }
@@ -394,15 +446,39 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     }
   } catch (err) {
     gpuMetrics?.stop();
-    await Promise.all([http?.close(), grpc?.close(0), metrics?.close()]);
+    await Promise.all([http?.close(), sagemaker?.close(), grpc?.close(0), metrics?.close()]);
     closeCredentials();
     throw err;
   }
   await server.start();
+  // Vertex AI's port opens once the models are loaded: its default model is the only one loaded, unless named.
+  let vertexAi: Listener | undefined;
+  if (opts.vertexAi) {
+    const va = opts.vertexAi;
+    try {
+      if (!va.predictRoute) throw new TsiError('INVALID_ARG', 'API_PREDICT_ROUTE is not defined for Vertex AI endpoint');
+      if (!va.healthRoute) throw new TsiError('INVALID_ARG', 'AIP_HEALTH_ROUTE is not defined for Vertex AI endpoint');
+      const cloud = cloudHttpOptions();
+      const app = createVertexAiApp({
+        server, v2: createHttpApp(server, cloud), infer: inferEndpoint(server, cloud), predictRoute: va.predictRoute, healthRoute: va.healthRoute,
+        defaultModel: vertexAiDefaultModel(server, va.defaultModel), log,
+      });
+      vertexAi = await listen(va.port, va.address ?? '0.0.0.0', {
+        fetch: app.fetch, onError: (err) => log.error(`Vertex AI: ${err.message}`),
+        headersTimeoutMs: opts.httpHeadersTimeoutMs, requestTimeoutMs: opts.httpRequestTimeoutMs,
+      });
+    } catch (err) {
+      gpuMetrics?.stop();
+      await Promise.all([http?.close(), sagemaker?.close(), grpc?.close(0), metrics?.close()]);
+      closeCredentials();
+      await server.stop(1000);
+      throw new TsiError('INVALID_ARG', `failed to start Vertex AI service: ${asTsiError(err).message}`);
+    }
+  }
   const poller = opts.modelControlMode === 'poll' ? new RepositoryPoller(server, (opts.repositoryPollSecs ?? 15) * 1000) : undefined;
   poller?.start();
   const shutdown = new Shutdown({
-    server, log, http, grpc,
+    server, log, http, grpc, others: [sagemaker, vertexAi].filter((l) => l !== undefined),
     stopBackground: async () => poller?.stop(),
     async release() {
       gpuMetrics?.stop();
@@ -415,6 +491,8 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
   return {
     server,
     http,
+    sagemaker,
+    vertexAi,
     grpc,
     metrics,
     extensions,

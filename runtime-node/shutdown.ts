@@ -61,6 +61,8 @@ export interface ShutdownParts {
   log: Logger;
   http?: Listener;
   grpc?: GrpcListener;
+  /** More HTTP listeners (SageMaker's, Vertex AI's), stopped and closed with `http`. */
+  others?: Listener[];
   /** Background work that should not start anything new once the shutdown began (repository polls). */
   stopBackground(): Promise<void>;
   /** Closes what is left once the models are unloaded (metrics listener, watchers, extensions). */
@@ -130,6 +132,7 @@ export class Shutdown {
     const notReadyMs = since();
     http?.stopAccepting();
     grpc?.stopAccepting();
+    for (const l of this.parts.others ?? []) l.stopAccepting();
     this.phase = 'draining';
     const busy = http?.openConnections() ?? 0;
     log.info(`shutdown (b) at ${secs(notReadyMs)}: listeners closed; idle HTTP connections closed, ${busy} busy one(s) close after their answer; gRPC sessions sent GOAWAY`);
@@ -144,7 +147,7 @@ export class Shutdown {
     const unloadMs = performance.now() - c0 - drainMs;
     if (unfinished > 0) log.warn(`shutdown (c): ${unfinished} request(s) were still running at the ${secs(timeoutMs)} deadline`);
     log.info(`shutdown (c) at ${secs(since())}: ${before.requests} in-flight request(s) and ${before.sequences} sequence(s) drained in ${secs(drainMs)}, models unloaded in ${secs(unloadMs)}`);
-    await Promise.all([http?.close(), grpc?.close()]);
+    await Promise.all([http?.close(), grpc?.close(), ...(this.parts.others ?? []).map((l) => l.close())]);
     await this.parts.release();
     this.phase = 'stopped';
     const totalMs = since();

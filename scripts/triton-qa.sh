@@ -71,6 +71,12 @@ setup() {
     [ -n "$whl" ] || { echo "ml_dtypes is missing: set QA_WHEELS to a folder with its wheel" >&2; exit 1; }
     "$QA_PYTHON" -m zipfile -e "$whl" "$lib"
   fi
+  # psutil (test_util's RSS checks): Debian's python3-psutil, else a wheel of it.
+  if ! "$QA_PYTHON" -c "import psutil" 2>/dev/null; then
+    local pwhl
+    pwhl=$(ls "${QA_WHEELS:-/opt/pypi/files}"/psutil-*-abi3-manylinux*x86_64*.whl 2>/dev/null | head -n 1)
+    if [ -n "$pwhl" ]; then "$QA_PYTHON" -m zipfile -e "$pwhl" "$lib"; else echo "psutil is missing (apt-get install python3-psutil): suites that read the server's RSS fail"; fi
+  fi
 
   # `python`/`python3` in test.sh and qa's scripts: the python with the packages above.
   mkdir -p "$QA_WORK/bin"
@@ -79,20 +85,32 @@ setup() {
 
   # Some test.sh install what they need as they go (pip install torch, apt sources for cmake, git clone):
   # in Triton's throwaway test image that is fine, on a user's machine it is not. These stand in front.
+  # pip says so and succeeds, so that a `set -e` suite goes on to its other tests (those that import
+  # what was not installed fail, and are counted); the others fail as a missing tool would.
   local tool
   for tool in pip pip3 apt apt-get git wget; do
-    printf '#!/bin/sh\necho "triton-qa.sh: %s $* refused: suites may not change this machine" >&2\nexit 1\n' "$tool" > "$QA_WORK/bin/$tool"
+    local rc=1
+    case $tool in pip|pip3) rc=0 ;; esac
+    printf '#!/bin/sh\necho "triton-qa.sh: %s $* refused: suites may not change this machine" >&2\nexit %s\n' "$tool" "$rc" > "$QA_WORK/bin/$tool"
     chmod +x "$QA_WORK/bin/$tool"
   done
 
-  # Where a suite starts tritonserver, tsi starts.
+  # Where a suite starts tritonserver, tsi starts: node through a link named tritonserver, so that the
+  # process is called that (suites find their server with `ps | grep tritonserver`).
   local opt=$QA_WORK/opt/tritonserver
   mkdir -p "$opt/bin" "$opt/backends" "$opt/lib"
+  ln -sf "$(command -v node)" "$opt/lib/tritonserver"
   cat > "$opt/bin/tritonserver" <<EOF
 #!/usr/bin/env bash
-exec node "$TSI/bin/tsi-node.js" serve "\$@"
+exec "$opt/lib/tritonserver" "$TSI/bin/tsi-node.js" serve "\$@"
 EOF
   chmod +x "$opt/bin/tritonserver"
+  # SageMaker's entry script (on PATH as `serve` in Triton's image), with its /opt/ml readdressed.
+  if [ -f "$TRITON_SERVER/docker/sagemaker/serve" ]; then
+    cp "$TRITON_SERVER/docker/sagemaker/serve" "$QA_WORK/bin/serve"
+    readdress "$QA_WORK/bin/serve"
+    chmod +x "$QA_WORK/bin/serve"
+  fi
 
   # Records each unittest run of a suite (TextTestRunner is what unittest.main uses).
   cat > "$lib/sitecustomize.py" <<'EOF'
@@ -196,11 +214,13 @@ for f in failed:
 EOF
 }
 
-# Points a copied folder's /opt/tritonserver and /data/inferenceserver at QA_WORK's.
+# Points a copied folder's /opt/tritonserver, /data/inferenceserver and /opt/ml (SageMaker's model
+# folders) at QA_WORK's, and scripts run as `#!/usr/bin/python` (Triton's image has one) at PATH's python3.
 readdress() {
   local f
-  for f in $(grep -rlE '/opt/tritonserver|/data/inferenceserver' "$1" 2>/dev/null || true); do
-    sed -i -e "s#/opt/tritonserver#$QA_WORK/opt/tritonserver#g" -e "s#/data/inferenceserver#$QA_WORK/data#g" "$f"
+  for f in $(grep -rlE '/opt/tritonserver|/data/inferenceserver|/opt/ml|^#!/usr/bin/python' "$1" 2>/dev/null || true); do
+    sed -i -e "s#/opt/tritonserver#$QA_WORK/opt/tritonserver#g" -e "s#/data/inferenceserver#$QA_WORK/data#g" \
+      -e "s#/opt/ml\\([/ \"]\\|\$\\)#$QA_WORK/opt/ml\\1#g" -e "1s@^#!/usr/bin/python3\\?\$@#!/usr/bin/env python3@" "$f"
   done
 }
 
@@ -233,6 +253,9 @@ prepare() {
       mkdir -p "$d/models"
       cp -r "$TRITON_SERVER/src/test/models/identity_fp32" "$d/models/"
       mkdir -p "$d/models/identity_fp32/1" ;;
+    L0_sagemaker)
+      # /opt/ml (readdressed) as a fresh image has it: not there.
+      rm -rf "$QA_WORK/opt/ml" ;;
     L0_grpc_state_cleanup|L0_decoupled)
       mkdir -p "$d/models"
       cp -r "$TRITON_SERVER/src/test/models/repeat_int32" "$d/models/"
@@ -283,6 +306,8 @@ run_suite() {
     if [ ! -d "$QA_WORK/qa/$other" ] && [ -d "$TRITON_SERVER/qa/$other" ]; then
       cp -r "$TRITON_SERVER/qa/$other" "$QA_WORK/qa/$other"
       readdress "$QA_WORK/qa/$other"
+      # What the image adds to it, as to the suite itself.
+      if [ "$other" = L0_decoupled ]; then prepare L0_decoupled; fi
     fi
   done
   prepare "$suite"
@@ -310,6 +335,8 @@ run_suite() {
     export NVIDIA_TRITON_SERVER_VERSION=$VERSION TRITON_SERVER_CPU_ONLY=1
     export TRITON_DIR=$QA_WORK/opt/tritonserver TRITON_QA_ROOT_DIR=$QA_WORK/qa
     export BACKENDS=${BACKENDS:-onnx}
+    # Where SageMaker multi-model loads may point, now that /opt/ml is readdressed.
+    export TSI_SAGEMAKER_MODELS_ROOT=$QA_WORK/opt/ml/models
     exec setsid bash test.sh "$VERSION"
   ) > "$log" 2>&1 &
   local pid=$!

@@ -212,7 +212,9 @@ export class ModelVersion {
     if (trace) {
       // The response callback is wrapped only for traced requests: REQUEST_END, and the error if any.
       const inner = onResponse;
+      const backendOutputs = trace.withTensors && this.config.platform !== 'ensemble';
       onResponse = (r, final) => {
+        if (backendOutputs && !(r instanceof TsiError)) for (const o of r.outputs) trace.tensor?.('TENSOR_BACKEND_OUTPUT', o);
         if (final) trace.requestEnd(r instanceof TsiError ? r.message : undefined);
         inner(r, final);
       };
@@ -224,6 +226,7 @@ export class ModelVersion {
       pending.trace = trace;
       trace.mark('REQUEST_START', now);
       trace.mark('QUEUE_START', now);
+      if (trace.withTensors) for (const t of pending.inputs.values()) trace.tensor?.('TENSOR_QUEUE_INPUT', t);
     }
     pending.generation = req.generation;
     // The cache's key is the request's tensors and parameters: parsed generation parameters are neither.

@@ -24,6 +24,11 @@ import type { SchedulerDelay } from '../scheduling/scheduler.js';
 export interface RepositorySource {
   /** Where it is, for logs (a path or URL). */
   readonly location: string;
+  /**
+   * Models this source names itself rather than by their folders (a repository registered with a
+   * folder-to-name mapping, as SageMaker's multi-model load does): their configs' own `name` gives way.
+   */
+  readonly namesModels?: ReadonlySet<string>;
   /** Model folder names. */
   listModels(): Promise<string[]>;
   files(model: string): ModelFiles;
@@ -52,6 +57,11 @@ export interface RepositoryOptions {
   loadRetryCount?: number;
   /** Handed to every scheduler (Triton's scheduler test hook). */
   schedulerDelay?: SchedulerDelay;
+  /**
+   * tritonserver's `--model-config-name`: a model's config is `configs/<name>.pbtxt` where that file
+   * exists, its `config.pbtxt` otherwise.
+   */
+  configName?: string;
 }
 
 export interface IndexEntry {
@@ -110,6 +120,17 @@ export class ModelRepository {
   private readonly checkedSteps = new Map<string, { fingerprint: string; config: Promise<ModelConfig>; loading?: boolean }>();
 
   constructor(private readonly opts: RepositoryOptions) {}
+
+  /** Adds a repository while serving (what SageMaker's multi-model load does for each model). */
+  addSource(src: RepositorySource): void {
+    this.opts.sources.push(src);
+  }
+
+  /** Takes away a repository `addSource` added, once its models are unloaded. */
+  removeSource(src: RepositorySource): void {
+    const i = this.opts.sources.indexOf(src);
+    if (i >= 0) this.opts.sources.splice(i, 1);
+  }
 
   /** Model names in every source; a name found in two sources is reported and not served. */
   async scan(): Promise<Map<string, RepositorySource | Error>> {
@@ -250,7 +271,7 @@ export class ModelRepository {
       const checked = this.checkedSteps.get(name);
       const pending = !overrides && checked && checked.fingerprint === fingerprint
         ? checked.config
-        : this.prepareConfig(name, files, overrides?.configJson);
+        : this.prepareConfig(name, files, overrides?.configJson, found);
       // Until this load is over, an ensemble checked meanwhile reuses it too (then the loaded version serves).
       if (!overrides && fingerprint !== undefined) this.checkedSteps.set(name, { fingerprint, config: pending, loading: true });
       else this.checkedSteps.delete(name);
@@ -323,17 +344,20 @@ export class ModelRepository {
     if (loaded.size === 0) throw loadFailed();
   }
 
-  private async prepareConfig(name: string, files: ModelFiles, configJson?: string): Promise<ModelConfig> {
+  private async prepareConfig(name: string, files: ModelFiles, configJson?: string, src?: RepositorySource): Promise<ModelConfig> {
     let config: ModelConfig = {};
+    const custom = this.opts.configName !== undefined ? `configs/${this.opts.configName}.pbtxt` : undefined;
     if (configJson !== undefined) config = parseModelConfig(configJson, `${name}/config.json (load override)`);
-    else if (await files.exists('config.pbtxt')) {
+    else if (custom !== undefined && await files.exists(custom)) {
+      config = parseModelConfig(new TextDecoder().decode(await files.read(custom)), `${name}/${custom}`);
+    } else if (await files.exists('config.pbtxt')) {
       config = parseModelConfig(new TextDecoder().decode(await files.read('config.pbtxt')), `${name}/config.pbtxt`);
     } else if (await files.exists('config.json')) {
       config = parseModelConfig(new TextDecoder().decode(await files.read('config.json')), `${name}/config.json`);
     } else if (!this.opts.autoComplete) {
       throw new TsiError('INVALID_ARG', `failed to open text file for read ${name}/config.pbtxt: no such file (auto-complete is disabled)`);
     }
-    if (!config.name) config = { ...config, name };
+    if (!config.name || src?.namesModels?.has(name)) config = { ...config, name };
     if (!config.backend && !config.platform) {
       const detected = await this.detectBackend(files, config);
       if (detected) config = { ...config, ...detected };
@@ -395,7 +419,7 @@ export class ModelRepository {
     // A step already serving from an unchanged folder: the config it loaded with.
     const loaded = fingerprint !== undefined && this.models.get(name)?.fingerprint === fingerprint ? this.readyVersions(name)[0] : undefined;
     if (loaded) return loaded.config;
-    const config = this.prepareConfig(name, src.files(name));
+    const config = this.prepareConfig(name, src.files(name), undefined, src);
     // Only a source that can tell a changed folder may hand the result on; a failure is not kept.
     if (fingerprint !== undefined) {
       this.checkedSteps.set(name, { fingerprint, config });

@@ -262,9 +262,12 @@ function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: Re
       if (refusal) return refusalStatus(refusal);
       return restriction('ModelInfer', header, opts.restrictedProtocol);
     },
-    infer: async (message, onCancel, headers) => modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame,
-      headerValue(headers),
-      forwarder(opts.headerForwardPattern, () => Object.entries(headers))),
+    infer: async (message, onCancel, headers) => {
+      const readStart = server.clock.nowNs();
+      return modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame,
+        headerValue(headers),
+        forwarder(opts.headerForwardPattern, () => Object.entries(headers)), readStart);
+    },
     status: (err) => toStatus(err) as GrpcStatus,
     maxMessageBytes: MAX_MESSAGE_BYTES,
     calls: 0,
@@ -339,13 +342,14 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
         else call.once('cancelled', cancel);
       };
       let msg: Obj;
+      const readStart = server.clock.nowNs();
       try {
         msg = decoders.ModelInfer!(call.request);
       } catch (err) {
         return callback(toStatus(err));
       }
       const forward = forwarder(opts.headerForwardPattern, () => Object.entries(call.metadata.getMap()));
-      modelInfer(server, ext, msg, onCancel, encodeInferResponse, metadataValue(call.metadata), forward).then((res) => callback(null, res), (err) => callback(toStatus(err)));
+      modelInfer(server, ext, msg, onCancel, encodeInferResponse, metadataValue(call.metadata), forward, readStart).then((res) => callback(null, res), (err) => callback(toStatus(err)));
     },
     ModelStreamInfer: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
       const denied = restriction('ModelStreamInfer', metadataValue(call.metadata), opts.restrictedProtocol);
@@ -431,8 +435,11 @@ async function modelInfer<T>(
   encode: (resp: InferResponse, inShm?: ReadonlySet<string>) => T, header: (key: string) => string | undefined,
   /** With --grpc-header-forward-pattern: adds the call's matching metadata to the request's parameters. */
   forward?: Forwarder,
+  /** When the request's message was in hand, before it was decoded (GRPC_WAITREAD_START). */
+  readStart?: number,
 ): Promise<T> {
-  const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() }, traceContextOf(header));
+  const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_START', ns: readStart ?? server.clock.nowNs() }, traceContextOf(header));
+  trace?.mark('GRPC_WAITREAD_END');
   try {
     const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
     forward?.(request);
@@ -456,7 +463,10 @@ async function modelInfer<T>(
       if (release) await release();
     }
     trace?.mark('GRPC_SEND_START');
-    return encode(resp, inShm);
+    const out = encode(resp, inShm);
+    // The answer's bytes are with the transport: what tsi can see of Triton's "sent".
+    trace?.mark('GRPC_SEND_END');
+    return out;
   } catch (err) {
     if (trace) trace.error ??= asTsiError(err).message;
     throw err;
@@ -547,6 +557,7 @@ function streamInfer(
 
   const handle = async (bytes: Buffer): Promise<void> => {
     let msg: Obj;
+    const readStart = server.clock.nowNs();
     try {
       msg = decode(bytes);
     } catch (err) {
@@ -554,7 +565,8 @@ function streamInfer(
       fail({}, err);
       return;
     }
-    const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_END', ns: server.clock.nowNs() }, traceContext);
+    const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_START', ns: readStart }, traceContext);
+    trace?.mark('GRPC_WAITREAD_END');
     // Responses of one request are written in order even though shared-memory writes are async.
     let chain = Promise.resolve();
     let release: (() => Promise<void>) | undefined;
@@ -583,7 +595,9 @@ function streamInfer(
             const inShm = shmOutputs.size > 0 ? await ext.sharedMemory.writeOutputs(resp, shmOutputs) : undefined;
             if (trace) trace.version = Number(resp.model_version);
             // Triton flags every response of the stream, decoupled or not, asked or not.
+            if (final) trace?.mark('GRPC_SEND_START');
             write(encodeStreamResponse(resp, inShm, { triton_final_response: final }));
+            if (final) trace?.mark('GRPC_SEND_END');
           } catch (err) {
             failed(msg, err, final);
           }

@@ -35,10 +35,10 @@ describe('--trace-config', () => {
   it('refuses what Triton refuses, naming the setting', () => {
     const bad = (specs: string[], env = {}) => () => parseTraceConfig(specs, env);
     expect(bad(['mode=jaeger'])).toThrow("invalid mode 'jaeger', expected triton or opentelemetry");
-    expect(bad(['mode=opentelemetry', 'opentelemetry,bsp_max_queue_size=lots'])).toThrow("Unable to parse 'bsp_max_queue_size', got: lots");
+    expect(bad(['mode=opentelemetry', 'opentelemetry,bsp_max_queue_size=lots'])).toThrow("Bad option: \"--trace-config opentelemetry,bsp_max_queue_size\". Unable to parse 'bsp_max_queue_size', got: lots");
     expect(bad(['mode=opentelemetry', 'opentelemetry,endpoint=x'])).toThrow("unknown opentelemetry setting 'endpoint'");
     expect(bad(['mode=opentelemetry', 'opentelemetry,resource=novalue'])).toThrow('opentelemetry,resource expects <key>=<value>');
-    expect(bad(['mode=opentelemetry'], { OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '-1' })).toThrow("OTEL_BSP_MAX_EXPORT_BATCH_SIZE: expected an unsigned integer, got '-1'");
+    expect(bad(['mode=opentelemetry'], { OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '-1' })).toThrow('Bad option: "OTEL_BSP_MAX_EXPORT_BATCH_SIZE". OTEL_BSP_MAX_EXPORT_BATCH_SIZE: expected an unsigned integer, got \'-1\'');
     expect(bad(['mode=opentelemetry', 'level=TENSORS'])).toThrow('level TENSORS is not supported in opentelemetry mode');
     expect(bad(['opentelemetry,url=http://x'])).toThrow('needs --trace-config mode=opentelemetry');
     expect(bad(['zipkin,url=http://x'])).toThrow("unknown trace mode 'zipkin'");
@@ -62,7 +62,8 @@ describe('the settings each mode shows', () => {
 describe('sampling in OpenTelemetry mode', () => {
   it('traces every request with a client context, whatever rate and count say, and takes nothing from count', () => {
     const { m } = otelManager(['rate=2', 'count=1']);
-    expect(m.sample('simple')).toBeDefined(); // request 0 of every 2; count 1 → 0
+    expect(m.sample('simple')).toBeUndefined(); // Triton samples the 2nd of every 2 (counting from 1)
+    expect(m.sample('simple')).toBeDefined(); // count 1 → 0
     expect([m.sample('simple'), m.sample('simple'), m.sample('simple')].every((t) => t === undefined)).toBe(true);
     const t = m.sample('simple', undefined, CONTEXT)!;
     expect(t.context).toEqual(CONTEXT);

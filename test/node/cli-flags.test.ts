@@ -18,6 +18,9 @@ const BOOLEAN_FLAGS: [flag: string, key: string, byDefault: boolean | undefined]
   ['--allow-model-code-upload', 'allowModelCodeUpload', false],
   ['--allow-dashboard', 'allowDashboard', false],
   ['--allow-image-urls', 'allowImageUrls', false],
+  ['--allow-sagemaker', 'allowSagemaker', false],
+  // Unset, AIP_MODE decides (true when it is PREDICTION).
+  ['--allow-vertex-ai', 'allowVertexAi', undefined],
   ['--grpc-use-ssl', 'grpcUseSsl', false],
   ['--grpc-use-ssl-mutual', 'grpcUseSslMutual', false],
   ['--http-use-ssl', 'httpUseSsl', false],
@@ -64,5 +67,34 @@ describe('tsi-node serve: --http-max-input-size', () => {
       await expect(parseServeArgs(['serve', `--http-max-input-size=${v}`])).rejects.toThrow(/^tsi-node serve --http-max-input-size=-?\d+: Error: --http-max-input-size must be greater than 0\.\n$/);
     }
     expect((await parseServeArgs(['serve', '--http-max-input-size', '1024'])).httpMaxInputSize).toBe(1024);
+  });
+});
+
+describe('tsi-node serve: tritonserver\'s spellings and start-up checks', () => {
+  it('--log-verbose takes true and false as 1 and 0 (SageMaker\'s serve script passes true)', async () => {
+    expect((await parseServeArgs(['serve', '--log-verbose=true'])).logVerbose).toBe(1);
+    expect((await parseServeArgs(['serve', '--log-verbose', 'false'])).logVerbose).toBe(0);
+    expect((await parseServeArgs(['serve', '--log-verbose=2'])).logVerbose).toBe(2);
+    await expect(parseServeArgs(['serve', '--log-verbose=maybe'])).rejects.toThrow(/expected a non-negative integer/);
+  });
+
+  it('--model-config-name refuses an empty name with Triton\'s text', async () => {
+    expect((await parseServeArgs(['serve', '--model-config-name=h100'])).modelConfigName).toBe('h100');
+    await expect(parseServeArgs(['serve', '--model-config-name='])).rejects.toThrow(/Error: empty argument for --model-config-name/);
+  });
+
+  it('--sagemaker-safe-port-range: a listener outside it, or two on one port, stop the start with Triton\'s texts', async () => {
+    const { checkPortCollision } = await import('../../runtime-node/cli.js');
+    expect((await parseServeArgs(['serve', '--sagemaker-safe-port-range=8081-9000'])).sagemakerSafePortRange).toEqual([8081, 9000]);
+    await expect(parseServeArgs(['serve', '--sagemaker-safe-port-range=8081'])).rejects.toThrow(/expected <integer>-<integer>/);
+    const sm = { service: 'SageMaker', address: '0.0.0.0', port: 8080, range: [8081, 9000] as [number, number] };
+    expect(() => checkPortCollision([{ service: 'HTTP', address: '0.0.0.0', port: 8000 }, sm]))
+      .toThrow('The server cannot listen to HTTP requests at port 8000, allowed port range is [8081, 9000]');
+    expect(() => checkPortCollision([{ service: 'HTTP', address: '0.0.0.0', port: 8085 }, sm])).not.toThrow();
+    expect(() => checkPortCollision([{ service: 'HTTP', address: '0.0.0.0', port: 8080 }, { service: 'Vertex AI', address: '0.0.0.0', port: 8080 }]))
+      .toThrow('The server cannot listen to HTTP requests and Vertex AI requests at the same address and port 0.0.0.0:8080');
+    expect(() => checkPortCollision([{ service: 'HTTP', address: '127.0.0.1', port: 8080 }, { service: 'Vertex AI', address: '0.0.0.0', port: 8080 }])).not.toThrow();
+    // Port 0 is a free port the system picks: never a collision.
+    expect(() => checkPortCollision([{ service: 'HTTP', address: '127.0.0.1', port: 0 }, { service: 'GRPC', address: '127.0.0.1', port: 0 }])).not.toThrow();
   });
 });

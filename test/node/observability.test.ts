@@ -249,9 +249,9 @@ describe('trace extension', () => {
     const c = grpcClient(`127.0.0.1:${s!.grpc!.port}`);
     try {
       for (let i = 0; i < 8; i++) {
-        if (i === 2) {
+        if (i === 3) {
           await c.call('ModelInfer', {
-            model_name: 'simple', id: 'g1', inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 16] }, { name: 'INPUT1', datatype: 'INT32', shape: [1, 16] }],
+            model_name: 'simple', id: 'g3', inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 16] }, { name: 'INPUT1', datatype: 'INT32', shape: [1, 16] }],
             raw_input_contents: [int32Raw(Array(16).fill(1)), int32Raw(Array(16).fill(1))],
           });
         } else expect((await postJson(`${s!.url}/v2/models/simple/infer`, { ...simple, id: `h${i}` })).status).toBe(200);
@@ -259,11 +259,12 @@ describe('trace extension', () => {
     } finally {
       c.close();
     }
-    // Requests 0, 2, 4 are sampled (one in two) and then the count is spent; two traces fill file .0.
+    // Every second request is sampled, counting from 1 as Triton does (the 2nd, 4th and 6th), and then the
+    // count is spent; two traces fill file .0.
     expect((await getJson(`${s!.url}/v2/trace/setting`)).body.trace_count).toBe('0');
     await expect.poll(() => existsSync(join(dir, 'trace.json.0'))).toBe(true);
     const first = traces(join(dir, 'trace.json.0'));
-    expect(first.map((t) => t.request_id)).toEqual(['h0', 'g1']);
+    expect(first.map((t) => t.request_id)).toEqual(['h1', 'g3']);
     expect(first[0]).toMatchObject({ model_name: 'simple', model_version: 1 });
     const names = (t: (typeof first)[number]) => t.stamps.map((x) => x.name);
     expect(names(first[0]!)).toEqual([
@@ -279,7 +280,7 @@ describe('trace extension', () => {
     expect(existsSync(join(dir, 'trace.json.1'))).toBe(false);
     await s!.stop();
     s = undefined;
-    expect(traces(join(dir, 'trace.json.1')).map((t) => t.request_id)).toEqual(['h4']);
+    expect(traces(join(dir, 'trace.json.1')).map((t) => t.request_id)).toEqual(['h5']);
   });
 });
 

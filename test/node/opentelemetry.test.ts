@@ -215,7 +215,11 @@ describeOtel('OpenTelemetry mode', () => {
       expect(r.traceId).toBe(traceId);
       expect(r.parentSpanId).toBe(parentSpan);
     }
-    expect(roots.map((r) => names(r)[0]).sort()).toEqual(['GRPC_WAITREAD_END', 'GRPC_WAITREAD_END', 'HTTP_RECV_START']);
+    expect(roots.map((r) => names(r)[0]).sort()).toEqual(['GRPC_WAITREAD_START', 'GRPC_WAITREAD_START', 'HTTP_RECV_START']);
+    // gRPC roots carry Triton's read and send activities, unary and streamed alike.
+    for (const r of roots.filter((x) => names(x)[0] === 'GRPC_WAITREAD_START')) {
+      expect(names(r)).toEqual(expect.arrayContaining(['GRPC_WAITREAD_START', 'GRPC_WAITREAD_END', 'GRPC_SEND_START', 'GRPC_SEND_END']));
+    }
   });
 
   it('traces an OpenAI chat stream with the GenAI conventions: model, token usage, first token', async () => {
@@ -257,7 +261,7 @@ describeOtel('OpenTelemetry mode', () => {
   it('honours rate and count for requests without a context, and traces every propagated one', async () => {
     expect((await postJson(`${s.url}/v2/trace/setting`, { trace_rate: '3', trace_count: '2' })).status).toBe(200);
     for (let i = 0; i < 9; i++) expect((await postJson(`${s.url}/v2/models/simple/infer`, body())).status).toBe(200);
-    // Requests 0 and 3 are sampled; then the count is spent.
+    // Every third request is sampled (Triton counts from 1); after two the count is spent.
     expect(traces(await collect(2))).toHaveLength(2);
     expect((await getJson(`${s.url}/v2/trace/setting`)).body.trace_count).toBe('0');
     for (let i = 0; i < 4; i++) {
