@@ -19,7 +19,7 @@ import { ensembleComposingModels, validateEnsemble } from './config/ensemble-val
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelConfig } from './config/model-config.js';
 import type { ModelVersion } from './repository/model.js';
-import type { PendingRequest } from './request.js';
+import type { PendingRequest, SequenceFlags } from './request.js';
 import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from './scheduling/scheduler.js';
 import type { ModelRepository } from './repository/repository.js';
 import { retainBuffer } from './tensor.js';
@@ -230,6 +230,8 @@ export function createEnsembleBackend(server: EnsembleHost): Backend {
         // step is, and present either way (its config shows `model_transaction_policy {}`).
         cfg.model_transaction_policy = { ...cfg.model_transaction_policy, decoupled };
         const plan = buildPlan(cfg, stepConfigs, decoupled);
+        // Triton's words (its qa greps for them).
+        if (plan.maxInflight > 0) ctx.log.info(`Ensemble model '${name}' configured with max_inflight_requests: ${plan.maxInflight}`);
         return {
           createInstance: () => Promise.reject(new TsiError('INTERNAL', `ensemble '${name}' has no instances`)),
           createScheduler: (sctx) => new EnsembleScheduler(sctx, plan, server),
@@ -260,6 +262,31 @@ function composingVersion(server: EnsembleHost, ensemble: string, model: string,
   }
 }
 
+/** A request outside any sequence, as Triton's ensemble responses describe it (id 0, no flags). */
+const NO_SEQUENCE: SequenceFlags = Object.freeze({ id: 0n, start: false, end: false });
+
+/**
+ * The sequence a step's response carries on, as Triton's ensemble reads it: `sequence_id` (integer or
+ * string), `sequence_start` and `sequence_end` (booleans) in the response's parameters replace the
+ * step request's (flags not named are off); without them the step's own. Wrong types: Triton's texts.
+ */
+function responseSequence(params: Parameters | undefined, step: SequenceFlags): SequenceFlags | TsiError {
+  if (!params || (params.sequence_id === undefined && params.sequence_start === undefined && params.sequence_end === undefined)) return step;
+  const { sequence_id: id, sequence_start: start, sequence_end: end } = params;
+  if (id !== undefined && typeof id !== 'string' && !(typeof id === 'bigint' || Number.isInteger(id))) {
+    return new TsiError('INVALID_ARG', "expected parameter 'sequence_id' to be TRITONSERVER_PARAMETER_INT or TRITONSERVER_PARAMETER_STRING");
+  }
+  for (const [name, v] of [['sequence_start', start], ['sequence_end', end]] as const) {
+    if (v !== undefined && typeof v !== 'boolean') return new TsiError('INVALID_ARG', `expect parameter '${name}' to be TRITONSERVER_PARAMETER_BOOL`);
+  }
+  return { id: id === undefined ? step.id : typeof id === 'number' ? BigInt(id) : (id as bigint | string), start: start === true, end: end === true };
+}
+
+/** A sequence id as a response parameter: a number while exact, a string id as it is. */
+function sequenceIdParam(id: bigint | string): bigint | number | string {
+  return typeof id === 'bigint' && id <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(id) : id;
+}
+
 /** Runs each ensemble request as soon as it arrives; no queue of its own (steps queue at their models). */
 class EnsembleScheduler implements Scheduler {
   private stopping = false;
@@ -268,7 +295,39 @@ class EnsembleScheduler implements Scheduler {
   /** Reused for every statistics record (the stats read it and keep nothing). */
   private readonly times = { input: 0, infer: 0, output: 0 };
 
-  constructor(private readonly ctx: SchedulerContext, private readonly plan: Plan, private readonly server: EnsembleHost) {}
+  /**
+   * `max_inflight_requests`: per step, the step requests running, and the ones waiting for a slot, over
+   * every request to this ensemble (Triton's per-step limiter is shared the same way). A decoupled
+   * step's responses then wait here instead of piling up at a slower step behind it.
+   */
+  readonly limits?: { running: number[]; waiting: (() => void)[][] };
+
+  constructor(private readonly ctx: SchedulerContext, private readonly plan: Plan, private readonly server: EnsembleHost) {
+    if (plan.maxInflight > 0) {
+      this.limits = { running: plan.steps.map(() => 0), waiting: plan.steps.map(() => []) };
+    }
+  }
+
+  /** Runs `go` when step `s` has a free slot (now, or when one is released). */
+  acquire(s: number, go: () => void): void {
+    const limits = this.limits!;
+    if (limits.running[s]! < this.plan.maxInflight) {
+      limits.running[s]!++;
+      go();
+    } else limits.waiting[s]!.push(go);
+  }
+
+  /** A step request of step `s` is over: its slot goes to the next waiting, else is freed. */
+  release(s: number): void {
+    const limits = this.limits!;
+    const next = limits.waiting[s]!.shift();
+    if (next) next();
+    else limits.running[s]!--;
+  }
+
+  get log(): SchedulerContext['log'] {
+    return this.ctx.log;
+  }
 
   enqueue(request: PendingRequest): void {
     if (this.stopping) {
@@ -285,8 +344,13 @@ class EnsembleScheduler implements Scheduler {
   runDone(request: PendingRequest, failed: boolean): void {
     const { stats, clock } = this.ctx;
     const total = clock.nowNs() - request.receivedNs;
-    if (failed) stats.recordFailure(total, 'OTHER', clock.epochMs());
-    else {
+    if (failed) {
+      // Triton counts a failed ensemble request twice, both times with reason OTHER: once as its error
+      // response goes out (RespondIfError) and once as its tracker lets the request go
+      // (ReportStatisticsWithDuration, failed). Its qa (L0_model_queue) expects the two.
+      stats.recordFailure(total, 'OTHER', clock.epochMs());
+      stats.recordFailure(total, 'OTHER', clock.epochMs());
+    } else {
       const times = this.times;
       times.infer = total;
       stats.recordSuccess(total, 0, times, clock.epochMs());
@@ -324,11 +388,17 @@ class EnsembleRun {
   private emitted?: boolean[];
   /** Next output iteration per decoupled step. */
   private iterations?: number[];
-  /** max_inflight_requests only: step requests running, and iterations waiting, per step. */
-  private stepInflight?: number[];
-  private stepQueue?: number[][];
   private readonly params: Parameters;
+  /**
+   * The request's sequence (Triton's correlation id and flags), which every step request and ensemble
+   * response carries; `seqs` holds, per tensor slot, the sequence a tensor carries where a step's
+   * response replaced it (then the steps reading that tensor run with it too). Allocated only then.
+   */
+  private readonly seq: SequenceFlags;
+  private seqs?: (SequenceFlags | undefined)[];
   private inflight = 0;
+  /** While a step's final answer is being taken in (see maybeRespond). */
+  private closing = false;
   private done = false;
   private failed = false;
 
@@ -344,11 +414,8 @@ class EnsembleRun {
       this.emitted = [];
       this.iterations = new Array<number>(plan.steps.length).fill(0);
     }
-    if (plan.maxInflight > 0) {
-      this.stepInflight = new Array<number>(plan.steps.length).fill(0);
-      this.stepQueue = Array.from({ length: plan.steps.length }, () => []);
-    }
     const seq = request.sequence;
+    this.seq = seq ?? NO_SEQUENCE;
     if (seq || request.priority || request.timeoutUs) {
       const p: Parameters = { ...request.parameters };
       if (seq) {
@@ -385,9 +452,16 @@ class EnsembleRun {
     if (--this.inflight === 0) this.finish();
   }
 
-  private put(id: number, iter: number, t: Tensor | null): void {
+  private put(id: number, iter: number, t: Tensor | null, seq?: SequenceFlags): void {
     if (t && this.pruned.readers[id]! > 1) retainBuffer(t.data);
-    this.tensors[iter * this.plan.tensorNames.length + id] = t;
+    const k = iter * this.plan.tensorNames.length + id;
+    this.tensors[k] = t;
+    if (seq && seq !== this.seq) (this.seqs ??= [])[k] = seq;
+  }
+
+  /** The sequence the tensor in a slot carries. */
+  private seqAt(id: number, iter: number): SequenceFlags {
+    return this.seqs?.[iter * this.plan.tensorNames.length + id] ?? this.seq;
   }
 
   private get(id: number, iter: number): Tensor | null | undefined {
@@ -408,7 +482,7 @@ class EnsembleRun {
 
   /** A tensor appeared: start the steps it completes, and answer if the outputs are all there. */
   private advance(id: number, iter: number): void {
-    const { steps, maxInflight } = this.plan;
+    const { steps } = this.plan;
     const consumers = this.plan.consumers[id]!;
     for (let c = 0; c < consumers.length; c++) {
       const s = consumers[c]!;
@@ -416,8 +490,18 @@ class EnsembleRun {
       const key = iter * steps.length + s;
       if (this.fired[key] || !this.ready(steps[s]!, iter)) continue;
       this.fired[key] = true;
-      if (maxInflight > 0 && this.stepInflight![s]! >= maxInflight) this.stepQueue![s]!.push(iter);
-      else this.dispatch(s, iter);
+      if (this.owner.limits) {
+        // A step request waiting for a slot counts as in flight, so the run does not end under it.
+        this.inflight++;
+        this.owner.acquire(s, () => {
+          this.inflight--;
+          if (!this.done) this.dispatch(s, iter);
+          else {
+            this.owner.release(s);
+            if (this.inflight === 0) this.finish();
+          }
+        });
+      } else this.dispatch(s, iter);
     }
     if (this.pruned.requested[id]) this.maybeRespond(iter);
   }
@@ -433,6 +517,9 @@ class EnsembleRun {
     const step = this.plan.steps[s]!;
     const inputs: InferInput[] = [];
     const ids = step.inputIds;
+    // A step runs in the sequence its first input carries (Triton keeps the first when they differ).
+    let seq = this.seq;
+    for (let i = 0; i < ids.length && this.seqs && seq === this.seq; i++) seq = this.seqAt(ids[i]!, iter);
     for (let i = 0; i < ids.length; i++) {
       const t = this.get(ids[i]!, iter);
       if (t) {
@@ -442,23 +529,25 @@ class EnsembleRun {
       this.release(ids[i]!, iter);
     }
     const req: InferRequest = {
-      model_name: step.model, model_version: step.version, id: this.request.id, parameters: this.params, inputs,
-      outputs: this.pruned.wanted[s] as { name: string }[],
+      model_name: step.model, model_version: step.version, id: this.request.id, inputs,
+      parameters: seq === this.seq ? this.params : { ...this.params, sequence_id: seq.id, sequence_start: seq.start, sequence_end: seq.end },
+      outputs: this.pruned.wanted[s] as { name: string }[], partialOutputs: true,
     };
     // A traced ensemble request traces each step as its child (Triton's parent_id, nested spans).
     if (this.request.trace) req.trace = this.request.trace.spawn(step.model);
     this.inflight++;
-    if (this.stepInflight) this.stepInflight[s]!++;
     try {
-      this.server.repository.get(step.model, step.version).submit(req, (resp, final) => this.onResponse(s, iter, resp, final));
+      this.server.repository.get(step.model, step.version).submit(req, (resp, final) => this.onResponse(s, iter, resp, final, seq));
     } catch (err) {
-      this.onResponse(s, iter, asTsiError(err), true);
+      this.onResponse(s, iter, asTsiError(err), true, seq);
     }
   }
 
-  private onResponse(s: number, iter: number, resp: InferResponse | TsiError, final: boolean): void {
+  private onResponse(s: number, iter: number, resp: InferResponse | TsiError, final: boolean, stepSeq: SequenceFlags): void {
     const step = this.plan.steps[s]!;
+    const seq = resp instanceof TsiError ? stepSeq : responseSequence(resp.parameters, stepSeq);
     if (resp instanceof TsiError) this.fail(resp);
+    else if (seq instanceof TsiError) this.fail(seq);
     else if (!this.done && !(final && step.decoupled && isCompletionOnly(resp))) {
       const out = step.decoupled ? this.iterations![s]!++ : iter;
       const { outputNames, outputIds } = step;
@@ -474,21 +563,25 @@ class EnsembleRun {
         for (let j = produced.length - 1; j >= 0; j--) if (produced[j]!.name === name) { t = produced[j]; break; }
         if (!t) continue;
         const id = outputIds[i]!;
-        this.put(id, out, { name: this.plan.tensorNames[id]!, datatype: t.datatype, shape: t.shape, data: t.data });
+        this.put(id, out, { name: this.plan.tensorNames[id]!, datatype: t.datatype, shape: t.shape, data: t.data }, seq);
         if (i < 31) found |= 1 << i;
         else (foundList ??= [])[i] = true;
       }
+      // A mapped output the response left out is absent, as Triton's ensemble takes it: a step reading
+      // it runs without that input (the step's own validation refuses it unless the input is
+      // optional there), and an ensemble output it is goes unanswered in the response.
       for (let i = 0; i < outputIds.length; i++) {
-        if (i < 31 ? found & (1 << i) : foundList?.[i]) this.advance(outputIds[i]!, out);
+        if (!(i < 31 ? found & (1 << i) : foundList?.[i]) && this.pruned.readers[outputIds[i]!]! > 0) this.put(outputIds[i]!, out, null, seq);
       }
+      this.closing = final;
+      for (let i = 0; i < outputIds.length; i++) {
+        if (this.pruned.readers[outputIds[i]!]! > 0) this.advance(outputIds[i]!, out);
+      }
+      this.closing = false;
     }
     if (!final) return;
     this.inflight--;
-    if (this.stepQueue) {
-      this.stepInflight![s]!--;
-      const next = this.stepQueue[s]!.shift();
-      if (next !== undefined && !this.done) this.dispatch(s, next);
-    }
+    if (this.owner.limits) this.owner.release(s);
     if (this.inflight === 0) this.finish();
   }
 
@@ -496,20 +589,38 @@ class EnsembleRun {
     if (this.done || this.emitted?.[iter]) return;
     const ids = this.pruned.outputIds;
     const outputs: Tensor[] = [];
+    let left: string[] | undefined;
+    let seq: SequenceFlags | undefined;
     for (let i = 0; i < ids.length; i++) {
       const t = this.get(ids[i]!, iter);
-      if (!t) return;
+      if (t === undefined) return;
+      if (t === null) {
+        (left ??= []).push(this.plan.tensorNames[ids[i]!]!);
+        continue;
+      }
+      seq = this.seqAt(ids[i]!, iter);
       const { batched, outputDims, ensembleBatching } = this.plan;
       const shape = reshapeDims(outputDims[ids[i]!] ?? t.shape, ensembleBatching, batched[ids[i]!]! ? t.shape[0] ?? 0 : 0, t.shape);
       outputs.push(shape === t.shape ? t : { ...t, shape });
     }
+    // Triton's words for an ensemble output no step produced (its qa greps for them).
+    if (left) for (const name of left) this.owner.log.verbose(1, `Composing models did not output tensor ${name}`);
+    // Every ensemble response says which sequence its outputs belong to, as Triton's does (id 0 and
+    // both flags off outside a sequence); from the last output, where steps answered differently.
+    const parameters: Parameters | undefined = seq && { sequence_id: sequenceIdParam(seq.id), sequence_start: seq.start, sequence_end: seq.end };
     if (this.emitted) {
       this.emitted[iter] = true;
       for (let i = 0; i < ids.length; i++) this.release(ids[i]!, iter);
-      this.request.send({ outputs }, false);
+      // Made by the final answer of the only step request left: nothing can follow, so this response
+      // carries the final flag, as Triton's ensemble sends it (a gRPC client that did not ask for
+      // empty final responses would otherwise never see the end of the stream).
+      const last = this.closing && this.inflight === 1;
+      if (last) this.done = true;
+      this.request.send({ outputs, parameters }, last);
+      if (last) this.owner.runDone(this.request, false);
     } else {
       this.done = true;
-      this.request.send({ outputs }, true);
+      this.request.send({ outputs, parameters }, true);
       this.owner.runDone(this.request, false);
     }
   }

@@ -69,6 +69,18 @@ export interface InferRequest {
    * fields (the OpenAI API); the llm scheduler then reads these instead of `parameters`. Never on the wire.
    */
   generation?: GenerationRequest;
+  /**
+   * An ensemble step's request: its response may leave out requested outputs, which the ensemble
+   * passes on as absent tensors (an optional input downstream, or an ensemble output left out), as
+   * Triton's ensemble scheduler does. Never on the wire: a client's request must get every output.
+   */
+  partialOutputs?: boolean;
+  /**
+   * Set by a gRPC stream: when a model that is not decoupled answers more than once, its first answer
+   * goes out and the others are dropped, as Triton's stream writes only the first (HTTP and unary
+   * gRPC fail the request with "expected a single response, got N"). Never on the wire.
+   */
+  firstAnswerOnly?: boolean;
 }
 
 /**

@@ -293,7 +293,9 @@ export function convertLiteral(f: FieldDesc, lit: Literal, json: boolean): unkno
   let v: number | undefined;
   if (lit.kind === 'number') v = json ? jsonInteger(lit.text) : parseIntText(lit.text);
   else if (json && lit.kind === 'string') v = jsonInteger(lit.value.trim());
-  if (v === undefined) throw new LiteralError(`expected an integer, got ${shown(lit)}`);
+  // config.pbtxt errors keep the words of protobuf's text-format parser, which Triton reports (its qa
+  // greps for them: L0_simple_ensemble's invalid max_inflight_requests), with tsi's detail after them.
+  if (v === undefined) throw new LiteralError(json ? `expected an integer, got ${shown(lit)}` : `Expected integer, got: ${lit.kind === 'bool' ? lit.value : lit.text}`);
   const [lo, hi] = INT_RANGES[t] ?? [Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER];
   // A 64-bit value past 2^53 that its type holds (Triton's tests write UINT64_MAX for "no limit") reads
   // as the nearest safe number: the same thing for the counts, sizes and durations such fields hold.
@@ -304,7 +306,10 @@ export function convertLiteral(f: FieldDesc, lit: Literal, json: boolean): unkno
   }
   if (v < lo || v > hi) {
     const why = hi === Number.MAX_SAFE_INTEGER ? ' (tsi keeps 64-bit integers as JavaScript numbers)' : '';
-    throw new LiteralError(`value ${v} is out of range for ${t}${why}`);
+    const detail = `value ${v} is out of range for ${t}${why}`;
+    if (json) throw new LiteralError(detail);
+    // protobuf reads a '-' where an unsigned integer goes as a token it did not expect.
+    throw new LiteralError(`${v < 0 && lo === 0 ? 'Expected integer, got: -' : `Integer out of range (${lit.kind === 'bool' ? v : lit.text})`}; ${detail}`);
   }
   return v;
 }

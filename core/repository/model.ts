@@ -269,7 +269,13 @@ export class ModelVersion {
         if (!this.decoupled && !(resp instanceof TsiError)) {
           const bare = final && resp.outputs.length === 0 && answers > 0;
           if (!bare) answers++;
-          if (answers > 1) {
+          if (answers > 1 && req.firstAnswerOnly && held) {
+            // A gRPC stream writes a non-decoupled model's first answer and drops the others, as
+            // Triton's stream handler does; the last one's final flag completes the first.
+            if (!final) return;
+            this.log.verbose(1, `model '${this.name}' is not decoupled but sent ${answers} responses to one request on a gRPC stream: the first was sent, the others dropped`);
+            resp = held;
+          } else if (answers > 1) {
             held = undefined;
             if (final) onResponse(new TsiError('INTERNAL', `expected a single response, got ${answers}`), true);
             return;
@@ -306,8 +312,10 @@ export class ModelVersion {
       if (byName) t = byName.get(name);
       else for (let j = produced.length - 1; j >= 0; j--) if (produced[j]!.name === name) { t = produced[j]; break; }
       if (!t) {
-        // Decoupled models may legitimately send partial responses; others must produce every output.
-        if (this.decoupled) continue;
+        // Decoupled models may legitimately send partial responses; an ensemble takes a step's missing
+        // output as absent, and leaves an output no step produced out of its own response (Triton's
+        // ensemble scheduler); otherwise a model must produce every output it was asked for.
+        if (this.decoupled || req.partialOutputs || this.config.platform === 'ensemble') continue;
         throw new TsiError('INTERNAL', `model '${this.name}' did not produce requested output '${name}'`);
       }
       const k = classification?.get(name);

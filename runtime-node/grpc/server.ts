@@ -555,7 +555,26 @@ function streamInfer(
     call.emit('error', toStatus(err));
   };
 
+  /**
+   * Requests to models that are not decoupled are answered in the order they came, as Triton queues
+   * them on a stream: each takes its place on arrival, and writes once the places before it are done.
+   * A decoupled request gives its place up at once (its responses go out as they come).
+   */
+  let inOrder: Promise<void> = Promise.resolve();
+
   const handle = async (bytes: Buffer): Promise<void> => {
+    const before = inOrder;
+    let giveUp!: () => void;
+    const mine = new Promise<void>((r) => (giveUp = r));
+    inOrder = before.then(() => mine);
+    try {
+      await answer(bytes, before, giveUp);
+    } finally {
+      giveUp();
+    }
+  };
+
+  const answer = async (bytes: Buffer, before: Promise<void>, giveUp: () => void): Promise<void> => {
     let msg: Obj;
     const readStart = server.clock.nowNs();
     try {
@@ -572,12 +591,15 @@ function streamInfer(
     let release: (() => Promise<void>) | undefined;
     try {
       const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
+      request.firstAnswerOnly = true;
       forward?.(request);
       release = ext.sharedMemory.hold(shmInputs, shmOutputs);
       const enableEmptyFinal = request.parameters?.triton_enable_empty_final_response === true;
       if (shmInputs.length > 0) await ext.sharedMemory.readInputs(request, shmInputs);
       if (shmOutputs.size > 0) ext.sharedMemory.checkOutputs(shmOutputs);
       const decoupled = (await server.resident(request.model_name, request.model_version)).decoupled;
+      if (decoupled) giveUp();
+      else chain = before;
       if (trace) {
         attachTrace(request, trace);
         trace.requestId = request.id ?? '';

@@ -333,12 +333,13 @@ input [
     expect(failure('input { zzz: 1 }').detail).toBe("unknown field 'zzz' in inference.ModelInput");
   });
 
-  it('reports type mismatches with what was expected', () => {
+  it('reports type mismatches with what was expected (integers in the words of protobuf, as Triton reports them)', () => {
     const err = failure('max_batch_size: $MAX');
-    expect(err.message).toBe("config.pbtxt:1:17: error at max_batch_size: expected an integer, got '$MAX'");
+    expect(err.message).toBe('config.pbtxt:1:17: error at max_batch_size: Expected integer, got: $MAX');
+    expect(failure('ensemble_scheduling { max_inflight_requests: "invalid_value" }').detail).toBe('Expected integer, got: "invalid_value"');
     const list = failure('dynamic_batching { preferred_batch_size: [ 4, 8.5 ] }');
     expect([list.fieldPath, list.line, list.column]).toEqual(['dynamic_batching.preferred_batch_size[1]', 1, 47]);
-    expect(list.detail).toBe("expected an integer, got '8.5'");
+    expect(list.detail).toBe('Expected integer, got: 8.5');
     expect(failure('name: model').detail).toBe("expected a string, got 'model'");
     expect(failure('response_cache { enable: yes }').detail).toBe("expected true or false, got 'yes'");
     expect(failure('sequence_batching { direct { minimum_slot_utilization: "0.5" } }').detail).toBe(
@@ -349,9 +350,10 @@ input [
     );
   });
 
-  it('reports out-of-range integers', () => {
-    expect(failure('max_batch_size: 2147483648').detail).toBe('value 2147483648 is out of range for int32');
-    expect(failure('version_policy { latest { num_versions: -1 } }').detail).toBe('value -1 is out of range for uint32');
+  it("reports out-of-range integers, protobuf's words first (L0_simple_ensemble greps them)", () => {
+    expect(failure('max_batch_size: 2147483648').detail).toBe('Integer out of range (2147483648); value 2147483648 is out of range for int32');
+    expect(failure('version_policy { latest { num_versions: -1 } }').detail).toBe('Expected integer, got: -; value -1 is out of range for uint32');
+    expect(failure('ensemble_scheduling { max_inflight_requests: 12345678901 }').detail).toMatch(/^Integer out of range \(12345678901\); /);
   });
 
   it("reads a 64-bit value past 2^53 that its type holds as the nearest safe number (L0_model_queue's UINT64_MAX levels)", () => {
