@@ -64,6 +64,8 @@ export interface ServerOptions {
   schedulerDelay?: SchedulerDelay;
   /** tritonserver's `--model-config-name`: each model's `configs/<name>.pbtxt` where it has one. */
   modelConfigName?: string;
+  /** tritonserver's `--model-namespacing` (see RepositoryOptions.namespacing). */
+  modelNamespacing?: boolean;
 }
 
 export const TSI_VERSION = '0.1.0';
@@ -129,6 +131,7 @@ export class InferenceServer implements InProcessServer {
       loadRetryCount: opts.modelLoadRetryCount,
       schedulerDelay: opts.schedulerDelay,
       configName: opts.modelConfigName,
+      namespacing: opts.modelNamespacing,
     });
     this.residency = new Residency(this.repository, opts.residency ?? {}, this.clock, this.log);
     registerServerMetrics(this.metrics, this);

@@ -249,6 +249,7 @@ export function buildCli(): Command {
       if (v === '') throw new InvalidArgumentError('Error: empty argument for --model-config-name');
       return v;
     })
+    .addOption(boolOption('--model-namespacing', 'tritonserver\'s namespacing by repository (its SageMaker entry script turns it on): taken, and with unique model names it serves as tritonserver does; the same name in two repositories is still refused, saying so', false))
     .option('--model-load-retry-count <n>', 'times a model version that fails to load is tried again before its load fails', parseIntArg, 0)
     .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
     .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
@@ -389,6 +390,7 @@ export function buildCli(): Command {
           modelLoadThreadCount: o.modelLoadThreadCount,
           modelLoadRetryCount: o.modelLoadRetryCount,
           modelConfigName: o.modelConfigName,
+          modelNamespacing: o.modelNamespacing,
           maxLoadedModels: o.maxLoadedModels,
           modelMemoryBudget: o.modelMemoryBudget,
           modelControlMode: mode,

@@ -55,6 +55,8 @@ export interface NodeServerOptions {
   modelLoadRetryCount?: number;
   /** tritonserver's `--model-config-name`: each model's `configs/<name>.pbtxt` where it has one, else its config.pbtxt. */
   modelConfigName?: string;
+  /** tritonserver's `--model-namespacing`: taken; a model name in two repositories is still refused, saying so. */
+  modelNamespacing?: boolean;
   /** `--max-loaded-models`: load models on demand, at most this many at once (core/repository/residency.ts). */
   maxLoadedModels?: number;
   /** `--model-memory-budget`: load models on demand within this memory (bytes, `2G`, or `50%` of the machine's). */
@@ -332,6 +334,7 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
     modelLoadThreadCount: opts.modelLoadThreadCount,
     modelLoadRetryCount: opts.modelLoadRetryCount,
     modelConfigName: opts.modelConfigName,
+    modelNamespacing: opts.modelNamespacing,
     schedulerDelay,
     residency: {
       maxLoadedModels: opts.maxLoadedModels,

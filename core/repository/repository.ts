@@ -62,6 +62,8 @@ export interface RepositoryOptions {
    * exists, its `config.pbtxt` otherwise.
    */
   configName?: string;
+  /** tritonserver's `--model-namespacing` was asked for (a name in two repositories is still refused: said in the error). */
+  namespacing?: boolean;
 }
 
 export interface IndexEntry {
@@ -139,7 +141,7 @@ export class ModelRepository {
       for (const name of await src.listModels()) {
         const prev = found.get(name);
         if (prev && !(prev instanceof Error)) {
-          found.set(name, new Error(`model '${name}' appears in multiple repositories: ${prev.location} and ${src.location}`));
+          found.set(name, new Error(`model '${name}' appears in multiple repositories: ${prev.location} and ${src.location}${this.opts.namespacing ? ' (--model-namespacing: tsi serves a model name from one repository only; rename one of them)' : ''}`));
         } else if (!prev) found.set(name, src);
       }
     }

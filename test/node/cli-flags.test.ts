@@ -29,6 +29,7 @@ const BOOLEAN_FLAGS: [flag: string, key: string, byDefault: boolean | undefined]
   ['--strict-readiness', 'strictReadiness', true],
   ['--disable-auto-complete-config', 'disableAutoCompleteConfig', false],
   ['--strict-model-config', 'strictModelConfig', false],
+  ['--model-namespacing', 'modelNamespacing', false],
   ['--browser-demo', 'browserDemo', false],
   ['--log-info', 'logInfo', true],
   ['--log-warning', 'logWarning', true],
