@@ -17,6 +17,7 @@ import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
 import { perfCommand } from './perf/cli.js';
 import { cudaServeNote, gpuCommand, reexecForCuda } from './gpu/command.js';
 import { tuneCommand } from './tune/index.js';
+import { youngGenerationNote } from './young-generation.js';
 import { describeCutShort } from './shutdown.js';
 import { pullModel } from './llm/pull.js';
 
@@ -272,6 +273,8 @@ export function buildCli(): Command {
       }
       const cuda = cudaServeNote();
       if (cuda) log.info(cuda);
+      const young = youngGenerationNote();
+      if (young) log.info(young);
       let httpTls: TlsFiles | undefined;
       let grpcTls: TlsFiles | undefined;
       try {

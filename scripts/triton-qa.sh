@@ -19,7 +19,7 @@
 #   TRITON_COMMON  a checkout of triton-inference-server/common   (default /tmp/triton-qa/common)
 #   QA_WORK        where the copies, models, logs and results go  (default /tmp/tsi-qa)
 #   QA_PYTHON      a python with grpcio, gevent, geventhttpclient, protobuf, rapidjson, requests,
-#                  grpc_tools, numpy, onnx and pytest (default /usr/bin/python3: Debian's python3-* packages)
+#                  grpc_tools, numpy, onnx, psutil and pytest (default /usr/bin/python3: Debian's python3-* packages)
 #   QA_WHEELS      a folder with an ml_dtypes 0.5 wheel, if QA_PYTHON lacks it (default /opt/pypi/files)
 #   QA_TIMEOUT     seconds one suite may run (default 1200)
 #   BACKENDS       the backends a suite loops over, where it has the switch (default "onnx")
