@@ -25,6 +25,7 @@ const built = existsSync(join(ROOT, 'dist', 'runtime-node', 'cli.js'));
 
 let child: ChildProcess;
 let port = 0;
+let err = '';
 
 beforeAll(async () => {
   if (!built) return;
@@ -33,9 +34,10 @@ beforeAll(async () => {
   delete env.TSI_YOUNG_GENERATION;
   delete env.NODE_OPTIONS;
   child = spawn(process.execPath, [BIN, 'serve', '--model-repository', MODELS, '--http-address', '127.0.0.1', '--http-port', '0',
-    '--allow-grpc', 'false', '--allow-metrics', 'false', '--model-control-mode', 'explicit', '--load-model', 'simple'],
+    '--allow-grpc', 'false', '--allow-metrics', 'false', '--model-control-mode', 'explicit', '--load-model', 'simple',
+    // Triton's qa passes its backend folder to every server (L0_http's first one too).
+    '--backend-directory', '/opt/tritonserver/backends'],
   { stdio: ['ignore', 'ignore', 'pipe'], env });
-  let err = '';
   port = await new Promise<number>((resolve, reject) => {
     child.stderr!.on('data', (d) => {
       err += d;
@@ -96,6 +98,7 @@ describe('many one-byte chunks (Triton L0_http http_request_many_chunks)', () =>
     const cmdline = readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0');
     expect(cmdline.slice(1, 3)).toEqual(YOUNG_GENERATION_FLAGS);
     expect(cmdline).toContain('serve');
+    expect(err).toContain("--backend-directory /opt/tritonserver/backends is not read: tsi's backends are built in");
   });
 
   it.skipIf(!built && !process.env.CI)('refuses each request past 65,536 chunks, and 100 of them leave RSS within 1 MiB', async () => {
