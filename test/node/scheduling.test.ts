@@ -44,6 +44,19 @@ beforeAll(async () => {
     'prio_max/config.pbtxt': slowConfig('prio_max', 'instance_group [{ count: 1 kind: KIND_CPU }]\n'
       + 'dynamic_batching { priority_levels: 18446744073709551615 default_priority_level: 4294967296 }\n', 1),
     'prio_max/1/model.onnx': slowModel(100),
+    // L0_config_json's max_priority_level.pbtxt, as it is.
+    'max_priority_level/config.pbtxt': `name: "max_priority_level"
+backend: "identity"
+max_batch_size: 1
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching: {
+    priority_levels: 18446744073709551615
+    default_priority_level: 4294967295
+    priority_queue_policy: [ { key: 4294967296 value: { timeout_action: REJECT default_timeout_microseconds: 18446744073709551615 allow_timeout_override: true max_queue_size: 10 } } ]
+}
+`,
+    'max_priority_level/1/.keep': '',
     'seq2/config.pbtxt': simpleSeq.replace('name: "simple_sequence_state"', 'name: "seq2"').replace('max_batch_size: 8', 'max_batch_size: 2')
       .replace('max_sequence_idle_microseconds: 5000000', 'max_sequence_idle_microseconds: 200000').replace('count: 1', 'count: 2'),
     'seq2/1/model.onnx': onnx('simple_sequence_state'),
@@ -138,6 +151,16 @@ describe('dynamic batching over HTTP', () => {
     }
     expect((await running).status).toBe(200);
   }, 30_000);
+
+  it("prints 64-bit config values past 2^53 with the digits the file wrote, as Triton does (L0_config_json's greps)", async () => {
+    const text = await (await fetch(`${s.url}/v2/models/max_priority_level/config`)).text();
+    for (const want of ['"priority_levels":18446744073709551615', '"default_priority_level":4294967295',
+      '"4294967296":{"timeout_action":"REJECT","default_timeout_microseconds":18446744073709551615,"allow_timeout_override":true,"max_queue_size":10}']) {
+      expect(text.split(want).length - 1, `${want} once in ${text}`).toBe(1);
+    }
+    // The rest of the document is unchanged, and still JSON.
+    expect(JSON.parse(text).dynamic_batching.priority_levels).toBe(18446744073709551615);
+  });
 
   it.each([['prio', 2], ['prio_max', 4294967297]])('%s: serves priority 1 before the default level, then priority %d', async (model, low) => {
     const body = (priority?: number) => ({
