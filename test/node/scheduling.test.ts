@@ -66,6 +66,10 @@ dynamic_batching: {
     'simple_dyna_sequence/1/model.onnx': onnx('simple_dyna_sequence'),
     'simple_string_dyna_sequence/config.pbtxt': readFileSync(join(MODELS, 'simple_string_dyna_sequence', 'config.pbtxt'), 'utf8'),
     'simple_string_dyna_sequence/1/model.js': readFileSync(join(MODELS, 'simple_string_dyna_sequence', '1', 'model.js'), 'utf8'),
+    // As L0_http makes its simple_string_dyna_sequence: the same config on Triton's dyna_sequence backend.
+    'builtin_dyna/config.pbtxt': readFileSync(join(MODELS, 'simple_string_dyna_sequence', 'config.pbtxt'), 'utf8')
+      .replace('name: "simple_string_dyna_sequence"', 'name: "builtin_dyna"').replace('backend: "javascript"', 'backend: "dyna_sequence"'),
+    'builtin_dyna/1/.keep': '',
   });
   // Traces (off until a test turns them on for a model) give the server's own compute timestamps.
   s = await startTestServer({ modelRepositories: [repo.path], trace: { file: join(repo.path, 'trace.json') } });
@@ -230,6 +234,15 @@ describe('sequence batching over HTTP', () => {
     const num = await step('simple_string_dyna_sequence', 123, 1, { start: true });
     expect(num.status).toBe(400);
     expect(num.body.error).toContain("sequence batching control 'CORRID' data-type is 'UINT64', but model 'simple_string_dyna_sequence' expects 'BYTES'");
+  }, 30_000);
+
+  it("accumulates per string correlation id on Triton's dyna_sequence backend, built in (L0_http's model)", async () => {
+    const results = await Promise.all(['7', '12'].map((id) => sequence('builtin_dyna', id, [1, 2, 3])));
+    // START sets the sum of INPUT, later steps add, END adds the id.
+    expect(results).toEqual([[1, 3, 13], [1, 3, 18]]);
+    const bad = await step('builtin_dyna', 'abc', 1, { start: true });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toContain('dyna sequence backend expects correlation ID to be decodable into an integer');
   }, 30_000);
 
   it('rejects unknown sequences and batched requests with Triton\'s texts', async () => {
