@@ -17,6 +17,7 @@ import { INDEX_FILE, writeRepositoryIndex } from './browser-assets.js';
 import { perfCommand } from './perf/cli.js';
 import { cudaServeNote, gpuCommand, reexecForCuda } from './gpu/command.js';
 import { tuneCommand } from './tune/index.js';
+import { youngGenerationNote } from './young-generation.js';
 import { describeCutShort } from './shutdown.js';
 import { pullModel } from './llm/pull.js';
 
@@ -265,6 +266,7 @@ export function buildCli(): Command {
     .option('--http-compression-min-bytes <bytes>', 'smallest JSON infer response compressed in auto mode', parseIntArg, 65536)
     .option('--exit-timeout-secs <secs>', 'shutdown: how long in-flight requests and sequences in progress may take once the listeners are closed, before the models are unloaded anyway', parseIntArg, 30)
     .option('--drain-delay-secs <secs>', 'shutdown: on SIGTERM/SIGINT report not ready but go on serving this long, so that load balancers and Kubernetes endpoints move away before the listeners close (0 = close them at once)', parseNonNegativeSecs, DEFAULT_DRAIN_DELAY_SECS)
+    .option('--backend-directory <dir>', "tritonserver's folder of backend libraries, taken so its command lines run unchanged (Triton's qa passes it to every server); tsi's backends are built in, and the folder is not read")
     .option('--backend-config <backend,key=value>', 'backend setting, e.g. onnxruntime,default-max-batch-size=8 or python,executable=/usr/bin/python3.11 (repeatable)', collect)
     .option('--id <name>', 'server name reported by GET /v2', 'triton')
     .option('--cache-config <cache,key=value>', 'response cache, e.g. local,size=1048576 (bytes); models opt in with response_cache { enable: true }', collect)
@@ -366,6 +368,9 @@ export function buildCli(): Command {
       }
       const cuda = cudaServeNote();
       if (cuda) log.info(cuda);
+      const young = youngGenerationNote();
+      if (young) log.info(young);
+      if (o.backendDirectory) log.info(`--backend-directory ${o.backendDirectory} is not read: tsi's backends are built in`);
       let httpTls: TlsFiles | undefined;
       let grpcTls: TlsFiles | undefined;
       try {

@@ -19,7 +19,7 @@
 #   TRITON_COMMON  a checkout of triton-inference-server/common   (default /tmp/triton-qa/common)
 #   QA_WORK        where the copies, models, logs and results go  (default /tmp/tsi-qa)
 #   QA_PYTHON      a python with grpcio, gevent, geventhttpclient, protobuf, rapidjson, requests,
-#                  grpc_tools, numpy, onnx and pytest (default /usr/bin/python3: Debian's python3-* packages)
+#                  grpc_tools, numpy, onnx, psutil and pytest (default /usr/bin/python3: Debian's python3-* packages)
 #   QA_WHEELS      a folder with an ml_dtypes 0.5 wheel, if QA_PYTHON lacks it (default /opt/pypi/files)
 #   QA_TIMEOUT     seconds one suite may run (default 1200)
 #   BACKENDS       the backends a suite loops over, where it has the switch (default "onnx")
@@ -256,6 +256,9 @@ prepare() {
     L0_sagemaker)
       # /opt/ml (readdressed) as a fresh image has it: not there.
       rm -rf "$QA_WORK/opt/ml" ;;
+    L0_dyna_sequence_batcher)
+      # Triton's image has libtriton_dyna_sequence.so in the version folder; tsi builds the backend in.
+      mkdir -p "$QA_WORK/qa/custom_models/custom_dyna_sequence_int32/1" ;;
     L0_grpc_state_cleanup|L0_decoupled)
       mkdir -p "$d/models"
       cp -r "$TRITON_SERVER/src/test/models/repeat_int32" "$d/models/"
@@ -275,7 +278,6 @@ not_tsis() {
     L0_passive_instance) echo "Triton's C++ 'distributed_addsub' test backend" ;;
     L0_response_statistics) echo "Triton's C++ 'square' test backend (its CUSTOM_* delays, fail and empty counts)" ;;
     L0_iterative_sequence) echo "Triton's C++ 'iterative_sequence' test backend (and sseclient-py from PyPI)" ;;
-    L0_dyna_sequence_batcher) echo "Triton's C++ 'dyna_sequence' test backend models, without which its server does not start" ;;
     L0_json|L0_backend_output_detail) echo "a C++ unit test program of Triton's (triton_json_test, backend_output_detail_test)" ;;
     L0_io) echo "pip-installs torch (cu130) and runs Triton's C API memory_alloc program" ;;
     L0_backend_bls) echo "adds an apt source and builds Triton's C++ BLS example backend from its repository" ;;

@@ -12,7 +12,7 @@
  */
 
 import {
-  attachSource, ConfigError, convertLiteral, defaultValue, LiteralError, modelConfigDesc, suggestName,
+  attachSource, ConfigError, convertLiteral, defaultValue, EXACT_INTEGERS, keepExactInteger, LiteralError, modelConfigDesc, suggestName,
   type FieldDesc, type Literal, type MessageDesc, type SourcePos,
 } from './reflect.js';
 import type { ModelConfig } from './model-config.js';
@@ -191,6 +191,7 @@ class JsonConverter {
         oneofs.set(field.oneof, field.name);
       }
       obj[field.name] = this.field(value, field, fieldPath);
+      if (!field.map && !field.repeated && field.kind !== 'message') keepExactInteger(obj, field.name, obj[field.name], nodeLiteral(value));
     }
     return obj;
   }
@@ -254,33 +255,52 @@ function printScalar(field: FieldDesc, v: unknown): unknown {
   return v;
 }
 
-function printMessage(desc: MessageDesc, obj: Record<string, unknown>): Record<string, unknown> {
+/** Marks, in a printed config, a 64-bit value to be written as these digits, unquoted (configJsonText). */
+const EXACT_MARK = '\u0000tsi-exact:';
+
+function printMessage(desc: MessageDesc, obj: Record<string | symbol, unknown>, exact: boolean): Record<string, unknown> {
   const out: Record<string, unknown> = {};
+  const texts = exact ? obj[EXACT_INTEGERS] as Record<string, string> | undefined : undefined;
   for (const f of desc.fields) {
     const v = obj[f.name];
     if (f.map) {
       const valueField = f.message!().fields[1]!;
       const m: Record<string, unknown> = {};
-      for (const [k, item] of Object.entries((v ?? {}) as Record<string, unknown>)) m[k] = printValue(valueField, item);
+      for (const [k, item] of Object.entries((v ?? {}) as Record<string, unknown>)) m[k] = printValue(valueField, item, exact);
       out[f.name] = m;
     } else if (f.repeated) {
-      out[f.name] = ((v ?? []) as unknown[]).map((item) => printValue(f, item));
+      out[f.name] = ((v ?? []) as unknown[]).map((item) => printValue(f, item, exact));
     } else if (v === undefined || v === null) {
       // Unset messages and oneof members are absent in Triton's JSON; primitives print their default.
       if (f.kind !== 'message' && !f.oneof) out[f.name] = defaultValue(f);
+    } else if (texts?.[f.name] !== undefined && typeof v === 'number' && Math.abs(v) === Number.MAX_SAFE_INTEGER) {
+      out[f.name] = EXACT_MARK + texts[f.name];
     } else {
-      out[f.name] = printValue(f, v);
+      out[f.name] = printValue(f, v, exact);
     }
   }
   return out;
 }
 
-function printValue(field: FieldDesc, v: unknown): unknown {
-  if (field.kind === 'message') return printMessage(field.message!(), (v ?? {}) as Record<string, unknown>);
+function printValue(field: FieldDesc, v: unknown, exact: boolean): unknown {
+  if (field.kind === 'message') return printMessage(field.message!(), (v ?? {}) as Record<string, unknown>, exact);
   return printScalar(field, v ?? defaultValue(field));
 }
 
-/** The JSON Triton serves at GET /v2/models/<m>/config (before JSON.stringify). */
+/**
+ * The JSON Triton serves at GET /v2/models/<m>/config (before JSON.stringify); 64-bit values past 2^53
+ * as the nearest safe number (configJsonText writes them as the file did).
+ */
 export function modelConfigToJson(cfg: ModelConfig): Record<string, unknown> {
-  return printMessage(modelConfigDesc, cfg as Record<string, unknown>);
+  return printMessage(modelConfigDesc, cfg as Record<string, unknown>, false);
+}
+
+/**
+ * GET /v2/models/<m>/config's body: modelConfigToJson's, with each 64-bit value the config file wrote
+ * past 2^53 (priority_levels: 18446744073709551615) written with its exact digits, as Triton prints it
+ * (L0_config_json). The number tsi works with stays the nearest safe one.
+ */
+export function configJsonText(cfg: ModelConfig): string {
+  const text = JSON.stringify(printMessage(modelConfigDesc, cfg as Record<string, unknown>, true));
+  return text.replace(/"\\u0000tsi-exact:(-?\d+)"/g, '$1');
 }

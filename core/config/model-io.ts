@@ -7,7 +7,7 @@
  */
 
 import type { ModelIoInfo } from '../execution.js';
-import { errorAt, inheritSource } from './reflect.js';
+import { errorAt, cloneConfig } from './reflect.js';
 import { TsiError } from '../errors.js';
 import type { ConfigDataType, ModelConfig, ModelInput, ModelOutput } from './model-config.js';
 import type { DataType } from '../types.js';
@@ -80,8 +80,7 @@ export function autoCompleteConfig(
       notes: [`skipping model configuration auto-complete for '${name}': inputs and outputs already specified`],
     };
   }
-  const out = structuredClone(cfg);
-  inheritSource(out, cfg);
+  const out = cloneConfig(cfg);
   const notes: string[] = [];
   const batchable = [...io.inputs, ...io.outputs].every((t) => t.shape.length > 0 && modelShape(t.shape)[0] === -1);
   let mbs = out.max_batch_size ?? 0;

@@ -11,7 +11,7 @@
  */
 
 import {
-  attachSource, ConfigError, convertLiteral, defaultValue, expectedWhat, LiteralError, modelConfigDesc,
+  attachSource, ConfigError, convertLiteral, defaultValue, expectedWhat, keepExactInteger, LiteralError, modelConfigDesc,
   suggestName,
   type FieldDesc, type Literal, type MessageDesc, type SourcePos,
 } from './reflect.js';
@@ -307,6 +307,7 @@ class Parser {
       list.push(value);
     } else {
       obj[field.name] = value;
+      keepExactInteger(obj, field.name, value, lit);
     }
   }
 

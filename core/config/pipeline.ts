@@ -9,12 +9,12 @@
  */
 
 import { modelConfigToJson, parseConfigJson } from './json.js';
-import { inheritSource } from './reflect.js';
+import { cloneConfig } from './reflect.js';
 import type { ModelConfig, ModelInstanceGroup } from './model-config.js';
 import { parsePbtxt } from './pbtxt.js';
 
 export { ConfigError, type ConfigErrorWhere, type SourcePos } from './reflect.js';
-export { modelConfigToJson, parseConfigJson } from './json.js';
+export { configJsonText, modelConfigToJson, parseConfigJson } from './json.js';
 export { formatPbtxt, parsePbtxt } from './pbtxt.js';
 export { validateModelConfig, type ValidateOptions } from './validate.js';
 export {
@@ -57,8 +57,7 @@ const TWO_CPU_INSTANCE_BACKENDS = new Set(['onnxruntime', 'tensorflow']);
  * (absent means the policy's zero values).
  */
 export function normalizeModelConfig(cfg: ModelConfig, opts: NormalizeOptions): ModelConfig {
-  const out = structuredClone(cfg);
-  inheritSource(out, cfg);
+  const out = cloneConfig(cfg);
   if (!out.name) out.name = opts.modelName;
 
   if (!out.backend && (out.platform === 'onnxruntime_onnx' || out.default_model_filename === 'model.onnx')) {

@@ -252,6 +252,40 @@ function bigIntText(text: string): bigint | undefined {
   return m[1] ? -mag : mag;
 }
 
+/**
+ * Where a config object keeps the exact decimal text of a 64-bit field it holds as ±(2^53-1) (Triton's
+ * configs write UINT64_MAX for "no limit"): under this symbol, by field name, so that GET /config
+ * prints the value as written, as Triton does. Symbol-keyed, so spreads of the object keep it and
+ * JSON.stringify does not see it.
+ */
+export const EXACT_INTEGERS = Symbol('exact 64-bit integer texts');
+
+/**
+ * A deep copy of a parsed config for a pipeline step to change: its source (inheritSource) and exact
+ * 64-bit texts (EXACT_INTEGERS, which structuredClone drops as it drops every symbol key) come along.
+ */
+export function cloneConfig<T extends object>(cfg: T): T {
+  const out = structuredClone(cfg);
+  inheritSource(out, cfg);
+  copyExactIntegers(cfg, out);
+  return out;
+}
+
+function copyExactIntegers(from: unknown, to: unknown): void {
+  if (typeof from !== 'object' || from === null || typeof to !== 'object' || to === null) return;
+  const texts = (from as Record<symbol, unknown>)[EXACT_INTEGERS];
+  if (texts) (to as Record<symbol, unknown>)[EXACT_INTEGERS] = { ...texts as object };
+  for (const [k, v] of Object.entries(from)) if (typeof v === 'object') copyExactIntegers(v, (to as Record<string, unknown>)[k]);
+}
+
+/** Records `lit`'s exact value on `obj` when `value` is what convertLiteral made of a wider one. */
+export function keepExactInteger(obj: Record<string | symbol, unknown>, name: string, value: unknown, lit: Literal): void {
+  if (typeof value !== 'number' || Math.abs(value) !== Number.MAX_SAFE_INTEGER) return;
+  const exact = bigIntText(lit.kind === 'string' ? lit.value.trim() : lit.kind === 'bool' ? '' : lit.text);
+  if (exact === undefined || exact === BigInt(value)) return;
+  ((obj[EXACT_INTEGERS] ??= {}) as Record<string, string>)[name] = exact.toString();
+}
+
 function shown(lit: Literal): string {
   if (lit.kind === 'bool') return String(lit.value);
   return `'${lit.text}'`;

@@ -127,7 +127,9 @@ export function createHttpApp(server: InferenceServer, options: HttpOptions = {}
         return ready ? empty(200) : json({ error: 'Model version not ready' }, 400);
       },
     });
-    route(`${base}/config`, { GET: (c) => json(server.modelConfig(c.req.param('model')!, version(c))) });
+    route(`${base}/config`, {
+      GET: (c) => new Response(server.modelConfigText(c.req.param('model')!, version(c)), { headers: { 'Content-Type': 'application/json' } }),
+    });
     route(`${base}/stats`, { GET: (c) => json(server.statistics(c.req.param('model')!, version(c))) });
     route(`${base}/infer`, {
       POST: async (c) => toResponse(await inferHttp({

@@ -87,9 +87,11 @@ async function sampleInput(
       }
       data = fromBytes(datatype, bytes.slice(0, need), count);
     }
-  } else if (spec.random_data) {
+  } else if (spec.random_data !== undefined) {
+    // The oneof's case decides, not its value: L0_warmup's sample says `zero_data: false`, which
+    // Triton (input_data_type_case() == kZeroData) warms up with zeros.
     data = randomData(datatype, count);
-  } else if (spec.zero_data) {
+  } else if (spec.zero_data !== undefined) {
     data = allocate(datatype, count);
   } else {
     throw new TsiError('INVALID_ARG', `warmup setting expects input '${name}' to have input_data_type set`);

@@ -4,6 +4,10 @@
  * 65,536 chunks, and 100 more such requests leave the server's resident memory within 1 MiB of where
  * it settled after the first ones (Triton's bound). tsi used to keep one view object per chunk; they
  * outlived the young generation, and RSS grew by ~50 MiB over the 100 requests.
+ *
+ * The server is started as a user starts it, with no V8 flags: `serve` re-executes itself in place
+ * with V8's young generation at a fixed size (runtime-node/young-generation.ts), which the test sees
+ * in the same PID's command line. Without it V8's resizing alone moved RSS by 10-24 MiB either way.
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,6 +16,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { MODELS, ROOT } from '../helpers/server.js';
+import { YOUNG_GENERATION_FLAGS, youngGenerationPlan } from '../../runtime-node/young-generation.js';
 
 const BIN = join(ROOT, 'bin', 'tsi-node.js');
 const TOO_MANY = 'Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer or larger HTTP chunks.';
@@ -20,15 +25,19 @@ const built = existsSync(join(ROOT, 'dist', 'runtime-node', 'cli.js'));
 
 let child: ChildProcess;
 let port = 0;
+let err = '';
 
 beforeAll(async () => {
   if (!built) return;
-  // The young generation at a fixed size: V8 grows it by its own heuristics, under a loaded run up to
-  // ~13 MiB more in the middle of the measurement, which is no leak and not what Triton's bound is about.
-  child = spawn(process.execPath, ['--min-semi-space-size=16', '--max-semi-space-size=16', BIN, 'serve', '--model-repository', MODELS, '--http-address', '127.0.0.1', '--http-port', '0',
-    '--allow-grpc', 'false', '--allow-metrics', 'false', '--model-control-mode', 'explicit', '--load-model', 'simple'],
-  { stdio: ['ignore', 'ignore', 'pipe'] });
-  let err = '';
+  // As a user (and Triton's L0_http) starts it: no V8 flags of the test's own.
+  const env = { ...process.env };
+  delete env.TSI_YOUNG_GENERATION;
+  delete env.NODE_OPTIONS;
+  child = spawn(process.execPath, [BIN, 'serve', '--model-repository', MODELS, '--http-address', '127.0.0.1', '--http-port', '0',
+    '--allow-grpc', 'false', '--allow-metrics', 'false', '--model-control-mode', 'explicit', '--load-model', 'simple',
+    // Triton's qa passes its backend folder to every server (L0_http's first one too).
+    '--backend-directory', '/opt/tritonserver/backends'],
+  { stdio: ['ignore', 'ignore', 'pipe'], env });
   port = await new Promise<number>((resolve, reject) => {
     child.stderr!.on('data', (d) => {
       err += d;
@@ -84,6 +93,14 @@ async function settledRss(): Promise<number> {
 }
 
 describe('many one-byte chunks (Triton L0_http http_request_many_chunks)', () => {
+  it.skipIf(!built && !process.env.CI)('serve re-executed itself, same PID, with the young generation fixed', () => {
+    expect(built, 'dist/ is built (npm run build)').toBe(true);
+    const cmdline = readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0');
+    expect(cmdline.slice(1, 3)).toEqual(YOUNG_GENERATION_FLAGS);
+    expect(cmdline).toContain('serve');
+    expect(err).toContain("--backend-directory /opt/tritonserver/backends is not read: tsi's backends are built in");
+  });
+
   it.skipIf(!built && !process.env.CI)('refuses each request past 65,536 chunks, and 100 of them leave RSS within 1 MiB', async () => {
     expect(built, 'dist/ is built (npm run build)').toBe(true);
     // Enough requests first for every page of the young generation to have been used.
@@ -98,4 +115,24 @@ describe('many one-byte chunks (Triton L0_http http_request_many_chunks)', () =>
     console.log(`RSS before ${(before / MIB).toFixed(1)} MiB, growth over 100 requests ${(growth / MIB).toFixed(2)} MiB`);
     expect(growth).toBeLessThan(MIB);
   }, 300_000);
+});
+
+describe('when serve re-executes itself (youngGenerationPlan)', () => {
+  const plan = (execArgv: string[], env: NodeJS.ProcessEnv, platform = 'linux') =>
+    youngGenerationPlan('/bin/node', execArgv, ['/bin/node', '/x/bin/tsi-node.js', 'serve', '--http-port', '0'], env, platform);
+
+  it('adds the flags before the rest, and marks the environment so it happens once', () => {
+    const p = plan(['--enable-source-maps'], { HOME: '/h' });
+    expect(p).toEqual({ action: 'exec', argv: ['/bin/node', ...YOUNG_GENERATION_FLAGS, '--enable-source-maps', '/x/bin/tsi-node.js', 'serve', '--http-port', '0'], env: { HOME: '/h', TSI_YOUNG_GENERATION: 'fixed' } });
+    expect(plan([], { TSI_YOUNG_GENERATION: 'fixed' }).action).toBe('keep');
+  });
+
+  it("keeps the user's choice: off, semi-space flags of their own (argv or NODE_OPTIONS), a forked child, Windows", () => {
+    expect(plan([], { TSI_YOUNG_GENERATION: 'off' })).toEqual({ action: 'keep', why: 'TSI_YOUNG_GENERATION=off' });
+    expect(plan(['--max-semi-space-size=64'], {}).action).toBe('keep');
+    expect(plan([], { NODE_OPTIONS: '--max-old-space-size=4096 --min_semi_space_size=8' }).action).toBe('keep');
+    expect(plan([], { NODE_OPTIONS: '--max-old-space-size=4096' }).action).toBe('exec');
+    expect(plan([], { NODE_CHANNEL_FD: '3' }).action).toBe('keep');
+    expect(plan([], {}, 'win32').action).toBe('keep');
+  });
 });

@@ -236,5 +236,7 @@ describe('custom metrics', () => {
     expect(errors[2]).toMatch(/^Failed to get metric value: /);
     expect(errors[3]).toMatch(/^Error when creating MetricFamily: metric family 'tsi_py_last_value' already exists as a gauge/);
     expect(errors[4]).toBe('Failed to create metric. Missing required buckets.');
+    // A metric whose family was deleted (L0_backend_python custom_metrics' test_metric_lifetime_error).
+    expect(errors.slice(5)).toEqual(Array(2).fill("Invalid metric operation as the corresponding 'MetricFamily' has been deleted."));
   });
 });

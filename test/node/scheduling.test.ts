@@ -44,6 +44,19 @@ beforeAll(async () => {
     'prio_max/config.pbtxt': slowConfig('prio_max', 'instance_group [{ count: 1 kind: KIND_CPU }]\n'
       + 'dynamic_batching { priority_levels: 18446744073709551615 default_priority_level: 4294967296 }\n', 1),
     'prio_max/1/model.onnx': slowModel(100),
+    // L0_config_json's max_priority_level.pbtxt, as it is.
+    'max_priority_level/config.pbtxt': `name: "max_priority_level"
+backend: "identity"
+max_batch_size: 1
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching: {
+    priority_levels: 18446744073709551615
+    default_priority_level: 4294967295
+    priority_queue_policy: [ { key: 4294967296 value: { timeout_action: REJECT default_timeout_microseconds: 18446744073709551615 allow_timeout_override: true max_queue_size: 10 } } ]
+}
+`,
+    'max_priority_level/1/.keep': '',
     'seq2/config.pbtxt': simpleSeq.replace('name: "simple_sequence_state"', 'name: "seq2"').replace('max_batch_size: 8', 'max_batch_size: 2')
       .replace('max_sequence_idle_microseconds: 5000000', 'max_sequence_idle_microseconds: 200000').replace('count: 1', 'count: 2'),
     'seq2/1/model.onnx': onnx('simple_sequence_state'),
@@ -53,6 +66,10 @@ beforeAll(async () => {
     'simple_dyna_sequence/1/model.onnx': onnx('simple_dyna_sequence'),
     'simple_string_dyna_sequence/config.pbtxt': readFileSync(join(MODELS, 'simple_string_dyna_sequence', 'config.pbtxt'), 'utf8'),
     'simple_string_dyna_sequence/1/model.js': readFileSync(join(MODELS, 'simple_string_dyna_sequence', '1', 'model.js'), 'utf8'),
+    // As L0_http makes its simple_string_dyna_sequence: the same config on Triton's dyna_sequence backend.
+    'builtin_dyna/config.pbtxt': readFileSync(join(MODELS, 'simple_string_dyna_sequence', 'config.pbtxt'), 'utf8')
+      .replace('name: "simple_string_dyna_sequence"', 'name: "builtin_dyna"').replace('backend: "javascript"', 'backend: "dyna_sequence"'),
+    'builtin_dyna/1/.keep': '',
   });
   // Traces (off until a test turns them on for a model) give the server's own compute timestamps.
   s = await startTestServer({ modelRepositories: [repo.path], trace: { file: join(repo.path, 'trace.json') } });
@@ -139,6 +156,16 @@ describe('dynamic batching over HTTP', () => {
     expect((await running).status).toBe(200);
   }, 30_000);
 
+  it("prints 64-bit config values past 2^53 with the digits the file wrote, as Triton does (L0_config_json's greps)", async () => {
+    const text = await (await fetch(`${s.url}/v2/models/max_priority_level/config`)).text();
+    for (const want of ['"priority_levels":18446744073709551615', '"default_priority_level":4294967295',
+      '"4294967296":{"timeout_action":"REJECT","default_timeout_microseconds":18446744073709551615,"allow_timeout_override":true,"max_queue_size":10}']) {
+      expect(text.split(want).length - 1, `${want} once in ${text}`).toBe(1);
+    }
+    // The rest of the document is unchanged, and still JSON.
+    expect(JSON.parse(text).dynamic_batching.priority_levels).toBe(18446744073709551615);
+  });
+
   it.each([['prio', 2], ['prio_max', 4294967297]])('%s: serves priority 1 before the default level, then priority %d', async (model, low) => {
     const body = (priority?: number) => ({
       ...(priority ? { parameters: { priority } } : {}), inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 1], data: [1] }],
@@ -207,6 +234,15 @@ describe('sequence batching over HTTP', () => {
     const num = await step('simple_string_dyna_sequence', 123, 1, { start: true });
     expect(num.status).toBe(400);
     expect(num.body.error).toContain("sequence batching control 'CORRID' data-type is 'UINT64', but model 'simple_string_dyna_sequence' expects 'BYTES'");
+  }, 30_000);
+
+  it("accumulates per string correlation id on Triton's dyna_sequence backend, built in (L0_http's model)", async () => {
+    const results = await Promise.all(['7', '12'].map((id) => sequence('builtin_dyna', id, [1, 2, 3])));
+    // START sets the sum of INPUT, later steps add, END adds the id.
+    expect(results).toEqual([[1, 3, 13], [1, 3, 18]]);
+    const bad = await step('builtin_dyna', 'abc', 1, { start: true });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toContain('dyna sequence backend expects correlation ID to be decodable into an integer');
   }, 30_000);
 
   it('rejects unknown sequences and batched requests with Triton\'s texts', async () => {

@@ -91,6 +91,9 @@ model_warmup [
       'recorder/warmup/z.bin': lengthPrefixed(['hello warmup']),
       'addsub_warm/config.pbtxt': addSub('addsub_warm', `model_warmup [{ name: "ones" batch_size: 8 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 16 ] random_data: true } } inputs { key: "INPUT1" value: { data_type: TYPE_FP32 dims: [ 16 ] zero_data: true } } }]`),
       'addsub_warm/1/model.onnx': addSubModel('FP32', [16], true),
+      // L0_warmup's last sample: `zero_data: false` sets the oneof (zeros), as Triton reads it.
+      'addsub_zero_false/config.pbtxt': addSub('addsub_zero_false', ['INPUT0', 'INPUT1'].reduce((w, k) => `${w} inputs { key: "${k}" value: { data_type: TYPE_FP32 dims: 16 zero_data: false } }`, 'model_warmup [{ name: "sample" batch_size: 1') + ' }]'),
+      'addsub_zero_false/1/model.onnx': addSubModel('FP32', [16], true),
       // The model takes [16]; the sample sends [3]: onnxruntime refuses it, so the load fails.
       'addsub_bad_dims/config.pbtxt': addSub('addsub_bad_dims', `model_warmup [{ name: "wrong shape" batch_size: 1 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 3 ] zero_data: true } } inputs { key: "INPUT1" value: { data_type: TYPE_FP32 dims: [ 3 ] zero_data: true } } }]`),
       'addsub_bad_dims/1/model.onnx': addSubModel('FP32', [16], true),
@@ -163,6 +166,11 @@ model_warmup [
     expect(r.body.outputs[0].data).toEqual(Array(16).fill(3));
     const stats = await getJson(`${server.url}/v2/models/addsub_warm/stats`);
     expect(stats.body.model_stats[0].inference_count).toBe(1);
+  });
+
+  it("takes a sample input whose oneof is set to false (L0_warmup's `zero_data: false`)", async () => {
+    expect((await getJson(`${server.url}/v2/models/addsub_zero_false/ready`)).status).toBe(200);
+    expect(server.logs.some((l) => l.includes("model 'addsub_zero_false' instance addsub_zero_false_0_0 is running warmup sample 'sample' for iteration 1"))).toBe(true);
   });
 
   it("warms up a sequence model with its control tensors in the sample (L0_warmup's sequence sample)", async () => {

@@ -5,6 +5,7 @@
 
 import enum
 import sys
+import weakref
 
 import tsi_pb_base as pb
 from tsi_pb_base import TritonModelException, _require_runtime
@@ -102,13 +103,20 @@ class Metric:
     """One series of a MetricFamily. increment/set/observe go out without waiting; value() asks tsi."""
 
     def __init__(self, family, labels, buckets):
-        self._family = family
+        # Weak, as in Triton: a metric does not keep its family alive, and once the family is gone
+        # every operation on the metric raises (the family's own series went with it).
+        self._family = weakref.ref(family)
         self._kind = family._kind
         self._id = _require_runtime().call(
             {"k": "mm", "fam": family._id, "labels": labels, "buckets": buckets},
             "Error when creating Metric: ")["h"]
 
+    def _alive(self):
+        if self._family() is None:
+            raise TritonModelException("Invalid metric operation as the corresponding 'MetricFamily' has been deleted.")
+
     def _op(self, op, value, what):
+        self._alive()
         try:
             v = float(value)
         except (TypeError, ValueError):
@@ -141,6 +149,7 @@ class Metric:
         pb._runtime.post({"k": "mo", "h": self._id, "op": "observe", "v": v})
 
     def value(self):
+        self._alive()
         if self._kind == MetricFamily.HISTOGRAM:
             raise TritonModelException(
                 "Failed to get metric value: TRITONSERVER_MetricValue is not supported for histograms")
