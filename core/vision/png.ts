@@ -19,8 +19,19 @@ export interface DecodedImage {
 }
 
 const SIGNATURE = [137, 80, 78, 71, 13, 10, 26, 10];
-/** Images bigger than this many pixels are refused before inflating (a decompression bomb). */
+/**
+ * Images bigger than this many pixels are refused before their pixels are decoded (a decompression
+ * bomb: a few kilobytes of PNG or JPEG can claim gigabytes). 40 megapixels is above any phone
+ * camera's photo; its 8-bit RGBA is 160 MB, and the processor's float copy of a photo it does not
+ * resize 480 MB.
+ */
 export const MAX_IMAGE_PIXELS = 40_000_000;
+
+/** Refuses (INVALID_ARG) a width × height over MAX_IMAGE_PIXELS, in words that name the limit. */
+export function checkImagePixels(width: number, height: number): void {
+  const n = width * height;
+  if (n > MAX_IMAGE_PIXELS) throw new TsiError('INVALID_ARG', `the image is ${width}×${height} (${n} pixels), more than the ${MAX_IMAGE_PIXELS} pixels tsi decodes`);
+}
 
 export function isPng(b: Uint8Array): boolean {
   return b.length >= 8 && SIGNATURE.every((v, i) => b[i] === v);
@@ -63,7 +74,7 @@ export async function decodePng(b: Uint8Array): Promise<DecodedImage> {
   const ch = CHANNELS[color];
   if (!width || !height || ch === undefined) throw fail('no valid IHDR chunk');
   if (![1, 2, 4, 8, 16].includes(depth) || (color !== 0 && color !== 3 && depth < 8) || (color === 3 && depth > 8)) throw fail(`bit depth ${depth} with colour type ${color}`);
-  if (width * height > MAX_IMAGE_PIXELS) throw fail(`${width}×${height} pixels is more than the ${MAX_IMAGE_PIXELS} allowed`);
+  checkImagePixels(width, height);
   if (color === 3 && !palette) throw fail('a palette image without a PLTE chunk');
   if (idat.length === 0) throw fail('no image data (IDAT)');
   let raw: Uint8Array;
