@@ -95,26 +95,35 @@ export async function decodePng(b: Uint8Array): Promise<DecodedImage> {
   const passes = interlace === 1
     ? [[0, 0, 8, 8], [4, 0, 8, 8], [0, 4, 4, 8], [2, 0, 4, 4], [0, 2, 2, 4], [1, 0, 2, 2], [0, 1, 1, 2]]
     : [[0, 0, 1, 1]];
-  const samples = new Uint16Array(width * height * ch);
+  // 8-bit grey / RGB / alpha without interlacing (what encoders write by default): rows are the
+  // pixels once unfiltered, copied straight out; the rest goes through 16-bit samples.
+  const direct = depth === 8 && color !== 3 && interlace !== 1 ? new Uint8Array(width * height * ch) : undefined;
+  const samples = direct ? new Uint16Array(0) : new Uint16Array(width * height * ch);
   let pos = 0;
   for (const [x0, y0, dx, dy] of passes as [number, number, number, number][]) {
     const pw = Math.ceil((width - x0) / dx), ph = Math.ceil((height - y0) / dy);
     if (pw <= 0 || ph <= 0) continue;
     const stride = Math.ceil((pw * bitsPerPixel) / 8);
-    let prev = new Uint8Array(stride);
+    let prev: Uint8Array = new Uint8Array(stride);
     for (let y = 0; y < ph; y++) {
       if (pos + 1 + stride > raw.length) throw fail('the image data is shorter than its size says');
       const filter = raw[pos]!;
-      const line = raw.slice(pos + 1, pos + 1 + stride);
+      // Unfiltered in place: the inflated buffer is this decoder's own.
+      const line = raw.subarray(pos + 1, pos + 1 + stride);
       pos += 1 + stride;
       unfilter(filter, line, prev, bpp, fail);
+      prev = line;
+      if (direct) {
+        direct.set(line, y * stride);
+        continue;
+      }
       for (let x = 0; x < pw; x++) {
         const out = ((y0 + y * dy) * width + (x0 + x * dx)) * ch;
         for (let c = 0; c < ch; c++) samples[out + c] = sample(line, x * ch + c, depth);
       }
-      prev = line;
     }
   }
+  if (direct) return { width, height, channels: ch, data: direct };
   return toEightBit(samples, width, height, ch, depth, color, palette, trns);
 }
 
