@@ -133,11 +133,18 @@ function unfilter(filter: number, line: Uint8Array, prev: Uint8Array, bpp: numbe
     case 0: return;
     case 1: for (let i = bpp; i < n; i++) line[i] = (line[i]! + line[i - bpp]!) & 255; return;
     case 2: for (let i = 0; i < n; i++) line[i] = (line[i]! + prev[i]!) & 255; return;
-    case 3: for (let i = 0; i < n; i++) line[i] = (line[i]! + (((i >= bpp ? line[i - bpp]! : 0) + prev[i]!) >> 1)) & 255; return;
+    // The first pixel's bytes have no left neighbour (0); the loops after it need no test for that.
+    case 3:
+      for (let i = 0; i < bpp && i < n; i++) line[i] = (line[i]! + (prev[i]! >> 1)) & 255;
+      for (let i = bpp; i < n; i++) line[i] = (line[i]! + ((line[i - bpp]! + prev[i]!) >> 1)) & 255;
+      return;
     case 4:
-      for (let i = 0; i < n; i++) {
-        const a = i >= bpp ? line[i - bpp]! : 0, up = prev[i]!, c = i >= bpp ? prev[i - bpp]! : 0;
-        const p = a + up - c, pa = Math.abs(p - a), pb = Math.abs(p - up), pc = Math.abs(p - c);
+      // Paeth with a = c = 0 is the byte above.
+      for (let i = 0; i < bpp && i < n; i++) line[i] = (line[i]! + prev[i]!) & 255;
+      for (let i = bpp; i < n; i++) {
+        const a = line[i - bpp]!, up = prev[i]!, c = prev[i - bpp]!;
+        // p - a = up - c, p - up = a - c, p - c = a + up - 2c.
+        const pa = up > c ? up - c : c - up, pb = a > c ? a - c : c - a, pcs = a + up - 2 * c, pc = pcs < 0 ? -pcs : pcs;
         line[i] = (line[i]! + (pa <= pb && pa <= pc ? a : pb <= pc ? up : c)) & 255;
       }
       return;
