@@ -8,7 +8,7 @@
  * 4032×3024 PNG (a phone photo's size: reduced to 2048×1536). Also the resize alone against sharp's.
  * Each side runs once untimed, then they alternate over `--rounds` rounds so that load from
  * elsewhere falls on both alike; the table gives the median ms per image and tsi / transformers.js.
- * Preprocessing runs on the thread that reads the request (the server's main thread in Node).
+ * Both run in the bench's thread (the server runs tsi's in its image pool, off the request thread).
  *
  * Run:  npx tsx bench/vlm-preprocess.ts [--rounds 5] [--markdown]
  */

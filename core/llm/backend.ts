@@ -41,7 +41,7 @@ import { LlmScheduler } from './scheduler.js';
 import type { LlmModelInfo } from './model-info.js';
 import { LlmStats } from './stats.js';
 import { Tokenizer } from './tokenizer.js';
-import { readVisionFolder, type VisionPaths } from '../vision/idefics3.js';
+import { readVisionFolder, type PixelRunner, type VisionPaths } from '../vision/idefics3.js';
 import type { VisionTypes } from '../vision/vision-kit.js';
 
 /** What a runtime provides: the graph's description, and a decoder session per instance. */
@@ -59,6 +59,12 @@ export interface DecoderRuntime {
   rewrite?(ctx: ModelLoadContext, path: string, opts: { context?: number }): Promise<ModelFiles | undefined>;
   /** What the memory check needs to know, where the runtime can tell. */
   memory?(ctx: ModelLoadContext, path: string): Promise<MemoryFacts | undefined>;
+  /**
+   * Where a vision-language model's image preprocessing runs (core/vision/idefics3.ts's pixel step:
+   * seconds of CPU for a photo), closed when the model unloads; without it, in the thread that
+   * reads the requests.
+   */
+  imagePixels?(ctx: ModelLoadContext): { run: PixelRunner; close(): Promise<void> } | undefined;
 }
 
 export type { LlmModelInfo };
@@ -143,6 +149,8 @@ function instancesOf(config: ModelConfig): number {
 class LlmModel implements BackendModel {
   private readonly sessions: DecoderSession[] = [];
   private stats?: LlmStats;
+  /** The runtime's image preprocessing, where it gave one. */
+  pixels?: { run: PixelRunner; close(): Promise<void> };
 
   private constructor(
     private readonly ctx: ModelLoadContext, private readonly runtime: DecoderRuntime, private readonly path: string,
@@ -186,7 +194,12 @@ class LlmModel implements BackendModel {
     ctx.log.info(`model '${config.name}': decoder with ${layout.past.length} layers, ${layout.kvHeads} KV heads × ${layout.headDim}, ${layout.kvType} cache, context ${layout.maxContext}, vocabulary ${tokenizer.vocabSize}`);
     if (vlm && !layout.inputsEmbeds) throw new TsiError('INVALID_ARG', `model '${config.name}': ${path} takes input_ids; a vision-language decoder takes inputs_embeds`);
     const vision = vlm && { ...vlm.paths, imageTokenId: vlm.processor.imageTokenId, types: await visionTypes(runtime, files, vlm.paths, io, layout, config.name ?? '') };
-    return new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg, jinja), maxContext: layout.maxContext, defaults, vision: vlm?.processor }, vision);
+    const model = new LlmModel(ctx, runtime, path, layout, { tokenizer, chat: new ChatTemplate(tokCfg, jinja), maxContext: layout.maxContext, defaults, vision: vlm?.processor }, vision);
+    if (vlm) {
+      model.pixels = runtime.imagePixels?.(ctx);
+      if (model.pixels) vlm.processor.runPixels = model.pixels.run;
+    }
+    return model;
   }
 
   async createInstance(spec: InstanceSpec): Promise<BackendInstance> {
@@ -218,6 +231,7 @@ class LlmModel implements BackendModel {
 
   async unload(): Promise<void> {
     this.stats?.release();
+    await this.pixels?.close();
   }
 }
 

@@ -86,54 +86,28 @@ export class Idefics3Processor implements ImageProcessor {
     if (!Number.isInteger(this.side) || this.side <= 0) throw new TsiError('INVALID_ARG', `model '${model}': preprocessor_config.json has no max_image_size.longest_edge`);
   }
 
+  /**
+   * Where the pixel step (decode, resize, normalise, split: seconds of CPU for a phone photo) runs:
+   * this thread unless the runtime gives another (runtime-node: a worker pool, so the thread that
+   * reads requests keeps answering). Set once, before the model serves.
+   */
+  runPixels: PixelRunner = idefics3Pixels;
+
   /** An image's bytes (PNG or JPEG) made ready for the model; `what` names the request's part in refusals. */
   async prepare(bytes: Uint8Array, what: string): Promise<PreparedImage> {
-    const img = await decodeImage(bytes, what);
-    const { pixels, frames, rows, cols } = this.pixelValues(img, what);
+    // Hashed before the job: a runner may take the bytes away (transferred to another thread).
+    const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes as Uint8Array<ArrayBuffer>));
+    const { pixels, frames, rows, cols } = await this.runPixels({ pre: this.pre, side: this.side, bytes, what });
     const tokens = frames * this.seqLen;
     if (tokens >= IMAGE_KEY_SPAN) throw new TsiError('INVALID_ARG', `${what}: the image takes ${tokens} image tokens, more than ${IMAGE_KEY_SPAN - 1}`);
-    const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes as Uint8Array<ArrayBuffer>));
     // 39 bits of the hash: key + span stays an exact integer in a double.
     const h = (digest[0]! * 2 ** 31 + digest[1]! * 2 ** 23 + digest[2]! * 2 ** 15 + digest[3]! * 2 ** 7 + (digest[4]! >> 1));
     return { key: IMAGE_KEY_BASE + h * IMAGE_KEY_SPAN, tokenId: this.imageTokenId, tokens, pixels, dims: [1, frames, 3, this.side, this.side], rows, cols };
   }
 
-  /**
-   * transformers.js's preprocess and `_call`: RGB, the 8-bit resize (`do_resize`), then HWC float32
-   * rescaled and normalised, then resized / split. The resize is sharp's lanczos3 whatever
-   * `resample` says: Idefics3 folders say 1 (Lanczos); transformers.js would run sharp's affine
-   * bilinear / bicubic for 2 / 3.
-   */
-  pixelValues(img: DecodedImage, what = 'the image'): { pixels: Float32Array; frames: number; rows: number; cols: number } {
-    const pre = this.pre;
-    let rgb = toRgb(img);
-    let { width: w, height: h } = img;
-    if (pre.do_resize ?? pre.size !== undefined) {
-      const [nw, nh] = resizeTarget(w, h, pre.size ?? {});
-      if (nw < 1 || nh < 1) throw new TsiError('INVALID_ARG', `${what}: the ${w}×${h} image resizes to ${nw}×${nh} (size ${JSON.stringify(pre.size)}); each side must come to at least 1 pixel`);
-      rgb = resizeLanczos3({ data: rgb, width: w, height: h, channels: 3 }, nw, nh).data;
-      [w, h] = [nw, nh];
-    }
-    let chw: Float32Array = new Float32Array(3 * w * h);
-    const rescale = pre.do_rescale ?? true;
-    const factor = pre.rescale_factor ?? 1 / 255;
-    const normalize = pre.do_normalize === true;
-    const mean = expand(pre.image_mean), std = expand(pre.image_std);
-    for (let i = 0; i < w * h; i++) {
-      for (let c = 0; c < 3; c++) {
-        let v = Math.fround(rgb[i * 3 + c]!);
-        if (rescale) v = Math.fround(factor * v);
-        if (normalize) v = Math.fround((v - mean[c]!) / std[c]!);
-        chw[c * w * h + i] = v;
-      }
-    }
-    const L = this.side;
-    if (pre.do_image_splitting ?? true) {
-      const target = splitTarget(w, h, L);
-      const resized = resizeBilinear(chw, 3, h, w, target.height, target.width);
-      return splitFrames(resized, target.height, target.width, L);
-    }
-    return { pixels: resizeBilinear(chw, 3, h, w, L, L), frames: 1, rows: 0, cols: 0 };
+  /** pixel_values of a decoded image (pixelValuesOf with this processor's settings). */
+  pixelValues(img: DecodedImage, what = 'the image'): PixelValues {
+    return pixelValuesOf(this.pre, this.side, img, what);
   }
 
   /** The prompt with each `<image>` replaced by the image's tokens, as Idefics3Processor writes them. */
@@ -159,6 +133,77 @@ export class Idefics3Processor implements ImageProcessor {
     });
     return out;
   }
+}
+
+/** The pixel step's input: the processor's settings (plain data, so a job can cross threads) and the image's bytes. */
+export interface PixelJob {
+  /** preprocessor_config.json. */
+  pre: Json;
+  /** The frame side (max_image_size.longest_edge). */
+  side: number;
+  bytes: Uint8Array;
+  /** The request's part, for refusals. */
+  what: string;
+}
+
+/** pixel_values [frames, 3, side, side] and the split grid (0 × 0: one frame). */
+export interface PixelValues {
+  pixels: Float32Array;
+  frames: number;
+  rows: number;
+  cols: number;
+}
+
+/** Runs a pixel job somewhere; a refusal is an INVALID_ARG TsiError naming `job.what`. */
+export type PixelRunner = (job: PixelJob) => Promise<PixelValues>;
+
+/** The pixel step in this thread: decode, then pixelValuesOf. */
+export async function idefics3Pixels(job: PixelJob): Promise<PixelValues> {
+  return pixelValuesOf(job.pre, job.side, await decodeImage(job.bytes, job.what), job.what);
+}
+
+/**
+ * transformers.js's preprocess and `_call`: RGB, the 8-bit resize (`do_resize`), then HWC float32
+ * rescaled and normalised, then resized / split. The resize is sharp's lanczos3 whatever
+ * `resample` says: Idefics3 folders say 1 (Lanczos); transformers.js would run sharp's affine
+ * bilinear / bicubic for 2 / 3.
+ */
+export function pixelValuesOf(pre: Json, L: number, img: DecodedImage, what: string): PixelValues {
+  let rgb = toRgb(img);
+  let { width: w, height: h } = img;
+  if (pre.do_resize ?? pre.size !== undefined) {
+    const [nw, nh] = resizeTarget(w, h, pre.size ?? {});
+    if (nw < 1 || nh < 1) throw new TsiError('INVALID_ARG', `${what}: the ${w}×${h} image resizes to ${nw}×${nh} (size ${JSON.stringify(pre.size)}); each side must come to at least 1 pixel`);
+    rgb = resizeLanczos3({ data: rgb, width: w, height: h, channels: 3 }, nw, nh).data;
+    [w, h] = [nw, nh];
+  }
+  const chw = new Float32Array(3 * w * h);
+  const rescale = pre.do_rescale ?? true;
+  const factor = pre.rescale_factor ?? 1 / 255;
+  const normalize = pre.do_normalize === true;
+  const mean = expand(pre.image_mean), std = expand(pre.image_std);
+  // A channel's float depends on its byte alone: 3 × 256 values computed once, then looked up.
+  const table = new Float32Array(3 * 256);
+  for (let c = 0; c < 3; c++) {
+    for (let b = 0; b < 256; b++) {
+      let v = Math.fround(b);
+      if (rescale) v = Math.fround(factor * v);
+      if (normalize) v = Math.fround((v - mean[c]!) / std[c]!);
+      table[c * 256 + b] = v;
+    }
+  }
+  const n = w * h;
+  for (let i = 0, p = 0; i < n; i++, p += 3) {
+    chw[i] = table[rgb[p]!]!;
+    chw[n + i] = table[256 + rgb[p + 1]!]!;
+    chw[2 * n + i] = table[512 + rgb[p + 2]!]!;
+  }
+  if (pre.do_image_splitting ?? true) {
+    const target = splitTarget(w, h, L);
+    const resized = resizeBilinear(chw, 3, h, w, target.height, target.width);
+    return splitFrames(resized, target.height, target.width, L);
+  }
+  return { pixels: resizeBilinear(chw, 3, h, w, L, L), frames: 1, rows: 0, cols: 0 };
 }
 
 function expand(v: unknown): number[] {

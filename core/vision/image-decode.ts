@@ -8,7 +8,7 @@
 
 import jpeg from 'jpeg-js';
 import { TsiError } from '../errors.js';
-import { MAX_IMAGE_PIXELS, decodePng, isPng, type DecodedImage } from './png.js';
+import { MAX_IMAGE_PIXELS, checkImagePixels, decodePng, isPng, type DecodedImage } from './png.js';
 
 export type { DecodedImage };
 
@@ -57,6 +57,8 @@ export async function decodeImage(bytes: Uint8Array, what: string): Promise<Deco
   try {
     if (isPng(bytes)) return await decodePng(bytes);
     if (isJpeg(bytes)) {
+      const size = jpegSize(bytes);
+      if (size) checkImagePixels(size.width, size.height);
       const img = jpeg.decode(bytes, { useTArray: true, formatAsRGBA: false, maxResolutionInMP: MAX_IMAGE_PIXELS / 1e6, maxMemoryUsageInMB: 1024 });
       return { width: img.width, height: img.height, channels: img.data.length / (img.width * img.height), data: img.data };
     }
@@ -65,4 +67,30 @@ export async function decodeImage(bytes: Uint8Array, what: string): Promise<Deco
     throw new TsiError('INVALID_ARG', `${what}: ${why}`);
   }
   throw new TsiError('INVALID_ARG', `${what}: the bytes are not an image tsi decodes (${IMAGE_FORMATS})`);
+}
+
+/**
+ * A JPEG's size from its frame header (SOF0..SOF15 but DHT, JPG and DAC), read before jpeg-js
+ * allocates for it; undefined when the markers end first (jpeg-js then says what is wrong).
+ */
+function jpegSize(b: Uint8Array): { width: number; height: number } | undefined {
+  let at = 2;
+  while (at + 9 < b.length) {
+    if (b[at] !== 0xff) return undefined;
+    const marker = b[at + 1]!;
+    // Fill bytes, and markers without a length (RSTn, TEM).
+    if (marker === 0xff) {
+      at++;
+      continue;
+    }
+    if ((marker >= 0xd0 && marker <= 0xd7) || marker === 0x01) {
+      at += 2;
+      continue;
+    }
+    if (marker >= 0xc0 && marker <= 0xcf && marker !== 0xc4 && marker !== 0xc8 && marker !== 0xcc) {
+      return { height: (b[at + 5]! << 8) | b[at + 6]!, width: (b[at + 7]! << 8) | b[at + 8]! };
+    }
+    at += 2 + ((b[at + 2]! << 8) | b[at + 3]!);
+  }
+  return undefined;
 }

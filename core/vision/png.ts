@@ -19,8 +19,19 @@ export interface DecodedImage {
 }
 
 const SIGNATURE = [137, 80, 78, 71, 13, 10, 26, 10];
-/** Images bigger than this many pixels are refused before inflating (a decompression bomb). */
+/**
+ * Images bigger than this many pixels are refused before their pixels are decoded (a decompression
+ * bomb: a few kilobytes of PNG or JPEG can claim gigabytes). 40 megapixels is above any phone
+ * camera's photo; its 8-bit RGBA is 160 MB, and the processor's float copy of a photo it does not
+ * resize 480 MB.
+ */
 export const MAX_IMAGE_PIXELS = 40_000_000;
+
+/** Refuses (INVALID_ARG) a width × height over MAX_IMAGE_PIXELS, in words that name the limit. */
+export function checkImagePixels(width: number, height: number): void {
+  const n = width * height;
+  if (n > MAX_IMAGE_PIXELS) throw new TsiError('INVALID_ARG', `the image is ${width}×${height} (${n} pixels), more than the ${MAX_IMAGE_PIXELS} pixels tsi decodes`);
+}
 
 export function isPng(b: Uint8Array): boolean {
   return b.length >= 8 && SIGNATURE.every((v, i) => b[i] === v);
@@ -63,7 +74,7 @@ export async function decodePng(b: Uint8Array): Promise<DecodedImage> {
   const ch = CHANNELS[color];
   if (!width || !height || ch === undefined) throw fail('no valid IHDR chunk');
   if (![1, 2, 4, 8, 16].includes(depth) || (color !== 0 && color !== 3 && depth < 8) || (color === 3 && depth > 8)) throw fail(`bit depth ${depth} with colour type ${color}`);
-  if (width * height > MAX_IMAGE_PIXELS) throw fail(`${width}×${height} pixels is more than the ${MAX_IMAGE_PIXELS} allowed`);
+  checkImagePixels(width, height);
   if (color === 3 && !palette) throw fail('a palette image without a PLTE chunk');
   if (idat.length === 0) throw fail('no image data (IDAT)');
   let raw: Uint8Array;
@@ -84,26 +95,35 @@ export async function decodePng(b: Uint8Array): Promise<DecodedImage> {
   const passes = interlace === 1
     ? [[0, 0, 8, 8], [4, 0, 8, 8], [0, 4, 4, 8], [2, 0, 4, 4], [0, 2, 2, 4], [1, 0, 2, 2], [0, 1, 1, 2]]
     : [[0, 0, 1, 1]];
-  const samples = new Uint16Array(width * height * ch);
+  // 8-bit grey / RGB / alpha without interlacing (what encoders write by default): rows are the
+  // pixels once unfiltered, copied straight out; the rest goes through 16-bit samples.
+  const direct = depth === 8 && color !== 3 && interlace !== 1 ? new Uint8Array(width * height * ch) : undefined;
+  const samples = direct ? new Uint16Array(0) : new Uint16Array(width * height * ch);
   let pos = 0;
   for (const [x0, y0, dx, dy] of passes as [number, number, number, number][]) {
     const pw = Math.ceil((width - x0) / dx), ph = Math.ceil((height - y0) / dy);
     if (pw <= 0 || ph <= 0) continue;
     const stride = Math.ceil((pw * bitsPerPixel) / 8);
-    let prev = new Uint8Array(stride);
+    let prev: Uint8Array = new Uint8Array(stride);
     for (let y = 0; y < ph; y++) {
       if (pos + 1 + stride > raw.length) throw fail('the image data is shorter than its size says');
       const filter = raw[pos]!;
-      const line = raw.slice(pos + 1, pos + 1 + stride);
+      // Unfiltered in place: the inflated buffer is this decoder's own.
+      const line = raw.subarray(pos + 1, pos + 1 + stride);
       pos += 1 + stride;
       unfilter(filter, line, prev, bpp, fail);
+      prev = line;
+      if (direct) {
+        direct.set(line, y * stride);
+        continue;
+      }
       for (let x = 0; x < pw; x++) {
         const out = ((y0 + y * dy) * width + (x0 + x * dx)) * ch;
         for (let c = 0; c < ch; c++) samples[out + c] = sample(line, x * ch + c, depth);
       }
-      prev = line;
     }
   }
+  if (direct) return { width, height, channels: ch, data: direct };
   return toEightBit(samples, width, height, ch, depth, color, palette, trns);
 }
 
@@ -113,11 +133,18 @@ function unfilter(filter: number, line: Uint8Array, prev: Uint8Array, bpp: numbe
     case 0: return;
     case 1: for (let i = bpp; i < n; i++) line[i] = (line[i]! + line[i - bpp]!) & 255; return;
     case 2: for (let i = 0; i < n; i++) line[i] = (line[i]! + prev[i]!) & 255; return;
-    case 3: for (let i = 0; i < n; i++) line[i] = (line[i]! + (((i >= bpp ? line[i - bpp]! : 0) + prev[i]!) >> 1)) & 255; return;
+    // The first pixel's bytes have no left neighbour (0); the loops after it need no test for that.
+    case 3:
+      for (let i = 0; i < bpp && i < n; i++) line[i] = (line[i]! + (prev[i]! >> 1)) & 255;
+      for (let i = bpp; i < n; i++) line[i] = (line[i]! + ((line[i - bpp]! + prev[i]!) >> 1)) & 255;
+      return;
     case 4:
-      for (let i = 0; i < n; i++) {
-        const a = i >= bpp ? line[i - bpp]! : 0, up = prev[i]!, c = i >= bpp ? prev[i - bpp]! : 0;
-        const p = a + up - c, pa = Math.abs(p - a), pb = Math.abs(p - up), pc = Math.abs(p - c);
+      // Paeth with a = c = 0 is the byte above.
+      for (let i = 0; i < bpp && i < n; i++) line[i] = (line[i]! + prev[i]!) & 255;
+      for (let i = bpp; i < n; i++) {
+        const a = line[i - bpp]!, up = prev[i]!, c = prev[i - bpp]!;
+        // p - a = up - c, p - up = a - c, p - c = a + up - 2c.
+        const pa = up > c ? up - c : c - up, pb = a > c ? a - c : c - a, pcs = a + up - 2 * c, pc = pcs < 0 ? -pcs : pcs;
         line[i] = (line[i]! + (pa <= pb && pa <= pc ? a : pb <= pc ? up : c)) & 255;
       }
       return;

@@ -64,15 +64,27 @@ function shrink(img: Pixels, k: number, vertical: boolean): Pixels {
   const ow = vertical ? w : Math.ceil(w / k), oh = vertical ? Math.ceil(h / k) : h;
   const out = new Uint8Array(ow * oh * ch);
   const mult = Math.floor(2 ** 32 / (256 * k)), amend = k >> 1;
+  if (vertical) {
+    // k whole input rows summed into acc, then scaled: the sums of the per-pixel loop, row-wise.
+    const row = w * ch, acc = new Int32Array(row);
+    for (let y = 0; y < oh; y++) {
+      acc.fill(amend);
+      for (let j = 0; j < k; j++) {
+        const s = Math.min(y * k + j, h - 1) * row;
+        for (let x = 0; x < row; x++) acc[x]! += data[s + x]!;
+      }
+      const dst = y * row;
+      for (let x = 0; x < row; x++) out[dst + x] = Math.imul(acc[x]!, mult) >>> 24;
+    }
+    return { data: out, width: ow, height: oh, channels: ch };
+  }
   for (let y = 0; y < oh; y++) {
+    const src = y * w * ch, dst = y * ow * ch;
     for (let x = 0; x < ow; x++) {
       for (let c = 0; c < ch; c++) {
         let sum = amend;
-        for (let j = 0; j < k; j++) {
-          const sy = vertical ? Math.min(y * k + j, h - 1) : y, sx = vertical ? x : Math.min(x * k + j, w - 1);
-          sum += data[(sy * w + sx) * ch + c]!;
-        }
-        out[(y * ow + x) * ch + c] = Math.imul(sum, mult) >>> 24;
+        for (let j = 0; j < k; j++) sum += data[src + Math.min(x * k + j, w - 1) * ch + c]!;
+        out[dst + x * ch + c] = Math.imul(sum, mult) >>> 24;
       }
     }
   }
@@ -111,13 +123,34 @@ function reduce(img: Pixels, factor: number, vertical: boolean): Pixels {
   }
   const round = 1 << (SHIFT - 1);
   if (vertical) {
-    // Whole rows at a time: each output row is a weighted sum of n input rows.
-    const row = w * ch, out = new Uint8Array(outSize * row), acc = new Int32Array(row);
+    // Each output row is a weighted sum of up to n input rows: the row's taps gathered first (zero
+    // weights dropped, a row repeated at an edge taken once with its weights added: the same
+    // integer sums), then each output byte summed in a register.
+    const row = w * ch, out = new Uint8Array(outSize * row);
+    const rows = new Int32Array(n), ks = new Int32Array(n), acc = new Int32Array(row);
     for (let o = 0; o < outSize; o++) {
-      acc.fill(round);
+      let m = 0;
       for (let i = 0; i < n; i++) {
-        const k = weights[o * n + i]!, src = taps[o * n + i]! * row;
-        for (let x = 0; x < row; x++) acc[x]! += k * data[src + x]!;
+        const k = weights[o * n + i]!, r = taps[o * n + i]! * row;
+        if (k === 0) continue;
+        if (m > 0 && rows[m - 1] === r) ks[m - 1]! += k;
+        else {
+          rows[m] = r;
+          ks[m++] = k;
+        }
+      }
+      // Six taps a pass, their rows and weights in locals: the sums stay in acc between passes.
+      acc.fill(round);
+      for (let j = 0; j < m; j += 6) {
+        const k0 = ks[j]!, r0 = rows[j]!;
+        const k1 = j + 1 < m ? ks[j + 1]! : 0, r1 = j + 1 < m ? rows[j + 1]! : r0;
+        const k2 = j + 2 < m ? ks[j + 2]! : 0, r2 = j + 2 < m ? rows[j + 2]! : r0;
+        const k3 = j + 3 < m ? ks[j + 3]! : 0, r3 = j + 3 < m ? rows[j + 3]! : r0;
+        const k4 = j + 4 < m ? ks[j + 4]! : 0, r4 = j + 4 < m ? rows[j + 4]! : r0;
+        const k5 = j + 5 < m ? ks[j + 5]! : 0, r5 = j + 5 < m ? rows[j + 5]! : r0;
+        for (let x = 0; x < row; x++) {
+          acc[x] = acc[x]! + k0 * data[r0 + x]! + k1 * data[r1 + x]! + k2 * data[r2 + x]! + k3 * data[r3 + x]! + k4 * data[r4 + x]! + k5 * data[r5 + x]!;
+        }
       }
       const dst = o * row;
       for (let x = 0; x < row; x++) {
@@ -127,17 +160,38 @@ function reduce(img: Pixels, factor: number, vertical: boolean): Pixels {
     }
     return { data: out, width: w, height: outSize, channels: ch };
   }
+  // Each output pixel's taps as a run of consecutive input pixels: a pixel repeated at an edge taken
+  // once with its weights added, zero weights trimmed from the ends (the same integer sums).
+  const first = new Int32Array(outSize), count = new Int32Array(outSize), wts = new Int32Array(outSize * n);
+  for (let o = 0; o < outSize; o++) {
+    let m = 0, prev = -1;
+    for (let i = 0; i < n; i++) {
+      const t = taps[o * n + i]!, k = weights[o * n + i]!;
+      if (t === prev) wts[o * n + m - 1]! += k;
+      else {
+        if (m === 0) first[o] = t;
+        wts[o * n + m++] = k;
+        prev = t;
+      }
+    }
+    let lo = 0;
+    while (m > 1 && wts[o * n + lo] === 0) lo++, m--;
+    while (m > 1 && wts[o * n + lo + m - 1] === 0) m--;
+    if (lo > 0) wts.copyWithin(o * n, o * n + lo, o * n + lo + m);
+    first[o]! += lo;
+    count[o] = m;
+  }
   const out = new Uint8Array(h * outSize * ch);
   const clip = (v: number) => (v < 0 ? 0 : v > 255 ? 255 : v);
-  for (let i = 0; i < taps.length; i++) taps[i]! *= ch;
   for (let l = 0; l < h; l++) {
     const src = l * w * ch, dst = l * outSize * ch;
     if (ch === 3) {
-      // RGB, the processors' case: the three channels of a tap share its weight and address.
-      for (let o = 0, t = 0; o < outSize; o++) {
+      // RGB, the processors' case: the three channels of a tap share its weight.
+      for (let o = 0; o < outSize; o++) {
         let r = round, g = round, b = round;
-        for (let i = 0; i < n; i++, t++) {
-          const k = weights[t]!, p = src + taps[t]!;
+        const t0 = o * n, m = count[o]!;
+        for (let i = 0, p = src + first[o]! * 3; i < m; i++, p += 3) {
+          const k = wts[t0 + i]!;
           r += k * data[p]!;
           g += k * data[p + 1]!;
           b += k * data[p + 2]!;
@@ -150,9 +204,10 @@ function reduce(img: Pixels, factor: number, vertical: boolean): Pixels {
       continue;
     }
     for (let o = 0; o < outSize; o++) {
+      const t0 = o * n, m = count[o]!, p0 = src + first[o]! * ch;
       for (let c = 0; c < ch; c++) {
         let sum = round;
-        for (let i = 0; i < n; i++) sum += weights[o * n + i]! * data[src + taps[o * n + i]! + c]!;
+        for (let i = 0; i < m; i++) sum += wts[t0 + i]! * data[p0 + i * ch + c]!;
         out[dst + o * ch + c] = clip(sum >> SHIFT);
       }
     }

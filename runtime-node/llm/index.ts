@@ -33,6 +33,7 @@ import { placementOf } from '../onnx/backend.js';
 import { NO_SPINNING, sessionOptions } from '../onnx/session-options.js';
 import { readOnnxIo } from '../onnx/info.js';
 import { startWorkerInstance, stopWorker } from '../worker-instance.js';
+import { imagePool, imageWorkers } from './image-pool.js';
 import { rewritePlainDecoder } from './plain-rewrite.js';
 import type { AutoTokens, DeviceUse, PrefillPart } from '../../core/llm/decoder.js';
 import type { DecoderInit, DecoderWorkerReply, DecoderWorkerRequest, DecoderWorkerSteer } from './decoder-worker.js';
@@ -44,6 +45,8 @@ export function createNodeLlmBackend(opts: { cores?: number } = {}): Backend {
     },
     // A plain (Optimum-shaped) decoder is served rewritten into the fused layout where recognised (plain-rewrite.ts).
     rewrite: rewritePlainDecoder,
+    // A photo's decode and resize take seconds: in threads of their own (image-pool.ts).
+    imagePixels: (ctx) => imagePool(ctx.config.name ?? 'llm', imageWorkers(ctx.config, opts.cores ?? availableParallelism())),
     // A model's file serves all its instances: the GPU's order only when every group is KIND_GPU.
     variantRule: (config) => (allGpu(config) ? VARIANT_RULES.gpu : VARIANT_RULES.cpu),
     async memory(ctx, path): Promise<MemoryFacts | undefined> {

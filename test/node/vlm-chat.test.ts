@@ -5,10 +5,14 @@
  * for image + text prompts at 1 and at 8 concurrent requests mixed with text-only ones (and once with
  * the official `openai` client); the refusals (a broken image, a data URL that is not an image, an
  * http URL when URLs are off, a private address when they are on, with a listener that must see no
- * connection); and two images with the same text giving different tokens and no shared prefix cache.
+ * connection); an image over the pixel bound refused before it is decoded; two images with the
+ * same text giving different tokens and no shared prefix cache; and a 4032×3024 photo prepared off
+ * the server's thread (image-pool.ts): health and a text-only chat answered while it is, and the
+ * server's event loop delay a fraction of what the pixel step blocks a thread for.
  */
 
 import { once } from 'node:events';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { copyFileSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -18,12 +22,12 @@ import jpeg from 'jpeg-js';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Tokenizer } from '../../core/llm/tokenizer.js';
-import { Idefics3Processor, decodeImage, decodePng } from '../../core/vision/index.js';
+import { Idefics3Processor, decodeImage, decodePng, idefics3Pixels } from '../../core/vision/index.js';
 import { imageUrlFetcher, isPrivateAddress } from '../../runtime-node/http/image-urls.js';
 import { pullModel } from '../../runtime-node/llm/pull.js';
 import { startFakeHub } from '../helpers/fake-hub.js';
 import { writeVlmFolder } from '../../scripts/vlm-model.js';
-import { MODELS, postJson, startTestServer, type TestServer } from '../helpers/server.js';
+import { MODELS, getJson, postJson, startTestServer, type TestServer } from '../helpers/server.js';
 import { encodePng } from '../helpers/png.js';
 
 env.allowRemoteModels = false;
@@ -266,6 +270,53 @@ describe('tsi-node pull', () => {
   }, 120_000);
 });
 
+describe('a photo off the server\'s thread', () => {
+  it('keeps answering health and a text-only chat while a 4032×3024 photo is prepared', async () => {
+    // A photo-sized PNG that compresses well (the request stays small; decoding it is 12 megapixels' work).
+    const [W, H] = [4032, 3024];
+    const rgb = new Uint8Array(W * H * 3);
+    for (let y = 0; y < H; y++) {
+      for (let x = 0; x < W; x++) rgb.set([x & 255, y & 255, ((x + y) >> 5) & 255], (y * W + x) * 3);
+    }
+    const png = encodePng(W, H, 3, rgb);
+    const url = dataUrl(png);
+    // How long the pixel step blocks a thread that runs it: here, in this process (the server's).
+    const cfg = (f: string) => JSON.parse(readFileSync(join(folder, f), 'utf8'));
+    const pre = cfg('preprocessor_config.json');
+    const blocked = async (run: () => Promise<unknown>) => {
+      const lag = monitorEventLoopDelay({ resolution: 10 });
+      lag.enable();
+      await run();
+      // The delay is recorded when the timer next fires.
+      await new Promise((r) => setTimeout(r, 40));
+      lag.disable();
+      return lag.max / 1e6;
+    };
+    const inThread = await blocked(() => idefics3Pixels({ pre, side: pre.max_image_size.longest_edge, bytes: png, what: 'image' }));
+    const order: string[] = [];
+    let healthy = 0;
+    const served = await blocked(async () => {
+      const image = chat(server.url, { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }, { type: 'text', text: 'What is it?' }] }] })
+        .then((r) => (order.push('image'), r));
+      const text = chat(server.url, { text: 'hello' }).then((r) => (order.push('text'), r));
+      let done = false;
+      void image.finally(() => (done = true));
+      while (!done) {
+        const h = await getJson(`${server.url}/v2/health/ready`);
+        if (h.status === 200 && !done) healthy++;
+      }
+      expect((await image).status).toBe(200);
+      expect((await text).status).toBe(200);
+    });
+    // Health answered while the photo was in flight, the text-only chat before it; the server's thread
+    // was never held for long (a fraction of what the pixel step holds a thread for).
+    expect(healthy).toBeGreaterThan(0);
+    expect(order).toEqual(['text', 'image']);
+    expect(inThread).toBeGreaterThan(100);
+    expect(served, `server's event loop delay ${served.toFixed(0)} ms with a pool; in-thread pixel step ${inThread.toFixed(0)} ms`).toBeLessThan(inThread / 2);
+  }, 60_000);
+});
+
 describe('refusals', () => {
   const part = (url: string) => ({ messages: [{ role: 'user', content: [{ type: 'text', text: 'look' }, { type: 'image_url', image_url: { url } }] }] });
   const refused = async (srv: TestServer, url: string, says: RegExp) => {
@@ -274,6 +325,21 @@ describe('refusals', () => {
     expect(r.body.error.message).toMatch(/messages\[0\]\.content\[1\]/);
     expect(r.body.error.message).toMatch(says);
   };
+
+  it('refuses an image over the pixel bound (PNG and JPEG) before decoding it, naming the part and the limit', async () => {
+    // A PNG whose header claims 8000×6000: its pixels would be 144 MB as RGB; the file is tiny.
+    const png = encodePng(8, 6, 3, new Uint8Array(8 * 6 * 3));
+    new DataView(png.buffer, png.byteOffset).setUint32(16, 8000);
+    new DataView(png.buffer, png.byteOffset).setUint32(20, 6000);
+    const limit = /the image is 8000×6000 \(48000000 pixels\), more than the 40000000 pixels tsi decodes/;
+    await refused(server, dataUrl(png), limit);
+    // A JPEG whose frame header (SOF0) says the same.
+    const jpg = new Uint8Array(jpeg.encode({ data: new Uint8Array(8 * 6 * 4), width: 8, height: 6 }, 90).data);
+    const sof = jpg.findIndex((b, i) => b === 0xff && jpg[i + 1] === 0xc0);
+    jpg.set([6000 >> 8, 6000 & 255, 8000 >> 8, 8000 & 255], sof + 5);
+    await refused(server, `data:image/jpeg;base64,${Buffer.from(jpg).toString('base64')}`, limit);
+    expect((await chat(server.url, { text: 'hello' })).status).toBe(200);
+  });
 
   it('refuses a broken image, a data URL that is no image, and an http URL when URLs are off', async () => {
     const broken = new Uint8Array(IMAGES[0]!.slice(0, 60));
