@@ -27,11 +27,16 @@ import { createRequire } from 'node:module';
 export const YOUNG_GENERATION_FLAGS = ['--min-semi-space-size=16', '--max-semi-space-size=16'];
 const ENV = 'TSI_YOUNG_GENERATION';
 
-export type YoungGenerationPlan = { action: 'exec'; argv: string[]; env: NodeJS.ProcessEnv } | { action: 'keep'; why: string };
+export type YoungGenerationPlan = { action: 'exec'; file: string; argv: string[]; env: NodeJS.ProcessEnv } | { action: 'keep'; why: string };
 
-/** Pure: whether to re-execute, and with what (argv[0] is the node binary). */
+/**
+ * Pure: whether to re-execute, and with what. The new image is run through the name this one was
+ * started by (`argv0`, when it is a path: e.g. a link named `tritonserver`, which `ps | grep
+ * tritonserver` must still find after the exec, as Triton's qa scripts look for their server so),
+ * else through the node binary itself.
+ */
 export function youngGenerationPlan(
-  execPath: string, execArgv: readonly string[], argv: readonly string[], env: NodeJS.ProcessEnv, platform: string,
+  execPath: string, execArgv: readonly string[], argv: readonly string[], env: NodeJS.ProcessEnv, platform: string, argv0: string = execPath,
 ): YoungGenerationPlan {
   if (env[ENV] === 'fixed') return { action: 'keep', why: 're-executed already' };
   if (env[ENV] === 'off') return { action: 'keep', why: `${ENV}=off` };
@@ -40,7 +45,8 @@ export function youngGenerationPlan(
   }
   if (env.NODE_CHANNEL_FD !== undefined) return { action: 'keep', why: 'an IPC channel would not survive exec' };
   if (platform !== 'linux' && platform !== 'darwin') return { action: 'keep', why: `no execve on ${platform}` };
-  return { action: 'exec', argv: [execPath, ...YOUNG_GENERATION_FLAGS, ...execArgv, ...argv.slice(1)], env: { ...env, [ENV]: 'fixed' } };
+  const file = argv0.includes('/') ? argv0 : execPath;
+  return { action: 'exec', file, argv: [file, ...YOUNG_GENERATION_FLAGS, ...execArgv, ...argv.slice(1)], env: { ...env, [ENV]: 'fixed' } };
 }
 
 /**
@@ -48,10 +54,10 @@ export function youngGenerationPlan(
  * Call before anything has been written to stdout or stderr, or started.
  */
 export function fixYoungGeneration(): string {
-  const plan = youngGenerationPlan(process.execPath, process.execArgv, process.argv, process.env, process.platform);
+  const plan = youngGenerationPlan(process.execPath, process.execArgv, process.argv, process.env, process.platform, process.argv0);
   if (plan.action === 'keep') return plan.why;
   const execve = (process as { execve?: (file: string, args: string[], env: NodeJS.ProcessEnv) => never }).execve;
-  if (typeof execve === 'function') execve(plan.argv[0]!, plan.argv, plan.env);
+  if (typeof execve === 'function') execve(plan.file, plan.argv, plan.env);
   try {
     const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
     const libc = koffi.load(null);
@@ -60,7 +66,7 @@ export function fixYoungGeneration(): string {
     for (const fd of [0, 1, 2]) fcntl(fd, F_SETFD, 'int', 0);
     const exec = libc.func('int execve(const char *path, const char **argv, const char **envp)');
     const envp = Object.entries(plan.env).filter(([, v]) => v !== undefined).map(([k, v]) => `${k}=${v}`);
-    exec(plan.argv[0], [...plan.argv, null], [...envp, null]);
+    exec(plan.file, [...plan.argv, null], [...envp, null]);
     return 'execve failed';
   } catch (err) {
     return `koffi could not be loaded: ${(err as Error).message.split('\n')[0]}`;

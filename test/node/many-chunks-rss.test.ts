@@ -12,7 +12,8 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { MODELS, ROOT } from '../helpers/server.js';
@@ -33,7 +34,11 @@ beforeAll(async () => {
   const env = { ...process.env };
   delete env.TSI_YOUNG_GENERATION;
   delete env.NODE_OPTIONS;
-  child = spawn(process.execPath, [BIN, 'serve', '--model-repository', MODELS, '--http-address', '127.0.0.1', '--http-port', '0',
+  // Through a link named tritonserver, as the qa harness's shim runs it: `ps | grep tritonserver` must
+  // still find the server after it re-executed itself.
+  const link = join(mkdtempSync(join(tmpdir(), 'tsi-rss-')), 'tritonserver');
+  symlinkSync(process.execPath, link);
+  child = spawn(link, [BIN, 'serve', '--model-repository', MODELS, '--http-address', '127.0.0.1', '--http-port', '0',
     '--allow-grpc', 'false', '--allow-metrics', 'false', '--model-control-mode', 'explicit', '--load-model', 'simple',
     // Triton's qa passes its backend folder to every server (L0_http's first one too).
     '--backend-directory', '/opt/tritonserver/backends'],
@@ -98,6 +103,7 @@ describe('many one-byte chunks (Triton L0_http http_request_many_chunks)', () =>
     const cmdline = readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0');
     expect(cmdline.slice(1, 3)).toEqual(YOUNG_GENERATION_FLAGS);
     expect(cmdline).toContain('serve');
+    expect(readFileSync(`/proc/${child.pid}/comm`, 'utf8').trim()).toBe('tritonserver');
     expect(err).toContain("--backend-directory /opt/tritonserver/backends is not read: tsi's backends are built in");
   });
 
@@ -123,8 +129,17 @@ describe('when serve re-executes itself (youngGenerationPlan)', () => {
 
   it('adds the flags before the rest, and marks the environment so it happens once', () => {
     const p = plan(['--enable-source-maps'], { HOME: '/h' });
-    expect(p).toEqual({ action: 'exec', argv: ['/bin/node', ...YOUNG_GENERATION_FLAGS, '--enable-source-maps', '/x/bin/tsi-node.js', 'serve', '--http-port', '0'], env: { HOME: '/h', TSI_YOUNG_GENERATION: 'fixed' } });
+    expect(p).toEqual({ action: 'exec', file: '/bin/node', argv: ['/bin/node', ...YOUNG_GENERATION_FLAGS, '--enable-source-maps', '/x/bin/tsi-node.js', 'serve', '--http-port', '0'], env: { HOME: '/h', TSI_YOUNG_GENERATION: 'fixed' } });
     expect(plan([], { TSI_YOUNG_GENERATION: 'fixed' }).action).toBe('keep');
+  });
+
+  it('runs the new image through the name it was started by, when that is a path (a link named tritonserver stays tritonserver in ps)', () => {
+    const argv = ['/opt/tritonserver/bin/tritonserver', '/x/bin/tsi-node.js', 'serve'];
+    const linked = youngGenerationPlan('/bin/node', [], argv, {}, 'linux', '/opt/tritonserver/bin/tritonserver');
+    expect(linked.action === 'exec' && [linked.file, linked.argv[0]]).toEqual(['/opt/tritonserver/bin/tritonserver', '/opt/tritonserver/bin/tritonserver']);
+    // A bare name (found on PATH by the shell) is not a path execve can take: the node binary then.
+    const bare = youngGenerationPlan('/bin/node', [], argv, {}, 'linux', 'node');
+    expect(bare.action === 'exec' && bare.file).toBe('/bin/node');
   });
 
   it("keeps the user's choice: off, semi-space flags of their own (argv or NODE_OPTIONS), a forked child, Windows", () => {
