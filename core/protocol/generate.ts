@@ -168,7 +168,7 @@ function eventWriter(): (r: InferResponse | TsiError) => { text: string; ok: boo
 
 async function readRequest(server: InferenceServer, req: Request, model: string, version: string | undefined, maxInput: number): Promise<InferRequest> {
   server.model(model, version); // unknown model or version: its own status, before reading the body
-  const raw = await readWebBody(req, maxInput, { identityOnly: `Unsupported content-encoding, only 'identity' is supported.` });
+  const raw = await readWebBody(req, maxInput, { identityOnly: `Unsupported content-encoding, only 'identity' is supported.`, jsonOnly: true });
   let body: unknown;
   try {
     // A value past 2^53 (a 64-bit input, a parameter) is read exactly.

@@ -27,6 +27,11 @@ export interface BodyOptions {
    * with their own text; every other route takes gzip and deflate too.
    */
   identityOnly?: string;
+  /**
+   * The route takes no binary tensor data (Triton's generate endpoints): Inference-Header-Content-Length
+   * is not looked at, and the whole body is JSON bounded by the limit, as Triton reads it.
+   */
+  jsonOnly?: boolean;
 }
 
 /**
@@ -79,7 +84,7 @@ export async function readRequestBody(
     if (enc !== 'gzip' && enc !== 'deflate') throw new TsiError('UNSUPPORTED', 'Unsupported compression type');
   }
   const encoded = enc === 'gzip' || enc === 'deflate';
-  const headerLength = header('Inference-Header-Content-Length');
+  const headerLength = opts.jsonOnly ? undefined : header('Inference-Header-Content-Length');
   const rawBody: BodyKind = encoded ? 'decompressed' : isRawBody(headerLength);
   // Binary tensor data after a JSON header is not bounded by the limit, as in Triton, whose
   // EVBufferToJson applies it to the header alone: the tensors are bounded by the model's shapes

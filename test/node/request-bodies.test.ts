@@ -179,6 +179,17 @@ describe(`request bodies over --http-max-input-size (${LIMIT >> 20} MiB) on ever
     expect((await r.json()).outputs[0].data).toEqual(Array(16).fill(3));
   }, 600_000);
 
+  it('bounds a generate body as JSON even when it names a binary header length (L0_http test_json_dtype_size_expansion_exceeds_limit_error)', async () => {
+    // Triton's generate endpoint takes no binary tensor data: the whole body is JSON, and over the limit
+    // it is refused, whatever Inference-Header-Content-Length says.
+    const body = `{"text_input": "${'a'.repeat(LIMIT)}"}`;
+    const r = await fetch(`${s.url}/v2/models/simple/generate`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json', 'Inference-Header-Content-Length': String(LIMIT) }, body,
+    });
+    expect(r.status).toBe(400);
+    expect((await r.json()).error).toBe(`request JSON size of ${body.length} bytes exceeds the maximum allowed input size of ${LIMIT} bytes. Use --http-max-input-size to increase the limit.`);
+  });
+
   it('refuses a chunked body of more than 65,536 non-empty chunks with Triton\'s text, and closes the connection', async () => {
     const sock = connect(s.http!.port, '127.0.0.1');
     await new Promise((r) => sock.once('connect', r));
