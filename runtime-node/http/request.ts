@@ -73,6 +73,9 @@ export class Body {
    */
   private block?: Uint8Array;
   private blockUsed = 0;
+  /** Small pieces of a streamed body not yet handed to the reader (see pushRange). */
+  private streamBlock?: Uint8Array;
+  private streamUsed = 0;
   private total = 0;
   private limit = Infinity;
   private alignAt?: number;
@@ -106,6 +109,19 @@ export class Body {
   /** `buf[start, end)`: copied straight into the block when it is small and kept, with no view made. */
   pushRange(buf: Buffer, start: number, end: number): void {
     const n = end - start;
+    // A streamed body gets its small pieces gathered too, handed on at the end of each socket read
+    // (flushStream): one view object per one-byte chunk, queued in the stream, is what the collector
+    // would otherwise promote (L0_sagemaker's many-chunks test reads through the app's stream).
+    if (this.stream && !this.discard && n < SMALL) {
+      if (!this.streamBlock || this.streamUsed + n > BLOCK) {
+        this.flushStream();
+        this.streamBlock = new Uint8Array(BLOCK);
+      }
+      buf.copy(this.streamBlock, this.streamUsed, start, end);
+      this.streamUsed += n;
+      return;
+    }
+    this.flushStream();
     if (this.discard || this.stream || this.whole || n >= SMALL || this.chunks.length < FEW || this.total + n > this.limit) {
       this.push(buf.subarray(start, end));
       return;
@@ -170,7 +186,17 @@ export class Body {
     this.blockUsed = 0;
   }
 
+  /** Small pieces gathered for a streamed body go to its reader (after each socket read, and at its end). */
+  flushStream(): void {
+    if (!this.streamBlock || this.streamUsed === 0) return;
+    const b = this.streamBlock.subarray(0, this.streamUsed);
+    this.streamBlock = undefined;
+    this.streamUsed = 0;
+    this.push(b);
+  }
+
   end(): void {
+    this.flushStream();
     this.ended = true;
     this.toStream((c) => c.close());
     this.settle();
