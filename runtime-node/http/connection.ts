@@ -275,7 +275,6 @@ export class Connection {
     if (!buf) return false;
     let pos = 0;
     const leave = (done: boolean): boolean => {
-      body.flushStream();
       this.buf = pos < buf.length ? buf.subarray(pos) : undefined;
       if (!done) return false;
       this.remaining = 0;

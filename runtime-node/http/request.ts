@@ -109,9 +109,11 @@ export class Body {
   /** `buf[start, end)`: copied straight into the block when it is small and kept, with no view made. */
   pushRange(buf: Buffer, start: number, end: number): void {
     const n = end - start;
-    // A streamed body gets its small pieces gathered too, handed on at the end of each socket read
-    // (flushStream): one view object per one-byte chunk, queued in the stream, is what the collector
-    // would otherwise promote (L0_sagemaker's many-chunks test reads through the app's stream).
+    // A streamed body gets its small pieces gathered too, handed on when a block is full, before a
+    // larger piece and at the end: one view object per one-byte chunk queued in the stream (or a block
+    // handed on per socket read, when a client writes 6 bytes at a time) is what the collector would
+    // otherwise promote (L0_sagemaker's many-chunks test reads its /models body as a stream). The
+    // app reads request bodies whole, so holding up to one block back delays nothing it waits for.
     if (this.stream && !this.discard && n < SMALL) {
       if (!this.streamBlock || this.streamUsed + n > BLOCK) {
         this.flushStream();
@@ -186,8 +188,8 @@ export class Body {
     this.blockUsed = 0;
   }
 
-  /** Small pieces gathered for a streamed body go to its reader (after each socket read, and at its end). */
-  flushStream(): void {
+  /** Small pieces gathered for a streamed body go to its reader. */
+  private flushStream(): void {
     if (!this.streamBlock || this.streamUsed === 0) return;
     const b = this.streamBlock.subarray(0, this.streamUsed);
     this.streamBlock = undefined;
