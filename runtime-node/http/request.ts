@@ -66,16 +66,14 @@ const PREALLOCATE = 1 << 20;
 export class Body {
   private chunks: Uint8Array[] = [];
   /**
-   * Where small pieces are copied once the body has FEW of them: a body sent as tens of thousands of
+   * Where small pieces are copied once the body has FEW of them (a streamed body's from the first, handed
+   * on when the block fills): a body sent as tens of thousands of
    * tiny chunks would otherwise hold one view object each, long enough for the garbage collector to
    * promote them all to the old generation (Triton's many-chunks test saw the heap, and RSS, grow
    * by ~50 MiB over 100 such requests).
    */
   private block?: Uint8Array;
   private blockUsed = 0;
-  /** Small pieces of a streamed body not yet handed to the reader (see pushRange). */
-  private streamBlock?: Uint8Array;
-  private streamUsed = 0;
   private total = 0;
   private limit = Infinity;
   private alignAt?: number;
@@ -115,15 +113,11 @@ export class Body {
     // otherwise promote (L0_sagemaker's many-chunks test reads its /models body as a stream). The
     // app reads request bodies whole, so holding up to one block back delays nothing it waits for.
     if (this.stream && !this.discard && n < SMALL) {
-      if (!this.streamBlock || this.streamUsed + n > BLOCK) {
-        this.flushStream();
-        this.streamBlock = new Uint8Array(BLOCK);
-      }
-      buf.copy(this.streamBlock, this.streamUsed, start, end);
-      this.streamUsed += n;
+      buf.copy(this.room(n), this.blockUsed, start, end);
+      this.blockUsed += n;
       return;
     }
-    this.flushStream();
+    if (this.stream) this.flush();
     if (this.discard || this.stream || this.whole || n >= SMALL || this.chunks.length < FEW || this.total + n > this.limit) {
       this.push(buf.subarray(start, end));
       return;
@@ -174,11 +168,13 @@ export class Body {
     return this.block;
   }
 
-  /** The block being filled joins the chunks (in order, before whatever comes next). */
+  /** The block being filled joins the chunks, or goes to the reader of a streamed body (in order, before whatever comes next). */
   private flush(): void {
-    if (this.block && this.blockUsed > 0) this.chunks.push(this.block.subarray(0, this.blockUsed));
+    const b = this.block && this.blockUsed > 0 ? this.block.subarray(0, this.blockUsed) : undefined;
     this.block = undefined;
     this.blockUsed = 0;
+    if (b && this.stream) this.push(b);
+    else if (b) this.chunks.push(b);
   }
 
   private drop(): void {
@@ -188,17 +184,8 @@ export class Body {
     this.blockUsed = 0;
   }
 
-  /** Small pieces gathered for a streamed body go to its reader. */
-  private flushStream(): void {
-    if (!this.streamBlock || this.streamUsed === 0) return;
-    const b = this.streamBlock.subarray(0, this.streamUsed);
-    this.streamBlock = undefined;
-    this.streamUsed = 0;
-    this.push(b);
-  }
-
   end(): void {
-    this.flushStream();
+    if (this.stream) this.flush();
     this.ended = true;
     this.toStream((c) => c.close());
     this.settle();

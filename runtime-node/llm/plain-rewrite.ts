@@ -16,6 +16,7 @@ import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { ModelFiles, ModelLoadContext } from '../../core/index.js';
 import { TsiError } from '../../core/index.js';
+import { argmaxRows } from '../../core/llm/auto-decode.js';
 import { fusedDecoderModel, type DecoderWeights } from '../../graph/fused-decoder.js';
 import { readPlainDecoder } from '../../graph/plain-decoder.js';
 import { tsiCacheDir } from '../gpu/cuda-install.js';
@@ -198,17 +199,12 @@ async function compareGraphs(plainFile: string, fusedFile: string, w: DecoderWei
       maxAbs = Math.max(maxAbs, Math.abs(a[i]!));
       maxDiff = Math.max(maxDiff, Math.abs(a[i]! - b[i]!));
     }
-    for (let s = 0; s < S; s++) if (argmax(a, s * vocab, vocab) === argmax(b, s * vocab, vocab)) agree++;
+    const [topA, topB] = [argmaxRows(a, vocab), argmaxRows(b, vocab)];
+    for (let s = 0; s < S; s++) if (topA[s] === topB[s]) agree++;
     const rel = maxDiff / (maxAbs || 1);
     const ok = int8 ? rel < 0.15 && agree >= S / 2 : rel < 1e-4 && agree === S;
     return { ok, detail: `largest logit difference ${rel.toExponential(1)} of the largest logit, the same top token at ${agree} of ${S} positions` };
   } finally {
     await Promise.all([plain.release(), fused.release()]);
   }
-}
-
-function argmax(x: Float32Array, from: number, n: number): number {
-  let best = 0;
-  for (let i = 1; i < n; i++) if (x[from + i]! > x[from + best]!) best = i;
-  return best;
 }
