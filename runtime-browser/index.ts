@@ -258,7 +258,7 @@ export async function createServer(opts: BrowserServerOptions): Promise<BrowserS
 }
 
 export { UrlSource, MemorySource, filesFromFileList, INDEX_FILE, type RepositoryIndexFile, type MemoryFile, type ModelList } from './fetch-source.js';
-export { createOnnxWebBackend, loadOrt, probeEnvironment, type DevicePreference, type OrtModule, type WebEnvironment } from './onnx-web-backend.js';
+export { createOnnxWebBackend, createSession, loadOrt, probeEnvironment, type DevicePreference, type OrtModule, type WebEnvironment } from './onnx-web-backend.js';
 export { readOnnxIo } from './onnx-io.js';
 export { createJsBackend } from './js-backend.js';
 export { createWebLlmBackend } from './llm-backend.js';

@@ -27,7 +27,7 @@ import {
 } from '../core/index.js';
 import { ImageBank, visionKit, type Floats, type VisionRunner, type VisionTypes } from '../core/vision/index.js';
 import { externalDataFiles, readOnnxIo } from './onnx-io.js';
-import { loadOrt, probeEnvironment, runLock, type OnnxWebOptions, type OrtModule } from './onnx-web-backend.js';
+import { createSession, loadOrt, probeEnvironment, runLock, type OnnxWebOptions, type OrtModule } from './onnx-web-backend.js';
 
 export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
   const runtime: DecoderRuntime = {
@@ -57,14 +57,14 @@ export function createWebLlmBackend(opts: OnnxWebOptions): Backend {
       const externalData: { path: string; data: Uint8Array }[] = [];
       for (const file of externalDataFiles(bytes)) externalData.push({ path: file, data: await read(dir + file) });
       // ORT may keep the buffers it is given; each session gets its own copies.
-      const create = (ep: 'webgpu' | 'wasm') => ort.InferenceSession.create(bytes.slice(), {
+      const create = (ep: 'webgpu' | 'wasm') => createSession(ort, bytes.slice(), {
         logSeverityLevel: 3, executionProviders: [ep],
         ...(externalData.length > 0 ? { externalData: externalData.map((e) => ({ path: e.path, data: e.data.slice() })) } : {}),
       });
       // A vision-language folder's embed-tokens and vision-encoder graphs run on wasm beside the decoder.
       const visionOf = async (): Promise<VisionSessions | undefined> => vision && {
-        embed: await ort.InferenceSession.create(await read(vision.embed), { logSeverityLevel: 3, executionProviders: ['wasm'] }),
-        encoder: await ort.InferenceSession.create(await read(vision.encoder), { logSeverityLevel: 3, executionProviders: ['wasm'] }),
+        embed: await createSession(ort, await read(vision.embed), { logSeverityLevel: 3, executionProviders: ['wasm'] }),
+        encoder: await createSession(ort, await read(vision.encoder), { logSeverityLevel: 3, executionProviders: ['wasm'] }),
         imageTokenId: vision.imageTokenId,
         types: vision.types,
       };

@@ -128,6 +128,20 @@ export async function loadOrt(opts: Pick<OnnxWebOptions, 'ort' | 'numThreads'> =
   return ort;
 }
 
+const creating = new WeakMap<object, Promise<unknown>>();
+
+/**
+ * Creates sessions one at a time per ORT module. onnxruntime-web keeps a graph's external data in one
+ * module-wide table that every finished create clears, so a session created beside one that is still
+ * reading its external data would take that data away ("Module.MountedFiles is not available").
+ */
+export function createSession(ort: OrtModule, model: Uint8Array, options: Ort.InferenceSession.SessionOptions): Promise<Ort.InferenceSession> {
+  const before = creating.get(ort) ?? Promise.resolve();
+  const mine = before.catch(() => {}).then(() => ort.InferenceSession.create(model, options));
+  creating.set(ort, mine.catch(() => {}));
+  return mine;
+}
+
 const ORT_TYPE: Partial<Record<DataType, Ort.Tensor.Type>> = {
   BOOL: 'bool', UINT8: 'uint8', UINT16: 'uint16', UINT32: 'uint32', UINT64: 'uint64', INT8: 'int8', INT16: 'int16',
   INT32: 'int32', INT64: 'int64', FP16: 'float16', FP32: 'float32', FP64: 'float64', BYTES: 'string',
@@ -234,7 +248,7 @@ class OnnxWebModel implements BackendModel {
 
   private create(ep: 'webgpu' | 'wasm'): Promise<Ort.InferenceSession> {
     // ORT may keep the buffer it is given; each session gets its own copy.
-    return this.ort.InferenceSession.create(this.bytes.slice(), { ...sessionOptions(this.ctx.config), executionProviders: [ep] });
+    return createSession(this.ort, this.bytes.slice(), { ...sessionOptions(this.ctx.config), executionProviders: [ep] });
   }
 
   async unload(): Promise<void> {}

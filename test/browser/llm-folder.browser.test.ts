@@ -11,7 +11,7 @@
 
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { VARIANT_RULES, createLogger } from '../../core/index.js';
-import { createServer, type BrowserServer } from '../../runtime-browser/index.js';
+import { createServer, createSession, loadOrt, type BrowserServer } from '../../runtime-browser/index.js';
 import { requireCapability } from '../helpers/capability.js';
 
 const NODE = inject('llmFolderUrl');
@@ -48,6 +48,19 @@ describe('an onnx-community folder in the page', () => {
     // The graph itself is small: the weights are in the data file.
     const size = async (f: string) => (await (await fetch(`${NODE}/repository/llama_fp32/1/onnx/${f}`)).arrayBuffer()).byteLength;
     expect(await size('model.onnx_data')).toBeGreaterThan(10 * (await size('model.onnx')));
+  });
+
+  it('creates sessions side by side, each keeping its own external data', async () => {
+    // onnxruntime-web holds external data in one module-wide table that each finished create clears: a
+    // session made beside the fp32 one would take its weights away unless creates wait their turn.
+    const get = async (p: string) => new Uint8Array(await (await fetch(`${NODE}/repository/${p}`)).arrayBuffer());
+    const [graph, data, small] = await Promise.all([get('llama_fp32/1/onnx/model.onnx'), get('llama_fp32/1/onnx/model.onnx_data'), get('llama_q4/1/onnx/model_q4.onnx')]);
+    const ort = await loadOrt();
+    const sessions = await Promise.allSettled(Array.from({ length: 6 }, (_, i) => i % 2 === 0
+      ? createSession(ort, graph.slice(), { executionProviders: ['wasm'], externalData: [{ path: 'model.onnx_data', data: data.slice() }] })
+      : createSession(ort, small.slice(), { executionProviders: ['wasm'] })));
+    for (const s of sessions) if (s.status === 'fulfilled') await s.value.release();
+    expect(sessions.map((s) => (s.status === 'fulfilled' ? 'created' : String(s.reason).split('\n')[0]))).toEqual(Array(6).fill('created'));
   });
 
   it('takes the best variant present for wasm without a `variant`, saying why', () => {
