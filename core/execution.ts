@@ -26,6 +26,11 @@ export interface InstanceSpec {
   deviceId: number;
   /** Index of this instance among all the model version's instances. */
   index: number;
+  /**
+   * A passive instance (instance_group `passive: true`, TRITONBACKEND_ModelInstanceIsPassive): created
+   * and loaded, but never handed requests by a scheduler; its backend may use it on its own.
+   */
+  passive?: boolean;
 }
 
 /** Durations a backend measured for one execution, in nanoseconds. */
@@ -77,6 +82,22 @@ export interface BackendInstance {
   readonly memoryBytes?: number;
 }
 
+/**
+ * TRITONBACKEND_ModelInstanceReportResponseStatistics: how one response of a request was spent, in
+ * nanoseconds. Core keys it by the response's index within its request (0, 1, ...) and adds it to the
+ * model's `response_stats` as Triton does: with an output, `inferNs` then `outputNs` (success, or fail
+ * when `error` is set); without one, an empty response (or a failure) of `inferNs`; an `error` of
+ * CANCELLED counts as cancelled, whatever the times.
+ */
+export interface ResponseTiming {
+  /** From the response's start to the start of its output (the whole response when it had none). */
+  inferNs: number;
+  /** Writing the response's output; absent when it had none (an empty response, or one cut short). */
+  outputNs?: number;
+  /** What the response failed with, if it did. */
+  error?: TsiError;
+}
+
 export interface ResponsePayload {
   outputs: Tensor[];
   parameters?: Parameters;
@@ -101,6 +122,13 @@ export interface BackendRequest {
    * other models answer it with Triton's refusal.
    */
   reschedule?(): void;
+  /**
+   * The request's sequence, when a sequence batcher runs it (TRITONBACKEND_RequestCorrelationId and
+   * its flags): an iterative sequence's id is the one the batcher assigned.
+   */
+  readonly sequence?: { readonly id: bigint | string; readonly start: boolean; readonly end: boolean };
+  /** Reports one response's timings into the model's `response_stats` (see ResponseTiming); may come after `execute` returned. */
+  reportResponse?(timing: ResponseTiming): void;
   /** True once the client gave up on the request (closed its connection, cancelled its call). */
   readonly cancelled?: boolean;
   /**

@@ -5,7 +5,7 @@
  * infer_request.cc because clients and tests match on them.
  */
 
-import type { BackendRequest, ResponsePayload } from './execution.js';
+import type { BackendRequest, ResponsePayload, ResponseTiming } from './execution.js';
 import { TsiError, invalidArg } from './errors.js';
 import type { ModelConfig, ModelInput } from './config/model-config.js';
 import { UINT64, describeValue, jsonKinds } from './protocol/request-params.js';
@@ -37,6 +37,8 @@ let nextInternalId = 1;
 /** Sees the responses of the requests of one execution before their sinks do (see `joinExecution`). */
 export interface ExecutionObserver {
   response(request: PendingRequest, index: number, response: ResponsePayload | TsiError, final: boolean): void;
+  /** A backend's report of one response's timings, with the response's index within its request. */
+  responseTiming?(responseIndex: number, timing: ResponseTiming): void;
 }
 
 /**
@@ -79,6 +81,8 @@ export class PendingRequest implements BackendRequest {
   /** The execution this request is part of (see `joinExecution`), and its position in that batch. */
   private execution?: ExecutionObserver;
   private executionIndex = 0;
+  /** The index the next reported response timing gets (Triton's response factory counts them). */
+  private responseIndex = 0;
 
   constructor(init: {
     id: string; inputs: Map<string, Tensor>; requestedOutputs: string[]; parameters: Parameters;
@@ -122,6 +126,10 @@ export class PendingRequest implements BackendRequest {
 
   reschedule(): void {
     if (!this.done) this.rescheduled = true;
+  }
+
+  reportResponse(timing: ResponseTiming): void {
+    this.execution?.responseTiming?.(this.responseIndex++, timing);
   }
 
   send(response: ResponsePayload | TsiError, final: boolean): void {

@@ -13,7 +13,7 @@ import type { ResponseCache } from './cache.js';
 import { RateLimiter, type RateLimitMode, type ResourceLimit } from './scheduling/rate-limiter.js';
 import { configJsonText, modelConfigToJson } from './config/pipeline.js';
 import { createEnsembleBackend } from './ensemble.js';
-import { registerTestBackends } from './test-backends.js';
+import { registerTestBackends } from './test-backends/index.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelVersion } from './repository/model.js';
 import { MetricsRegistry } from './metrics.js';

@@ -23,6 +23,24 @@ export interface BatchStat {
   compute_output: Duration;
 }
 
+/** One response index's statistics (Triton's InferResponseStatistics). */
+export interface ResponseStat {
+  compute_infer: Duration;
+  compute_output: Duration;
+  success: Duration;
+  fail: Duration;
+  empty_response: Duration;
+  cancel: Duration;
+}
+
+/** A response's timings as a backend reports them (execution.ts's ResponseTiming, by error code). */
+export interface ResponseTimes {
+  inferNs: number;
+  outputNs?: number;
+  /** 'CANCELLED' for a cancelled response, another code for a failed one, absent for success. */
+  errorCode?: string;
+}
+
 export class ModelStats {
   inferenceCount = 0;
   executionCount = 0;
@@ -37,6 +55,8 @@ export class ModelStats {
   readonly cacheMiss = dur();
   readonly failures: Record<FailureReason, number> = { REJECTED: 0, CANCELED: 0, BACKEND: 0, OTHER: 0 };
   readonly batches = new Map<number, BatchStat>();
+  /** By response index within its request ('0', '1', ...): filled only by backends that report responses. */
+  readonly responses = new Map<string, ResponseStat>();
   /** Requests accepted but not yet started by a backend (nv_inference_pending_request_count). */
   pending = 0;
   /** Requests accepted and not yet answered (for draining). */
@@ -79,7 +99,26 @@ export class ModelStats {
     add(this.cacheMiss, ns);
   }
 
-  /** One backend execution of `batchSize` rows (inference_count counts rows, execution_count batches). */
+  /**
+   * One response a backend reported (TRITONBACKEND_ModelInstanceReportResponseStatistics), added as
+   * Triton's InferenceStatsAggregator does: cancelled → cancel; with an output → compute_infer,
+   * compute_output and success (or fail); without one → compute_infer and empty_response (or fail).
+   */
+  recordResponse(index: number, t: ResponseTimes): void {
+    const key = String(index);
+    let s = this.responses.get(key);
+    if (!s) {
+      s = { compute_infer: dur(), compute_output: dur(), success: dur(), fail: dur(), empty_response: dur(), cancel: dur() };
+      this.responses.set(key, s);
+    }
+    const total = t.inferNs + (t.outputNs ?? 0);
+    if (t.errorCode === 'CANCELLED') return add(s.cancel, total);
+    add(s.compute_infer, t.inferNs);
+    if (t.outputNs !== undefined) add(s.compute_output, t.outputNs);
+    if (t.errorCode !== undefined) add(s.fail, total);
+    else add(t.outputNs !== undefined ? s.success : s.empty_response, total);
+  }
+
   /**
    * One execution of `batchSize` rows, of which `inferences` are requests' own (default: all). The
    * sequence batcher's padding rows count in the batch size, as Triton's null requests do, but are
@@ -116,7 +155,10 @@ export class ModelStats {
         cache_hit: { ...this.cacheHit },
         cache_miss: { ...this.cacheMiss },
       },
-      response_stats: {},
+      response_stats: Object.fromEntries([...this.responses].map(([k, s]) => [k, {
+        compute_infer: { ...s.compute_infer }, compute_output: { ...s.compute_output }, success: { ...s.success },
+        fail: { ...s.fail }, empty_response: { ...s.empty_response }, cancel: { ...s.cancel },
+      }])),
       batch_stats: [...this.batches.values()]
         .sort((a, b) => a.batch_size - b.batch_size)
         .map((b) => ({

@@ -110,7 +110,7 @@ export class ModelVersion {
         const devices = kind === 'KIND_GPU' && group.gpus && group.gpus.length > 0 ? group.gpus : [-1];
         for (const deviceId of devices) {
           for (let c = 0; c < (group.count ?? 1); c++) {
-            specs.push({ name: `${group.name}_${c}`, kind, deviceId, index: specs.length });
+            specs.push({ name: `${group.name}_${c}`, kind, deviceId, index: specs.length, ...(group.passive ? { passive: true } : {}) });
             mv.groupOf.push(g);
           }
         }
@@ -119,15 +119,18 @@ export class ModelVersion {
       await mv.createInstances(specs);
       if (samples.length > 0) {
         const t1 = opts.clock.nowNs();
-        await Promise.all(mv.instances.map((inst) => warmUpInstance(opts.config, inst, samples, opts.log)));
+        await Promise.all(mv.instances.filter((inst) => !inst.spec.passive).map((inst) => warmUpInstance(opts.config, inst, samples, opts.log)));
         opts.log.info(`model '${mv.name}' version ${mv.version}: ${samples.length} warmup sample(s) ran on ${mv.instances.length} instance(s) in ${((opts.clock.nowNs() - t1) / 1e6).toFixed(0)} ms`);
       }
       const groups = opts.config.instance_group ?? [];
-      mv.rateLimit = opts.rateLimiter?.register(mv.name, mv.version, mv.instances, mv.instances.map((_, i) => groups[mv.groupOf[i] ?? -1]));
+      // Passive instances are loaded but take no requests: neither the scheduler nor the rate limiter sees them.
+      const active = mv.instances.filter((inst) => !inst.spec.passive);
+      const activeGroups = mv.instances.flatMap((inst, i) => (inst.spec.passive ? [] : [groups[mv.groupOf[i] ?? -1]]));
+      mv.rateLimit = opts.rateLimiter?.register(mv.name, mv.version, active, activeGroups);
       const gate = mv.rateLimit;
       if (gate) mv.stats.sections.set('rate_limiter', () => gate.toJson());
       const sctx = {
-        modelName: mv.name, version: mv.version, config: opts.config, instances: mv.instances, stats: mv.stats,
+        modelName: mv.name, version: mv.version, config: opts.config, instances: active, stats: mv.stats,
         clock: opts.clock, log: opts.log, decoupled: mv.decoupled, rateLimit: mv.rateLimit, delay: opts.schedulerDelay,
       };
       mv.scheduler = mv.backendModel.createScheduler?.(sctx) ?? createScheduler(sctx);

@@ -7,7 +7,7 @@
  * the dynamic batcher with batching off (schedulers.ts), as Triton builds its default scheduler.
  */
 
-import type { BackendInstance, ExecutionTimes, ResponsePayload } from '../execution.js';
+import type { BackendInstance, ExecutionTimes, ResponsePayload, ResponseTiming } from '../execution.js';
 import { TsiError, asTsiError } from '../errors.js';
 import type { ModelConfig } from '../config/model-config.js';
 import { requestPrefix, type ExecutionObserver, type PendingRequest } from '../request.js';
@@ -216,6 +216,11 @@ class Execution implements ExecutionObserver {
     else r.deliver(resp, final);
     // Responses that arrive after execute() resolved (decoupled models) settle here.
     if (final && this.executed) this.settle(r, this.failed(i), this.ctx.clock.nowNs(), this.ctx.clock.epochMs());
+  }
+
+  responseTiming(responseIndex: number, timing: ResponseTiming): void {
+    const { inferNs, outputNs, error } = timing;
+    this.ctx.stats.recordResponse(responseIndex, { inferNs, outputNs, errorCode: error?.code });
   }
 
   settle(r: PendingRequest, failed: boolean, endNs: number, epochMs: number): void {

@@ -307,12 +307,23 @@ export class SequenceBatcher implements Scheduler {
 
   /**
    * A request the model released with RESCHEDULE: it runs again in its sequence's slot, neither START
-   * nor END (Triton clears both), still open, so the sequence is not reaped meanwhile.
+   * nor END (Triton clears both), still open, so the reaper leaves it alone meanwhile. Unless the run
+   * outlasted max_sequence_idle: Triton's reaper would have ended the sequence by now, so it ends
+   * here, and the request is refused as a continuation without START.
    */
   private requeue(item: Item): void {
     const { req, seq } = item;
+    const now = this.ctx.clock.nowNs();
+    // Triton's reaper ends a sequence idle past max_sequence_idle since its last request was queued,
+    // busy or not; the rescheduled request then has no START for a sequence that is gone.
+    if (now - seq.lastNs >= this.idleNs) {
+      this.release(item);
+      req.send(invalidArg(`inference request for sequence ${seq.id} to model '${this.model}' must specify the START flag on the first request of the sequence`), true);
+      return;
+    }
     req.sequence = { id: seq.id, start: false, end: false };
-    req.enqueuedNs = this.ctx.clock.nowNs();
+    req.enqueuedNs = now;
+    seq.lastNs = now;
     this.ctx.stats.pending++;
     if (!this.seqs.has(seq.key)) {
       seq.ended = false;

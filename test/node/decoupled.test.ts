@@ -295,7 +295,7 @@ output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_ty
 
 /**
  * Triton's square test backend (L0_decoupled's square_int32, L0_response_statistics): IN = n gets n
- * responses OUT = n on a gRPC stream, then the final flag; a non-decoupled config is refused at load.
+ * responses OUT = n on a gRPC stream, then the final flag; a non-decoupled config loads as in Triton.
  */
 describe('the square backend', () => {
   const config = (decoupled: boolean) => `backend: "square"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: ${decoupled} }
@@ -317,10 +317,8 @@ input [{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }]\noutput [{ name: "OUT" 
     }
   });
 
-  it('refuses a config that is not decoupled', async () => {
-    const index = await postJson(`${served.s.url}/v2/repository/index`, {});
-    const plain = index.body.find((m: Obj) => m.name === 'square_plain');
-    expect(plain.state).toBe('UNAVAILABLE');
-    expect(plain.reason).toContain('square backend only supports models with decoupled transaction policy');
+  it('loads a config that is not decoupled, as Triton\'s square checks no transaction policy: IN = 1 is one response', async () => {
+    const r = await postJson(`${served.s.url}/v2/models/square_plain/infer`, { inputs: [{ name: 'IN', datatype: 'INT32', shape: [1], data: [1] }] });
+    expect(r).toMatchObject({ status: 200, body: { outputs: [{ name: 'OUT', data: [1] }] } });
   });
 });
