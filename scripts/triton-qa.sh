@@ -6,7 +6,8 @@
 # /opt/tritonserver pointing at a folder whose bin/tritonserver runs `tsi-node serve "$@"`, and
 # /data/inferenceserver at the ONNX model repositories qa's own generators wrote. test.sh runs as it is,
 # one suite at a time; tests needing TensorRT, libtorch, TensorFlow, CUDA or Triton's C API fail (or are
-# skipped by the suite's own BACKENDS switch) and are listed as such in docs/features.md.
+# skipped by the suite's own BACKENDS switch) and are listed as such in docs/features.md. Where this
+# machine lacks them, perf_analyzer is `tsi-node perf` and sseclient-py a stand-in of the harness's.
 #
 #   scripts/triton-qa.sh setup              tritonclient from source (+ grpc stubs) and the shims
 #   scripts/triton-qa.sh models             qa's ONNX model repositories (gen_qa_*.py --onnx)
@@ -78,6 +79,60 @@ setup() {
     if [ -n "$pwhl" ]; then "$QA_PYTHON" -m zipfile -e "$pwhl" "$lib"; else echo "psutil is missing (apt-get install python3-psutil): suites that read the server's RSS fail"; fi
   fi
 
+  # sseclient-py (PyPI only; L0_http, L0_sagemaker and L0_iterative_sequence import it): where the python
+  # lacks it, a stand-in of ours for the one thing qa uses, SSEClient(response).events() with .data.
+  if ! "$QA_PYTHON" -c "import sseclient" 2>/dev/null; then
+    cat > "$lib/sseclient.py" <<'EOF'
+"""Stand-in for sseclient-py written for tsi's qa harness: server-sent events from an iterable of bytes."""
+
+
+class Event:
+    def __init__(self, data="", event="message", id=None, retry=None):
+        self.data, self.event, self.id, self.retry = data, event, id, retry
+
+
+class SSEClient:
+    def __init__(self, event_source, char_enc="utf-8"):
+        self._source, self._enc = event_source, char_enc
+
+    def _lines(self):
+        buf = b""
+        for chunk in self._source:
+            buf += chunk
+            while True:
+                cut = [i for i in (buf.find(b"\r\n"), buf.find(b"\n"), buf.find(b"\r")) if i >= 0]
+                if not cut:
+                    break
+                i = min(cut)
+                if i == len(buf) - 1 and buf[i:] == b"\r":
+                    break  # a CR LF may be split across chunks
+                yield buf[:i].decode(self._enc)
+                buf = buf[i + (2 if buf[i:i + 2] == b"\r\n" else 1):]
+        if buf:
+            yield buf.decode(self._enc).rstrip("\r")
+        yield ""
+
+    def events(self):
+        data, fields = [], {}
+        for line in self._lines():
+            if line == "":
+                if data:
+                    yield Event("\n".join(data), fields.get("event", "message"), fields.get("id"), fields.get("retry"))
+                data, fields = [], {}
+            elif not line.startswith(":"):
+                name, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if name == "data":
+                    data.append(value)
+                else:
+                    fields[name] = value
+
+    def close(self):
+        close = getattr(self._source, "close", None)
+        if close:
+            close()
+EOF
+  fi
   # `python`/`python3` in test.sh and qa's scripts: the python with the packages above.
   mkdir -p "$QA_WORK/bin"
   ln -sf "$QA_PYTHON" "$QA_WORK/bin/python"
@@ -105,6 +160,12 @@ setup() {
 exec "$opt/lib/tritonserver" "$TSI/bin/tsi-node.js" serve "\$@"
 EOF
   chmod +x "$opt/bin/tritonserver"
+  # perf_analyzer (Triton's C++ client tool; suites drive load with it, e.g. L0_passive_instance): tsi's
+  # own, which takes its flags, where none is installed.
+  if ! command -v perf_analyzer >/dev/null; then
+    printf '#!/bin/sh\nexec node "%s/bin/tsi-node.js" perf "$@"\n' "$TSI" > "$QA_WORK/bin/perf_analyzer"
+    chmod +x "$QA_WORK/bin/perf_analyzer"
+  fi
   # SageMaker's entry script (on PATH as `serve` in Triton's image), with its /opt/ml readdressed.
   if [ -f "$TRITON_SERVER/docker/sagemaker/serve" ]; then
     cp "$TRITON_SERVER/docker/sagemaker/serve" "$QA_WORK/bin/serve"
@@ -259,6 +320,9 @@ prepare() {
     L0_dyna_sequence_batcher)
       # Triton's image has libtriton_dyna_sequence.so in the version folder; tsi builds the backend in.
       mkdir -p "$QA_WORK/qa/custom_models/custom_dyna_sequence_int32/1" ;;
+    L0_iterative_sequence)
+      # As for dyna_sequence: the image's version folder holds libtriton_iterative_sequence.so.
+      mkdir -p "$d/models/iterative_sequence/1" ;;
     L0_grpc_state_cleanup|L0_decoupled)
       mkdir -p "$d/models"
       cp -r "$TRITON_SERVER/src/test/models/repeat_int32" "$d/models/"
@@ -275,9 +339,6 @@ not_tsis() {
     L0_output_validation) echo "libtorch models only (libtorch_model_store2)" ;;
     L0_output_name) echo "a libtorch model's output names (libtorch_nobatch_zero_1_float32)" ;;
     L0_query) echo "Triton's C++ 'query' test backend and a C API test program" ;;
-    L0_passive_instance) echo "Triton's C++ 'distributed_addsub' test backend" ;;
-    L0_response_statistics) echo "Triton's C++ 'square' test backend (its CUSTOM_* delays, fail and empty counts)" ;;
-    L0_iterative_sequence) echo "Triton's C++ 'iterative_sequence' test backend (and sseclient-py from PyPI)" ;;
     L0_json|L0_backend_output_detail) echo "a C++ unit test program of Triton's (triton_json_test, backend_output_detail_test)" ;;
     L0_io) echo "pip-installs torch (cu130) and runs Triton's C API memory_alloc program" ;;
     L0_backend_bls) echo "adds an apt source and builds Triton's C++ BLS example backend from its repository" ;;

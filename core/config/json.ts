@@ -2,7 +2,8 @@
  * Triton's JSON form of a model configuration, both ways. Reading (config.json files and the
  * `config` parameter of a load request) follows protobuf JSON: snake_case or lowerCamelCase field
  * names, enums by name (any case, as Triton parses them) or number, 64-bit integers as numbers or
- * strings, null meaning unset. A small position-keeping JSON reader lets errors name line and column
+ * strings, null meaning unset, member names quoted or bare identifiers (as protobuf's parser takes
+ * them). A small position-keeping JSON reader lets errors name line and column
  * like the text-format parser does.
  *
  * Writing (`modelConfigToJson`, for GET /v2/models/<m>/config) mirrors Triton's ModelConfigToJson:
@@ -104,8 +105,15 @@ class JsonReader {
     for (;;) {
       this.skipSpace();
       const keyPos = this.here();
-      if (this.src[this.i] !== '"') this.fail(keyPos, `expected a quoted member name, got ${this.found()}`);
-      const key = this.string();
+      // protobuf's JSON parser, which Triton reads a load request's config with, also takes a bare
+      // identifier as a member name (L0_iterative_sequence writes `direct: {...}`).
+      const bare = this.src[this.i] === '"' ? null : /^[A-Za-z_$][A-Za-z0-9_$]*/.exec(this.src.slice(this.i, this.i + 256));
+      if (this.src[this.i] !== '"' && !bare) this.fail(keyPos, `expected a member name, got ${this.found()}`);
+      let key: string;
+      if (bare) {
+        key = bare[0];
+        this.advance(key.length);
+      } else key = this.string();
       this.skipSpace();
       if (this.src[this.i] !== ':') this.fail(this.here(), `expected ':' after member name "${key}", got ${this.found()}`);
       this.advance(1);

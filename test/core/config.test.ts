@@ -109,7 +109,9 @@ describe('parseModelConfig', () => {
     const oneof = thrown(() => parseModelConfig('{"dynamic_batching": {}, "sequenceBatching": {}}', 'c.json'));
     expect(oneof.detail).toBe("field 'sequence_batching' is specified along with 'dynamic_batching', another member of oneof 'scheduling_choice'");
     const syntax = thrown(() => parseModelConfig('{\n  "name": "m",\n}', 'c.json'));
-    expect([syntax.line, syntax.column, syntax.detail]).toEqual([3, 1, 'invalid JSON: expected a quoted member name, got \'}\'']);
+    expect([syntax.line, syntax.column, syntax.detail]).toEqual([3, 1, 'invalid JSON: expected a member name, got \'}\'']);
+    // A bare identifier is a member name, as protobuf's JSON parser takes it (L0_iterative_sequence's override).
+    expect(parseModelConfig('{"sequence_batching": { direct: { "max_queue_delay_microseconds": 10 } }}', 'c.json').sequence_batching?.direct?.max_queue_delay_microseconds).toBe(10);
   });
 });
 
