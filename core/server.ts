@@ -18,7 +18,7 @@ import { TsiError, asTsiError } from './errors.js';
 import type { ModelVersion } from './repository/model.js';
 import { MetricsRegistry } from './metrics.js';
 import type { IndexEntry, LoadOverrides, Repository, RepositorySource } from './repository/repository.js';
-import { createRepository, isAmbiguous } from './repository/namespaces.js';
+import { createRepository, isAmbiguous, repositoryParts } from './repository/namespaces.js';
 import { Residency, type ResidencyOptions } from './repository/residency.js';
 import { registerServerMetrics } from './server-metrics.js';
 import type { SchedulerDelay } from './scheduling/scheduler.js';
@@ -409,12 +409,19 @@ export class InferenceServer implements InProcessServer {
     const known = this.repository.names().includes(name);
     await this.repository.unload(name);
     if (known) this.residency.unloaded(name, 'explicit');
-    // As Triton, the ensembles that run it are unloaded with it rather than left READY with a step gone.
-    for (const dep of this.repository.dependents(name)) {
-      if (this.repository.readyVersions(dep).length === 0) continue;
-      this.log.info(`unloading '${dep}': it depends on '${name}', which was unloaded`);
-      await this.repository.unload(dep);
-      this.residency.unloaded(dep, 'explicit');
+    // As Triton, the ensembles that run it are unloaded with it rather than left READY with a step gone:
+    // each repository's own (--model-namespacing: an ensemble of the same name elsewhere may not run it).
+    const gone = [name];
+    for (let n = gone.shift(); n !== undefined; n = gone.shift()) {
+      for (const part of repositoryParts(this.repository)) {
+        for (const dep of part.dependents(n)) {
+          if (part.readyVersions(dep).length === 0) continue;
+          this.log.info(`unloading '${dep}': it depends on '${n}', which was unloaded`);
+          await part.unload(dep);
+          this.residency.unloaded(dep, 'explicit');
+          gone.push(dep);
+        }
+      }
     }
   }
 

@@ -3,10 +3,10 @@
  * (repository, name). Real servers on port 0 over three repositories: `composing` is an add-sub ONNX
  * model in A and a sub-add one in B; each repository's ensemble runs its own `composing`; the ensemble
  * in C (which has none) cannot choose, while C's ensemble over `only_a` (in A alone) runs it; `twin` is
- * an ensemble in both A and B. Checked over HTTP and gRPC as clients see it: the ambiguity error (text
- * and code), ensembles resolving to their own step, the index listing both models, a model leaving its
- * repository (POLL) making the name unambiguous and re-linking the ensemble, explicit load and unload
- * by name. Without the flag a name in two repositories is refused, as before.
+ * an ensemble in A (over `composing`) and in B (over `only_b`). Checked over HTTP and gRPC as clients
+ * see it: the ambiguity error (text and code), ensembles resolving to their own step, the index listing
+ * both models, a model leaving its repository (POLL) making the name unambiguous and re-linking the
+ * ensemble, explicit load and unload by name. Without the flag a name in two repositories is refused.
  */
 
 import { renameSync } from 'node:fs';
@@ -80,7 +80,7 @@ describe('--model-namespacing', () => {
       ...onnx('composing', addSubModel('INT32', [4], false)), ...onnx('only_a', addSubModel('INT32', [4], false)),
       ...ensemble('ens_a', 'composing'), ...ensemble('twin', 'composing'),
     }),
-    b: tempRepo({ ...onnx('composing', subAddModel()), ...ensemble('ens_b', 'composing'), ...ensemble('twin', 'composing') }),
+    b: tempRepo({ ...onnx('composing', subAddModel()), ...onnx('only_b', subAddModel()), ...ensemble('ens_b', 'composing'), ...ensemble('twin', 'only_b') }),
     c: tempRepo({ ...ensemble('ens_c', 'composing'), ...ensemble('ens_c_only_a', 'only_a') }),
   });
   let r: ReturnType<typeof repos>;
@@ -178,16 +178,19 @@ describe('--model-namespacing', () => {
     expect(rows(await index(), 'composing')).toEqual(['READY', 'READY']);
     expect(await httpInfer(s!, 'ens_a')).toEqual({ status: 200, out: [ADD, SUB] });
     expect(await httpInfer(s!, 'composing')).toEqual({ status: 400, error: AMBIGUOUS('composing') });
-    // Loading `twin` loads both ensembles of that name, each on its own step.
+    // Loading `twin` loads both ensembles of that name, each on its own step (`composing` in A, `only_b` in B).
     await grpc!.call('RepositoryModelLoad', { model_name: 'twin' });
     expect(rows(await index(), 'twin')).toEqual(['READY', 'READY']);
     await expect(grpcInfer(grpc!, 'twin')).rejects.toMatchObject({ code: 3, details: AMBIGUOUS('twin') });
 
+    // Unload by name: both `composing`, and the ensembles that run one (B's `twin` does not, and stays).
     expect((await postJson(`${s!.url}/v2/repository/models/composing/unload`, {})).status).toBe(200);
     const after = await index();
     expect(rows(after, 'composing')).toEqual(['UNAVAILABLE (unloaded)', 'UNAVAILABLE (unloaded)']);
     expect(rows(after, 'ens_a')).toEqual(['UNAVAILABLE (unloaded)']);
+    expect(rows(after, 'twin')).toEqual(['UNAVAILABLE (unloaded)', 'READY']);
     expect(await httpInfer(s!, 'composing')).toEqual({ status: 503, error: "Request for unknown model: 'composing' has no available versions" });
+    expect(await grpcInfer(grpc!, 'twin')).toEqual([SUB, ADD]);
     // Unloaded models are no identifiers: loading the name back makes it serve from both again.
     expect((await postJson(`${s!.url}/v2/repository/models/ens_b/load`, {})).status).toBe(200);
     expect(await grpcInfer(grpc!, 'ens_b')).toEqual([SUB, ADD]);
