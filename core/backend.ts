@@ -47,6 +47,8 @@ export interface ModelLoadContext {
   server: InProcessServer;
   /** The server's metrics registry, for models that define families of their own (rendered on /metrics). */
   metrics?: MetricsRegistry;
+  /** Under `--model-namespacing`, the repository the model was loaded from (an ensemble's steps are looked up there first). */
+  namespace?: string;
 }
 
 /** What a backend's config auto-complete may read. */

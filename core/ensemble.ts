@@ -21,7 +21,8 @@ import type { ModelConfig } from './config/model-config.js';
 import type { ModelVersion } from './repository/model.js';
 import type { PendingRequest, SequenceFlags } from './request.js';
 import { STOPPING_MESSAGE, type Scheduler, type SchedulerContext } from './scheduling/scheduler.js';
-import type { ModelRepository } from './repository/repository.js';
+import type { Repository } from './repository/repository.js';
+import { isAmbiguous } from './repository/namespaces.js';
 import { retainBuffer } from './tensor.js';
 import type { InferInput, InferRequest, InferResponse, Parameters, Tensor } from './types.js';
 
@@ -51,6 +52,8 @@ interface StepPlan {
 
 interface Plan {
   name: string;
+  /** The repository the ensemble came from under --model-namespacing: its steps resolve there first. */
+  namespace?: string;
   steps: StepPlan[];
   /** Tensor id → ensemble tensor name, and back. */
   tensorNames: string[];
@@ -188,7 +191,10 @@ function reshapeDims(config: readonly number[], readerBatches: boolean, batch: n
  * them.
  */
 export interface EnsembleHost {
-  readonly repository: Pick<ModelRepository, 'ensureLoaded' | 'get' | 'index'>;
+  readonly repository: Pick<Repository, 'ensureLoaded' | 'index'> & {
+    /** `near`: the ensemble's namespace, whose model of that name a step prefers (namespaces.ts). */
+    get(name: string, version?: string, near?: string): ModelVersion;
+  };
 }
 
 /** The `ensemble` backend; core registers it on every server. */
@@ -224,12 +230,12 @@ export function createEnsembleBackend(server: EnsembleHost): Backend {
         const last = cycle(name, name);
         if (last !== undefined) throw new TsiError('INVALID_ARG', `circular dependency between ensembles: ${name} -> ... -> ${last} -> ${name}`);
         await Promise.all([...new Set(composing.map((c) => c.name))].map((m) => server.repository.ensureLoaded(m)));
-        const stepConfigs = (cfg.ensemble_scheduling?.step ?? []).map((s) => composingVersion(server, name, s.model_name ?? '', s.model_version ?? -1).config);
+        const stepConfigs = (cfg.ensemble_scheduling?.step ?? []).map((s) => composingVersion(server, name, s.model_name ?? '', s.model_version ?? -1, ctx.namespace).config);
         const { decoupled } = validateEnsemble(cfg, stepConfigs);
         // Triton sets the ensemble's transaction policy once its steps are checked: decoupled when any
         // step is, and present either way (its config shows `model_transaction_policy {}`).
         cfg.model_transaction_policy = { ...cfg.model_transaction_policy, decoupled };
-        const plan = buildPlan(cfg, stepConfigs, decoupled);
+        const plan: Plan = { ...buildPlan(cfg, stepConfigs, decoupled), namespace: ctx.namespace };
         // Triton's words (its qa greps for them).
         if (plan.maxInflight > 0) ctx.log.info(`Ensemble model '${name}' configured with max_inflight_requests: ${plan.maxInflight}`);
         return {
@@ -246,12 +252,12 @@ export function createEnsembleBackend(server: EnsembleHost): Backend {
 }
 
 /** The composing model version a step runs, or Triton's load-time error for the ensemble. */
-function composingVersion(server: EnsembleHost, ensemble: string, model: string, version: number): ModelVersion {
+function composingVersion(server: EnsembleHost, ensemble: string, model: string, version: number, namespace: string | undefined): ModelVersion {
   try {
-    return server.repository.get(model, version > 0 ? String(version) : undefined);
-  } catch {
+    return server.repository.get(model, version > 0 ? String(version) : undefined, namespace);
+  } catch (err) {
     const rows = server.repository.index().filter((e) => e.name === model && e.state !== undefined);
-    if (rows.length === 0) {
+    if (rows.length === 0 || isAmbiguous(err)) {
       throw new TsiError('INVALID_ARG', `ensemble ${ensemble} contains models that are not available or ambiguous: ${model}`);
     }
     if (rows.some((r) => r.state === 'READY')) {
@@ -537,7 +543,7 @@ class EnsembleRun {
     if (this.request.trace) req.trace = this.request.trace.spawn(step.model);
     this.inflight++;
     try {
-      this.server.repository.get(step.model, step.version).submit(req, (resp, final) => this.onResponse(s, iter, resp, final, seq));
+      this.server.repository.get(step.model, step.version, this.plan.namespace).submit(req, (resp, final) => this.onResponse(s, iter, resp, final, seq));
     } catch (err) {
       this.onResponse(s, iter, asTsiError(err), true, seq);
     }

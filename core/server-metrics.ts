@@ -9,7 +9,7 @@
 
 import type { MetricSample, MetricSource, MetricsRegistry } from './metrics.js';
 import type { ModelVersion } from './repository/model.js';
-import type { ModelRepository } from './repository/repository.js';
+import type { Repository } from './repository/repository.js';
 import { versionMemory, type Residency, type ResidencyCounts } from './repository/residency.js';
 import type { FailureReason, ModelStats } from './stats.js';
 
@@ -52,7 +52,7 @@ const PER_VERSION: PerVersion[] = [
 
 /** What the server families read. */
 export interface ServerMetricsView {
-  readonly repository: ModelRepository;
+  readonly repository: Repository;
   readonly residency: Residency;
 }
 
@@ -69,7 +69,10 @@ export function registerServerMetrics(registry: MetricsRegistry, server: ServerM
     return (snapshot = out);
   };
   const source = (name: string, help: string, type: 'counter' | 'gauge', samples: () => Iterable<MetricSample>): MetricSource => ({ name, help, type, samples });
-  const labelsOf = (mv: ModelVersion) => ({ model: mv.name, version: String(mv.version) });
+  // Under --model-namespacing, Triton's `namespace` label tells apart models of the same name.
+  const labelsOf = (mv: ModelVersion): Record<string, string> => (mv.namespace === undefined
+    ? { model: mv.name, version: String(mv.version) }
+    : { namespace: mv.namespace, model: mv.name, version: String(mv.version) });
   const perVersion = (f: PerVersion) => registry.register(source(f.name, f.help, f.type, function* () {
     for (const mv of loaded()) {
       if (f.cacheOnly && mv.config.response_cache?.enable !== true) continue;

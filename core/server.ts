@@ -17,7 +17,8 @@ import { registerTestBackends } from './test-backends/index.js';
 import { TsiError, asTsiError } from './errors.js';
 import type { ModelVersion } from './repository/model.js';
 import { MetricsRegistry } from './metrics.js';
-import { ModelRepository, type IndexEntry, type LoadOverrides, type RepositorySource } from './repository/repository.js';
+import type { IndexEntry, LoadOverrides, Repository, RepositorySource } from './repository/repository.js';
+import { createRepository, isAmbiguous, repositoryParts } from './repository/namespaces.js';
 import { Residency, type ResidencyOptions } from './repository/residency.js';
 import { registerServerMetrics } from './server-metrics.js';
 import type { SchedulerDelay } from './scheduling/scheduler.js';
@@ -64,7 +65,7 @@ export interface ServerOptions {
   schedulerDelay?: SchedulerDelay;
   /** tritonserver's `--model-config-name`: each model's `configs/<name>.pbtxt` where it has one. */
   modelConfigName?: string;
-  /** tritonserver's `--model-namespacing` (see RepositoryOptions.namespacing). */
+  /** tritonserver's `--model-namespacing`: a model is (repository, name); see repository/namespaces.ts. */
   modelNamespacing?: boolean;
 }
 
@@ -77,7 +78,7 @@ const CORE_EXTENSIONS = [
 ];
 
 export class InferenceServer implements InProcessServer {
-  readonly repository: ModelRepository;
+  readonly repository: Repository;
   readonly cache?: ResponseCache;
   /** Shared by every loaded model, so that models using the same resources take turns. */
   readonly rateLimiter: RateLimiter;
@@ -115,7 +116,7 @@ export class InferenceServer implements InProcessServer {
     if (!opts.backends.has('ensemble')) opts.backends.register('ensemble', () => createEnsembleBackend(this));
     // So are Triton's small test backends, which its documentation and tests name.
     registerTestBackends(opts.backends);
-    this.repository = new ModelRepository({
+    this.repository = createRepository({
       sources: opts.sources,
       backends: opts.backends,
       clock: this.clock,
@@ -370,8 +371,11 @@ export class InferenceServer implements InProcessServer {
       let versions: ModelVersion[];
       if (name) {
         try {
-          versions = version ? [this.repository.get(n, version)] : this.repository.readyVersions(n);
-        } catch {
+          versions = [this.repository.get(n, version)];
+          if (!version) versions = this.repository.readyVersions(n);
+        } catch (err) {
+          // A name several repositories hold (--model-namespacing): said as such, not as "not available".
+          if (isAmbiguous(err)) throw err;
           throw new TsiError('INVALID_ARG', `requested model '${n}' is not available`);
         }
         if (versions.length === 0) throw new TsiError('INVALID_ARG', `requested model '${n}' is not available`);
@@ -405,12 +409,19 @@ export class InferenceServer implements InProcessServer {
     const known = this.repository.names().includes(name);
     await this.repository.unload(name);
     if (known) this.residency.unloaded(name, 'explicit');
-    // As Triton, the ensembles that run it are unloaded with it rather than left READY with a step gone.
-    for (const dep of this.repository.dependents(name)) {
-      if (this.repository.readyVersions(dep).length === 0) continue;
-      this.log.info(`unloading '${dep}': it depends on '${name}', which was unloaded`);
-      await this.repository.unload(dep);
-      this.residency.unloaded(dep, 'explicit');
+    // As Triton, the ensembles that run it are unloaded with it rather than left READY with a step gone:
+    // each repository's own (--model-namespacing: an ensemble of the same name elsewhere may not run it).
+    const gone = [name];
+    for (let n = gone.shift(); n !== undefined; n = gone.shift()) {
+      for (const part of repositoryParts(this.repository)) {
+        for (const dep of part.dependents(n)) {
+          if (part.readyVersions(dep).length === 0) continue;
+          this.log.info(`unloading '${dep}': it depends on '${n}', which was unloaded`);
+          await part.unload(dep);
+          this.residency.unloaded(dep, 'explicit');
+          gone.push(dep);
+        }
+      }
     }
   }
 

@@ -250,7 +250,7 @@ export function buildCli(): Command {
       if (v === '') throw new InvalidArgumentError('Error: empty argument for --model-config-name');
       return v;
     })
-    .addOption(boolOption('--model-namespacing', 'tritonserver\'s namespacing by repository (its SageMaker entry script turns it on): taken, and with unique model names it serves as tritonserver does; the same name in two repositories is still refused, saying so', false))
+    .addOption(boolOption('--model-namespacing', 'a model is its repository and its name, so the same name may load from several repositories (tritonserver\'s flag; its SageMaker entry script turns it on): a request by a name several repositories hold is refused as ambiguous, and an ensemble runs the step of that name from its own repository first; without it, a name in two repositories is refused', false))
     .option('--model-load-retry-count <n>', 'times a model version that fails to load is tried again before its load fails', parseIntArg, 0)
     .option('--max-loaded-models <n>', 'load models on their first request, at most this many at once; the least recently used idle one is unloaded to make room', parsePositiveInt)
     .option('--model-memory-budget <bytes|%>', 'load models on their first request within this much memory (e.g. 2G, or 50% of the machine\'s), unloading the least recently used idle ones')
@@ -456,7 +456,15 @@ export function buildCli(): Command {
       const all = server.repositoryIndex();
       const index = all.filter((e) => e.state !== undefined && e.reason !== NOT_LOADED_BUDGET);
       if (index.length < all.length && server.onDemand) log.info(`${all.filter((e) => e.reason === NOT_LOADED_BUDGET).length} model(s) registered, to load on their first request`);
-      process.stderr.write(modelTable(index, (n, v) => server.model(n, v).devices().join(', ')) + '\n');
+      // A name several repositories hold (--model-namespacing) is ambiguous by name: its rows show no device.
+      const devices = (n: string, v: string) => {
+        try {
+          return server.model(n, v).devices().join(', ');
+        } catch {
+          return '';
+        }
+      };
+      process.stderr.write(modelTable(index, devices) + '\n');
       if (o.exitOnError && index.some((e) => e.state !== 'READY')) {
         log.error('failed to load all models; exiting (start with --exit-on-error=false to serve the others)');
         await running.stop(1000);

@@ -55,7 +55,7 @@ export interface NodeServerOptions {
   modelLoadRetryCount?: number;
   /** tritonserver's `--model-config-name`: each model's `configs/<name>.pbtxt` where it has one, else its config.pbtxt. */
   modelConfigName?: string;
-  /** tritonserver's `--model-namespacing`: taken; a model name in two repositories is still refused, saying so. */
+  /** tritonserver's `--model-namespacing`: the same model name may load from several repositories (core/repository/namespaces.ts). */
   modelNamespacing?: boolean;
   /** `--max-loaded-models`: load models on demand, at most this many at once (core/repository/residency.ts). */
   maxLoadedModels?: number;

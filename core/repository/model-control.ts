@@ -22,7 +22,8 @@ import type { ModelFiles } from '../backend.js';
 import { parseModelConfig } from '../config/pipeline.js';
 import { TsiError, asTsiError } from '../errors.js';
 import type { ModelConfig } from '../config/model-config.js';
-import type { LoadOverrides } from './repository.js';
+import type { LoadOverrides, Repository } from './repository.js';
+import { repositoryParts } from './namespaces.js';
 import type { InferenceServer } from '../server.js';
 
 export interface StagedFiles {
@@ -324,7 +325,20 @@ export class RepositoryPoller {
   }
 
   async pollOnce(): Promise<{ added: string[]; removed: string[]; modified: string[] }> {
-    const { repository, log } = this.server;
+    // Under --model-namespacing each repository is polled on its own: a model leaving one leaves the
+    // same name in the others serving.
+    const all: { added: string[]; removed: string[]; modified: string[] } = { added: [], removed: [], modified: [] };
+    for (const part of repositoryParts(this.server.repository)) {
+      const c = await this.pollRepository(part);
+      all.added.push(...c.added);
+      all.removed.push(...c.removed);
+      all.modified.push(...c.modified);
+    }
+    return all;
+  }
+
+  private async pollRepository(repository: Repository): Promise<{ added: string[]; removed: string[]; modified: string[] }> {
+    const { log } = this.server;
     let c: { added: string[]; removed: string[]; modified: string[] };
     try {
       c = await repository.changes();

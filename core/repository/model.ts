@@ -43,11 +43,15 @@ export interface LoadOptions {
   /** The server's rate limiter; the version's instances register with it while it is loaded. */
   rateLimiter?: RateLimiter;
   schedulerDelay?: SchedulerDelay;
+  /** The repository it was loaded from, under `--model-namespacing` (see RepositoryOptions.namespace). */
+  namespace?: string;
 }
 
 export class ModelVersion {
   readonly name: string;
   readonly version: number;
+  /** The repository it came from, under `--model-namespacing` (its metrics carry it as Triton's `namespace` label). */
+  readonly namespace?: string;
   private readonly versionString: string;
   readonly config: ModelConfig;
   readonly stats = new ModelStats();
@@ -73,6 +77,7 @@ export class ModelVersion {
   private constructor(opts: LoadOptions) {
     this.name = opts.name;
     this.version = opts.version;
+    this.namespace = opts.namespace;
     this.versionString = String(opts.version);
     this.config = opts.config;
     this.loadedConfig = opts.config;
@@ -95,7 +100,7 @@ export class ModelVersion {
       }
       mv.backendModel = await opts.backend.loadModel({
         config: opts.config, version: opts.version, files: opts.files, log: opts.log, server: opts.server,
-        metrics: opts.metrics,
+        metrics: opts.metrics, namespace: opts.namespace,
       });
       mv.decoupled = opts.config.model_transaction_policy?.decoupled === true;
       if (opts.config.response_cache?.enable) {

@@ -62,9 +62,17 @@ export interface RepositoryOptions {
    * exists, its `config.pbtxt` otherwise.
    */
   configName?: string;
-  /** tritonserver's `--model-namespacing` was asked for (a name in two repositories is still refused: said in the error). */
-  namespacing?: boolean;
+  /**
+   * Under `--model-namespacing`, each repository is a ModelRepository of its own (namespaces.ts): its
+   * location, which its models carry (an ensemble looks for its steps there first), and where its
+   * ensembles' steps are found before they load (its own models first, then a name one repository has).
+   */
+  namespace?: string;
+  stepSources?: () => Promise<Map<string, RepositorySource | Error>>;
 }
+
+/** A repository's public surface: a ModelRepository, or the namespaced one over several (namespaces.ts). */
+export type Repository = Pick<ModelRepository, keyof ModelRepository>;
 
 export interface IndexEntry {
   name: string;
@@ -141,7 +149,7 @@ export class ModelRepository {
       for (const name of await src.listModels()) {
         const prev = found.get(name);
         if (prev && !(prev instanceof Error)) {
-          found.set(name, new Error(`model '${name}' appears in multiple repositories: ${prev.location} and ${src.location}${this.opts.namespacing ? ' (--model-namespacing: tsi serves a model name from one repository only; rename one of them)' : ''}`));
+          found.set(name, new Error(`model '${name}' appears in multiple repositories: ${prev.location} and ${src.location}`));
         } else if (!prev) found.set(name, src);
       }
     }
@@ -286,7 +294,7 @@ export class ModelRepository {
     // Before any step loads, so a config mistake is reported whether or not the steps can load;
     // logged as Triton logs a dependency-graph error.
     if (config.platform === 'ensemble') {
-      await checkEnsembleSteps(config, this.stepConfigs(repos)).catch((err: unknown) => refuse(err, (msg) => `Invalid argument: ${msg}`));
+      await checkEnsembleSteps(config, this.stepConfigs(this.opts.stepSources ? await this.opts.stepSources() : repos)).catch((err: unknown) => refuse(err, (msg) => `Invalid argument: ${msg}`));
     }
     const backendName = config.platform === 'ensemble' ? 'ensemble' : config.backend!;
     const backend = await this.opts.backends.get(backendName);
@@ -306,6 +314,7 @@ export class ModelRepository {
         const loadOnce = () => ModelVersion.load({
           name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server, cache: this.opts.cache,
           metrics: this.opts.metrics, rateLimiter: this.opts.rateLimiter, schedulerDelay: this.opts.schedulerDelay,
+          namespace: this.opts.namespace,
         });
         let mv: ModelVersion | undefined;
         // As Triton: a failed version is created again, up to the retry count, before the load fails.
@@ -581,6 +590,13 @@ export class ModelRepository {
     for (const mv of e.versions.values()) if (mv.state === 'READY' && (!best || mv.version > best.version)) best = mv;
     if (!best) throw new TsiError('UNAVAILABLE', `Request for unknown model: '${name}' has no available versions`);
     return best;
+  }
+
+  /** Whether a model of this name is registered here and not unloaded: one identifier of the name (namespaces.ts). */
+  holds(name: string): boolean {
+    const e = this.models.get(name);
+    return e !== undefined && !e.explicitlyUnloaded
+      && (e.versions.size > 0 || e.unavailable.size > 0 || e.error !== undefined || e.state === 'LOADING' || e.parked !== undefined);
   }
 
   /** READY versions of a model, highest first. */

@@ -18,7 +18,7 @@
 
 import { TsiError, asTsiError } from '../errors.js';
 import type { ModelVersion } from './model.js';
-import { NOT_LOADED_BUDGET, type ModelRepository } from './repository.js';
+import { NOT_LOADED_BUDGET, type Repository } from './repository.js';
 import type { Clock, Logger } from '../types.js';
 
 export interface ResidencyOptions {
@@ -79,7 +79,7 @@ export class Residency {
   private room: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly repo: ModelRepository, readonly opts: ResidencyOptions, private readonly clock: Clock, private readonly log: Logger,
+    private readonly repo: Repository, readonly opts: ResidencyOptions, private readonly clock: Clock, private readonly log: Logger,
   ) {}
 
   countsOf(name: string): ResidencyCounts {

@@ -6,12 +6,19 @@
  *
  * Only top-level fields the script changed are taken back, parsed by core's JSON config reader, so
  * the fields it did not touch keep exactly what config.pbtxt said. No process is started for a
- * model.py whose text never mentions `auto_complete_config`.
+ * model.py that defines its own TritonPythonModel and never mentions `auto_complete_config`.
  */
 
 import { TsiError, modelConfigToJson, parseModelConfig, type AutoCompleteContext, type ModelConfig } from '../../core/index.js';
 import { StubProcess } from './process.js';
 import type { Interpreters } from './interpreter.js';
+
+/**
+ * model.py defines TritonPythonModel itself, with no base class: then a text without
+ * `auto_complete_config` has none. A class imported from elsewhere (`from common import *`, as Triton's
+ * L0_model_namespacing models do) or inheriting one may have it, so the stub looks.
+ */
+const OWN_PLAIN_CLASS = /^class\s+TritonPythonModel\s*(?:\(\s*(?:object)?\s*\))?\s*:/m;
 
 export interface AutoCompleteOptions {
   interpreters: Interpreters;
@@ -23,7 +30,7 @@ export async function autoCompletePython(config: ModelConfig, ctx: AutoCompleteC
   const rel = `${ctx.version}/${config.default_model_filename || 'model.py'}`;
   if (!(await ctx.files.exists(rel))) return config;
   const text = new TextDecoder().decode(await ctx.files.read(rel));
-  if (!text.includes('auto_complete_config')) return config;
+  if (!text.includes('auto_complete_config') && OWN_PLAIN_CLASS.test(text)) return config;
   const file = ctx.files.localPath?.(rel);
   const modelDir = ctx.files.localPath?.('');
   if (!file || !modelDir) throw new TsiError('UNSUPPORTED', `model '${name}': Python models need their files on disk`);

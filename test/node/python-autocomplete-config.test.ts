@@ -6,18 +6,26 @@
  * them (Triton's own test accepts either order of INPUT0 and INPUT1).
  */
 
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HttpClient } from '../../client/index.js';
 import { GrpcClient } from '../../client/grpc.js';
 import { gpuCount } from '../../runtime-node/index.js';
 import type { TestServer } from '../helpers/server.js';
-import { pythonRepo, startPythonServer } from '../helpers/python-server.js';
+import { PY_FIXTURES, pythonRepo, startPythonServer } from '../helpers/python-server.js';
 
 let s: TestServer;
 let repo: ReturnType<typeof pythonRepo>;
 
 beforeAll(async () => {
   repo = pythonRepo(['autocomplete_py']);
+  // Its class imported from another file, as Triton's L0_model_namespacing models import theirs: the
+  // text of model.py never says auto_complete_config, and the config still comes from it.
+  const dir = join(repo.path, 'autocomplete_imported', '1');
+  mkdirSync(dir, { recursive: true });
+  copyFileSync(join(PY_FIXTURES, 'autocomplete_py', '1', 'model.py'), join(dir, 'shared_model.py'));
+  writeFileSync(join(dir, 'model.py'), 'import os, sys\nsys.path.insert(0, os.path.dirname(__file__))\nfrom shared_model import *\n');
   s = await startPythonServer({ modelRepositories: [repo.path], grpcPort: 0, grpcAddress: '127.0.0.1' });
 }, 60_000);
 
@@ -44,6 +52,8 @@ describe('auto-completed Python config, field for field', () => {
         expect(cfg.input!.map((i) => i.name)).toEqual(['X', 'SCALE']);
         expect(cfg.output!.map((o) => o.name)).toEqual(['Y']);
       }
+      const imported = await grpc.getModelConfig('autocomplete_imported');
+      expect([imported.input!.map((i) => i.name), imported.output!.map((o) => o.name)]).toEqual([['X', 'SCALE'], ['Y']]);
     } finally {
       await grpc.close();
     }
