@@ -175,3 +175,20 @@ it('keeps a removed sequence instance until its sequence ends, and the sequence 
     repo.cleanup();
   }
 }, 120_000);
+
+it('a poll that finds only instance_group changed updates in place too', async () => {
+  const { repo, cfgPath, cfg } = fixtureCopy('sleep_py', 'poll_py');
+  const s = await startPythonServer({ modelRepositories: [repo.path], modelControlMode: 'poll', repositoryPollSecs: 0.2 });
+  try {
+    const first = instancePids('poll_py');
+    expect(first.size).toBe(2);
+    writeFileSync(cfgPath, cfg.replace('count: 2', 'count: 3'));
+    const updated = () => s.logs.some((l) => l.includes("model 'poll_py' version 1: instances 2 -> 3, 1 added, 2 kept, 0 removed"));
+    expect(await eventually(updated, 20_000)).toBe(true);
+    expect(instancePids('poll_py').size).toBe(3);
+    for (const [name, pid] of first) expect(instancePids('poll_py').get(name)).toBe(pid);
+  } finally {
+    await s.stop();
+    repo.cleanup();
+  }
+}, 60_000);
