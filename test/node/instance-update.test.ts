@@ -108,9 +108,17 @@ it('adds and removes only the difference, under load, with no request failing', 
   }
 }, 120_000);
 
-it('counts every request of the updated version once in its statistics', async () => {
+it('counts every request of the updated version once in its statistics and metrics, per-instance series following the instances', async () => {
   const { repo, cfgPath, cfg } = fixtureCopy('sleep_py', 'count_py');
-  const s = await startPythonServer({ modelRepositories: [repo.path], modelControlMode: 'explicit', loadModels: ['count_py'] });
+  const s = await startPythonServer({ modelRepositories: [repo.path], modelControlMode: 'explicit', loadModels: ['count_py'], metricsPort: 0, metricsAddress: '127.0.0.1' });
+  const metrics = async () => (await (await fetch(`http://127.0.0.1:${s.metrics!.port}/metrics`)).text()).split('\n');
+  /** The instances the per-instance series list, and the model's success counter. */
+  const series = async () => {
+    const lines = await metrics();
+    const instances = lines.filter((l) => l.startsWith('tsi_model_instance_memory_bytes{') && l.includes('model="count_py"')).map((l) => /instance="([^"]+)"/.exec(l)![1]).sort();
+    const success = lines.find((l) => l.startsWith('nv_inference_request_success{') && l.includes('model="count_py"'));
+    return { instances, success: Number(success?.split(' ').at(-1)) };
+  };
   try {
     let sent = 0;
     const infer = async () => {
@@ -123,10 +131,12 @@ it('counts every request of the updated version once in its statistics', async (
     writeFileSync(cfgPath, cfg.replace('count: 2', 'count: 3'));
     const [loaded] = await Promise.all([post(`${s.url}/v2/repository/models/count_py/load`, {}), burst()]);
     expect(loaded.status).toBe(200);
+    expect((await series()).instances).toEqual(['count_py_0_0', 'count_py_0_1', 'count_py_0_2']);
     writeFileSync(cfgPath, cfg.replace('count: 2', 'count: 1'));
     const [shrunk] = await Promise.all([post(`${s.url}/v2/repository/models/count_py/load`, {}), burst()]);
     expect(shrunk.status).toBe(200);
     await burst();
+    expect(await series()).toEqual({ instances: ['count_py_0_0'], success: sent });
     const stats = (await (await fetch(`${s.url}/v2/models/count_py/stats`)).json()) as { model_stats: { inference_count: number; inference_stats: { success: { count: number }; fail: { count: number } } }[] };
     expect(stats.model_stats[0]!.inference_stats.success.count).toBe(sent);
     expect(stats.model_stats[0]!.inference_count).toBe(sent);
