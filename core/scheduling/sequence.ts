@@ -236,6 +236,8 @@ export class SequenceBatcher implements Scheduler {
     if (!retired || lane.slots.some((s) => s.key !== undefined || s.queue.length > 0)) return;
     lane.retired = undefined;
     this.lanes.splice(this.lanes.indexOf(lane), 1);
+    // A dispatch pass iterating the lanes would skip the one after it: go round again.
+    if (this.dispatching) this.again = true;
     lane.timer.clear();
     void this.pool.retire(lane.instance).then(retired);
   }
@@ -469,8 +471,10 @@ export class SequenceBatcher implements Scheduler {
         batch.push(pad);
       }
     }
-    for (const item of taken) if (item) this.maybeRelease(item.slot!);
+    // Taken before any slot is released: a released slot may let a removed instance leave, which must
+    // then wait for this batch.
     this.pool.acquireExact(lane.instance);
+    for (const item of taken) if (item) this.maybeRelease(item.slot!);
     void runExecution(this.ctx, this.pool, lane.instance, batch, { uncounted: padding });
   }
 

@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { normalizeModelConfig, parsePbtxt } from '../../core/config/pipeline.js';
 import type { ModelConfig } from '../../core/config/model-config.js';
 import { instanceSpecs, planInstanceUpdate } from '../../core/repository/instance-update.js';
+import { flush, harness, request } from '../helpers/fake-backend.js';
 
 const config = (groups: string): ModelConfig => normalizeModelConfig(parsePbtxt(`name: "m" backend: "python"\n${groups}`, 'config.pbtxt'), { modelName: 'm', gpuCount: 0 });
 
@@ -52,5 +53,74 @@ describe('planInstanceUpdate', () => {
     expect(plan.add.map((a) => a.spec.name)).toEqual(['m_0_2']);
     const kind = planInstanceUpdate(now, config('instance_group [ { count: 1 kind: KIND_GPU } ]'), 'm');
     expect([kind.keep.length, kind.add.length, kind.remove.length]).toEqual([0, 1, 1]);
+  });
+});
+
+/** Whether a promise has settled, after the microtasks now queued ran. */
+async function settled(p: Promise<unknown>): Promise<boolean> {
+  let done = false;
+  void p.then(() => (done = true));
+  await flush();
+  return done;
+}
+
+const seqModel = (): ModelConfig => ({
+  name: 's', max_batch_size: 0, input: [{ name: 'INPUT0', data_type: 'TYPE_FP32', dims: [1] }],
+  output: [{ name: 'OUTPUT0', data_type: 'TYPE_FP32', dims: [1] }], sequence_batching: { max_sequence_idle_microseconds: 60_000_000 },
+});
+const step = (id: number, flags: { start?: boolean; end?: boolean } = {}) => request({ inputs: { INPUT0: [id] }, sequence: { id, ...flags } });
+
+describe('schedulers taking instances in and out', () => {
+  it('the dynamic batcher lets a removed instance go only once its batch is over, and feeds an added one', async () => {
+    const h = harness({ name: 'd', max_batch_size: 0, input: [{ name: 'INPUT0', data_type: 'TYPE_FP32', dims: [1] }], output: [{ name: 'OUTPUT0', data_type: 'TYPE_FP32', dims: [1] }] }, 2);
+    h.backend.hold = true;
+    h.submit(request({ inputs: { INPUT0: [1] } }));
+    await flush();
+    expect(h.backend.batches.map((b) => b.instance)).toEqual([0]);
+    const busy = h.scheduler.retireInstance!(h.ctx.instances[0]!);
+    const idle = h.scheduler.retireInstance!(h.ctx.instances[1]!);
+    expect(busy.lingers).toBe(false);
+    expect(await settled(idle.done)).toBe(true);
+    expect(await settled(busy.done)).toBe(false);
+    h.scheduler.addInstances!(h.backend.instances(3).slice(2));
+    const t = h.submit(request({ inputs: { INPUT0: [2] } }));
+    await flush();
+    expect(h.backend.batches.map((b) => b.instance)).toEqual([0, 2]);
+    h.backend.release(0);
+    expect(await settled(busy.done)).toBe(true);
+    h.backend.release(2);
+    await t.done;
+  });
+
+  it('the sequence batcher keeps a removed instance for its sequence, through the batch that ends it', async () => {
+    const h = harness(seqModel(), 2);
+    h.backend.hold = true;
+    h.submit(step(1, { start: true }));
+    h.submit(step(2, { start: true }));
+    await flush();
+    expect(h.backend.batches.map((b) => b.instance)).toEqual([0, 1]);
+    h.backend.release(0);
+    h.backend.release(1);
+    await flush();
+    const out = h.scheduler.retireInstance!(h.ctx.instances[1]!);
+    expect(out.lingers).toBe(true);
+    // A new sequence waits for instance 0 rather than take the removed one's slot.
+    h.submit(step(3, { start: true }));
+    h.submit(step(2));
+    await flush();
+    expect(h.backend.batches.map((b) => b.instance)).toEqual([0, 1, 1]);
+    h.backend.release(1);
+    h.submit(step(2, { end: true }));
+    await flush();
+    expect(h.backend.batches.map((b) => b.instance)).toEqual([0, 1, 1, 1]);
+    // The END batch is still running: the instance must not go yet.
+    expect(await settled(out.done)).toBe(false);
+    h.backend.release(1);
+    expect(await settled(out.done)).toBe(true);
+    // An added instance takes the backlogged sequence 3 at once.
+    h.scheduler.addInstances!(h.backend.instances(3).slice(2));
+    await flush();
+    expect(h.backend.batches.map((b) => b.instance)).toEqual([0, 1, 1, 1, 2]);
+    h.backend.release(2);
   });
 });
