@@ -111,7 +111,7 @@ export class InferenceServer implements InProcessServer {
     };
     this.extensions = [...CORE_EXTENSIONS, ...(opts.extraExtensions ?? [])];
     this.cache = opts.responseCache;
-    this.rateLimiter = new RateLimiter({ mode: opts.rateLimit, resources: opts.rateLimitResources, clock: this.clock });
+    this.rateLimiter = new RateLimiter({ mode: opts.rateLimit, resources: opts.rateLimitResources, clock: this.clock, log: this.log });
     // Ensembles are core: every runtime serves them without registering anything.
     if (!opts.backends.has('ensemble')) opts.backends.register('ensemble', () => createEnsembleBackend(this));
     // So are Triton's small test backends, which its documentation and tests name.

@@ -36,13 +36,14 @@ export function folderFiles(root: string): ModelFiles {
   };
 }
 
-async function walk(dir: string, base: string, out: string[]): Promise<void> {
+async function walk(dir: string, base: string, out: { rel: string; line: string }[]): Promise<void> {
   for (const e of await readdir(dir, { withFileTypes: true })) {
     const p = join(dir, e.name);
     if (e.isDirectory()) await walk(p, base, out);
     else {
       const s = await stat(p);
-      out.push(`${relative(base, p)}:${s.size}:${s.mtimeMs}`);
+      const rel = relative(base, p);
+      out.push({ rel, line: `${rel}:${s.size}:${s.mtimeMs}` });
     }
   }
 }
@@ -66,10 +67,19 @@ export class FolderSource implements RepositorySource {
   }
 
   async fingerprint(model: string): Promise<string> {
-    const lines: string[] = [];
+    return this.hashFolder(model, () => true);
+  }
+
+  /** The folder but its config files (config.pbtxt, config.json, configs/): a change there alone may be an in-place update. */
+  async filesFingerprint(model: string): Promise<string> {
+    return this.hashFolder(model, (rel) => rel !== 'config.pbtxt' && rel !== 'config.json' && !/^configs[\\/]/.test(rel));
+  }
+
+  private async hashFolder(model: string, keep: (rel: string) => boolean): Promise<string> {
+    const files: { rel: string; line: string }[] = [];
     const dir = inside(this.location, model);
-    if (existsSync(dir)) await walk(dir, dir, lines);
-    return createHash('sha1').update(lines.sort().join('\n')).digest('hex');
+    if (existsSync(dir)) await walk(dir, dir, files);
+    return createHash('sha1').update(files.filter((f) => keep(f.rel)).map((f) => f.line).sort().join('\n')).digest('hex');
   }
 }
 

@@ -122,13 +122,14 @@ function canonical(v: unknown): string {
 }
 
 /**
- * What a changed configuration needs when a loaded model is reloaded: nothing, an in-place change
- * of instance counts, or a full reload. Compared through the JSON form, so a field written as its
- * default equals an absent one (as protobuf compares them). Like Triton's
- * ConfigChangeRequiresReload, version_policy is ignored here: the repository re-derives the set of
- * versions on every load and loads or unloads versions on its own.
+ * What a changed configuration needs when a loaded model is reloaded: nothing, an in-place update of
+ * its instances (any change confined to `instance_group`, as Triton's ConfigChangeRequiresReload
+ * allows: repository/instance-update.ts), or a full reload. Compared through the JSON form, so a
+ * field written as its default equals an absent one (as protobuf compares them). Like Triton,
+ * version_policy is ignored here: the repository re-derives the set of versions on every load and
+ * loads or unloads versions on its own.
  */
-export function configDiff(a: ModelConfig, b: ModelConfig): 'none' | 'instance_count' | 'full' {
+export function configDiff(a: ModelConfig, b: ModelConfig): 'none' | 'instance_group' | 'full' {
   const ja = modelConfigToJson(a);
   const jb = modelConfigToJson(b);
   const rest = (j: Record<string, unknown>): string => {
@@ -136,10 +137,5 @@ export function configDiff(a: ModelConfig, b: ModelConfig): 'none' | 'instance_c
     return canonical(others);
   };
   if (rest(ja) !== rest(jb)) return 'full';
-  const ga = ja.instance_group as Record<string, unknown>[];
-  const gb = jb.instance_group as Record<string, unknown>[];
-  if (canonical(ga) === canonical(gb)) return 'none';
-  if (ga.length !== gb.length) return 'full';
-  const shape = (g: Record<string, unknown>): string => canonical({ ...g, name: '', count: 0 });
-  return ga.every((g, i) => shape(g) === shape(gb[i]!)) ? 'instance_count' : 'full';
+  return canonical(ja.instance_group) === canonical(jb.instance_group) ? 'none' : 'instance_group';
 }

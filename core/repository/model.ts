@@ -19,6 +19,7 @@ import { configTypeToDatatype } from '../config/pipeline.js';
 import { withChosenAccelerators } from '../config/accelerators.js';
 import { tracedInstance } from '../trace.js';
 import { warmUpInstance, warmupSamples } from './warmup.js';
+import { instanceSpecs, planInstanceUpdate } from './instance-update.js';
 import type { ResponseCache } from '../cache.js';
 import type { MetricsRegistry } from '../metrics.js';
 import type { ModelRateLimit, RateLimiter } from '../scheduling/rate-limiter.js';
@@ -45,6 +46,8 @@ export interface LoadOptions {
   schedulerDelay?: SchedulerDelay;
   /** The repository it was loaded from, under `--model-namespacing` (see RepositoryOptions.namespace). */
   namespace?: string;
+  /** The model's files but its config, as they were read for this load (instance-update.ts compares it). */
+  filesFingerprint?: string;
 }
 
 export class ModelVersion {
@@ -53,7 +56,9 @@ export class ModelVersion {
   /** The repository it came from, under `--model-namespacing` (its metrics carry it as Triton's `namespace` label). */
   readonly namespace?: string;
   private readonly versionString: string;
-  readonly config: ModelConfig;
+  /** Replaced only by an in-place instance update, which changes nothing but `instance_group`. */
+  config: ModelConfig;
+  readonly filesFingerprint?: string;
   readonly stats = new ModelStats();
   readonly labels = new Map<string, string[]>();
   /** Fixed once loaded (an ensemble learns it from its steps while loading). */
@@ -68,6 +73,10 @@ export class ModelVersion {
   private backendModel?: BackendModel;
   private scheduler?: Scheduler;
   private rateLimit?: ModelRateLimit;
+  /** Instances an update removed that still finish their work, and their finalizations under way. */
+  private readonly retiring = new Set<BackendInstance>();
+  private readonly finalizing = new Set<Promise<void>>();
+  private readonly files: ModelFiles;
   private readonly clock: Clock;
   private readonly log: Logger;
   private cache?: ResponseCache;
@@ -81,6 +90,8 @@ export class ModelVersion {
     this.versionString = String(opts.version);
     this.config = opts.config;
     this.loadedConfig = opts.config;
+    this.filesFingerprint = opts.filesFingerprint;
+    this.files = opts.files;
     this.clock = opts.clock;
     this.log = opts.log;
     this.decoupled = opts.config.model_transaction_policy?.decoupled === true;
@@ -109,19 +120,9 @@ export class ModelVersion {
       }
       // Bad warmup settings fail the load before any instance starts.
       const samples = await warmupSamples(opts.config, opts.files, opts.log);
-      const specs: InstanceSpec[] = [];
-      for (const [g, group] of (opts.config.instance_group ?? []).entries()) {
-        const kind = (group.kind === 'KIND_GPU' || group.kind === 'KIND_MODEL') ? group.kind : 'KIND_CPU';
-        const devices = kind === 'KIND_GPU' && group.gpus && group.gpus.length > 0 ? group.gpus : [-1];
-        for (const deviceId of devices) {
-          for (let c = 0; c < (group.count ?? 1); c++) {
-            specs.push({ name: `${group.name}_${c}`, kind, deviceId, index: specs.length, ...(group.passive ? { passive: true } : {}) });
-            mv.groupOf.push(g);
-          }
-        }
-      }
-      if (specs.length === 0 && opts.config.platform !== 'ensemble') specs.push({ name: `${mv.name}_0`, kind: 'KIND_CPU', deviceId: -1, index: 0 });
-      await mv.createInstances(specs);
+      const placed = instanceSpecs(opts.config, mv.name);
+      mv.groupOf = placed.map((p) => p.group);
+      mv.instances = await mv.createInstances(placed.map((p) => p.spec));
       if (samples.length > 0) {
         const t1 = opts.clock.nowNs();
         await Promise.all(mv.instances.filter((inst) => !inst.spec.passive).map((inst) => warmUpInstance(opts.config, inst, samples, opts.log)));
@@ -155,16 +156,93 @@ export class ModelVersion {
    * loads in about the time of one). Every instance created is kept in `instances`, so a failure
    * frees them all; the first failure is thrown once every creation is over.
    */
-  private async createInstances(specs: readonly InstanceSpec[]): Promise<void> {
+  private async createInstances(specs: readonly InstanceSpec[]): Promise<BackendInstance[]> {
+    const created: BackendInstance[] = [];
     const create = async (spec: InstanceSpec) => tracedInstance(await this.backendModel!.createInstance(spec), this.clock);
-    if (!this.backendModel!.parallelInstances || specs.length < 2) {
-      for (const spec of specs) this.instances.push(await create(spec));
-      return;
+    try {
+      if (!this.backendModel!.parallelInstances || specs.length < 2) {
+        for (const spec of specs) created.push(await create(spec));
+        return created;
+      }
+      const settled = await Promise.allSettled(specs.map(create));
+      for (const r of settled) if (r.status === 'fulfilled') created.push(r.value);
+      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+      return created;
+    } catch (err) {
+      await this.unloadInstances(created);
+      throw err;
     }
-    const settled = await Promise.allSettled(specs.map(create));
-    for (const r of settled) if (r.status === 'fulfilled') this.instances.push(r.value);
-    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed) throw failed.reason;
+  }
+
+  /** Whether `updateInstances` can change this version's instances (its scheduler can take them in and out). */
+  canUpdateInstances(): boolean {
+    return this.state === 'READY' && this.backendModel !== undefined && this.scheduler?.addInstances !== undefined && this.scheduler.retireInstance !== undefined
+      && !this.instances.some((inst) => inst.spec.passive);
+  }
+
+  /**
+   * Changes the instances in place to what `config` asks for (it differs from the loaded config in
+   * `instance_group` only; see instance-update.ts). The new instances are created and warmed up while
+   * the others serve, then join the scheduler; the removed ones leave it at once and are finalized
+   * when their work is over: awaited here, except for instances kept on for the sequences bound to them.
+   * On a failure nothing has changed and the error is thrown.
+   */
+  async updateInstances(config: ModelConfig): Promise<void> {
+    const before = this.instances.length;
+    const oldGroups = this.config.instance_group ?? [];
+    const plan = planInstanceUpdate(
+      this.instances.map((instance, i) => ({ instance, group: oldGroups[this.groupOf[i] ?? -1] })), config, this.name,
+      new Set([...this.retiring].map((i) => i.spec.name)),
+    );
+    const groups = config.instance_group ?? [];
+    const samples = plan.add.length > 0 ? await warmupSamples(config, this.files, this.log) : [];
+    const added = await this.createInstances(plan.add.map((p) => p.spec));
+    try {
+      if (samples.length > 0) await Promise.all(added.map((inst) => warmUpInstance(config, inst, samples, this.log)));
+      this.rateLimit?.add(added, plan.add.map((p) => groups[p.group]));
+    } catch (err) {
+      await this.unloadInstances(added);
+      throw err;
+    }
+    this.scheduler!.addInstances!(added);
+    this.instances = [...plan.keep.map((k) => k.instance), ...added];
+    this.groupOf = [...plan.keep.map((k) => k.group), ...plan.add.map((p) => p.group)];
+    this.config = config;
+    this.loadedConfig = this.configAsLoaded();
+    const waits: Promise<void>[] = [];
+    let lingering = 0;
+    for (const inst of plan.remove) {
+      const { done, lingers } = this.scheduler!.retireInstance!(inst);
+      this.retiring.add(inst);
+      const finished = done.then(() => this.finalizeRetired(inst));
+      if (lingers) lingering++;
+      else waits.push(finished);
+    }
+    this.log.info(`model '${this.name}' version ${this.version}: instances ${before} -> ${this.instances.length}, ${added.length} added, ${plan.keep.length} kept, ${plan.remove.length} removed${lingering > 0 ? ` (${lingering} of them once the sequences they hold end)` : ''}`);
+    await Promise.all(waits);
+  }
+
+  /** Finalizes an instance an update removed, once it runs nothing (unless the version's unload got to it first). */
+  private finalizeRetired(inst: BackendInstance): Promise<void> {
+    if (!this.retiring.delete(inst)) return Promise.resolve();
+    this.rateLimit?.remove(inst);
+    const p = this.unloadInstances([inst]).then(() => {
+      this.finalizing.delete(p);
+      this.log.verbose(1, `model '${this.name}' version ${this.version}: removed instance ${inst.spec.name} finalized`);
+    });
+    this.finalizing.add(p);
+    return p;
+  }
+
+  private async unloadInstances(list: readonly BackendInstance[]): Promise<void> {
+    for (const inst of list) {
+      try {
+        await inst.unload();
+      } catch (err) {
+        this.log.warn(`model '${this.name}' version ${this.version}: instance ${inst.spec.name} failed to unload: ${String(err)}`);
+      }
+    }
   }
 
   /**
@@ -412,13 +490,10 @@ export class ModelVersion {
   private async freeParts(): Promise<void> {
     this.rateLimit?.unregister();
     this.rateLimit = undefined;
-    for (const inst of this.instances) {
-      try {
-        await inst.unload();
-      } catch (err) {
-        this.log.warn(`model '${this.name}' version ${this.version}: instance ${inst.spec.name} failed to unload: ${String(err)}`);
-      }
-    }
+    const retiring = [...this.retiring];
+    this.retiring.clear();
+    await this.unloadInstances([...this.instances, ...retiring]);
+    await Promise.all(this.finalizing);
     this.instances = [];
     try {
       await this.backendModel?.unload();

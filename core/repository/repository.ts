@@ -15,6 +15,7 @@ import { TsiError, asTsiError } from '../errors.js';
 import { checkEnsembleSteps, type StepConfigs } from '../config/ensemble-check.js';
 import type { ModelConfig } from '../config/model-config.js';
 import { ModelVersion, type ModelState } from './model.js';
+import { reloadInPlace } from './instance-update.js';
 import type { Clock, Logger } from '../types.js';
 import type { ResponseCache } from '../cache.js';
 import type { MetricsRegistry } from '../metrics.js';
@@ -34,6 +35,8 @@ export interface RepositorySource {
   files(model: string): ModelFiles;
   /** Changes whenever anything in the model folder changes (poll mode). */
   fingerprint?(model: string): Promise<string>;
+  /** Like `fingerprint`, blind to the model's config files: absent, every changed config is a full reload. */
+  filesFingerprint?(model: string): Promise<string>;
 }
 
 export interface RepositoryOptions {
@@ -274,7 +277,9 @@ export class ModelRepository {
     };
     let config: ModelConfig;
     let versions: number[];
+    let filesFingerprint: string | undefined;
     try {
+      filesFingerprint = overrides?.files ? undefined : await found?.filesFingerprint?.(name);
       const fingerprint = await found?.fingerprint?.(name);
       // Set before the config is read, so a poll retries a broken model once its folder changes, not every time.
       e.fingerprint = fingerprint;
@@ -296,6 +301,14 @@ export class ModelRepository {
     if (config.platform === 'ensemble') {
       await checkEnsembleSteps(config, this.stepConfigs(this.opts.stepSources ? await this.opts.stepSources() : repos)).catch((err: unknown) => refuse(err, (msg) => `Invalid argument: ${msg}`));
     }
+    // Only instance_group changed, or nothing: the loaded versions change in place (instance-update.ts).
+    const inPlace = wasReady && !overrides?.files && await reloadInPlace({ name, loaded: e.versions, failed: e.unavailable.size, versions, config, filesFingerprint, log })
+      .catch((err: unknown) => refuse(err, (msg) => `failed to update the instances of '${name}': ${msg}`));
+    if (inPlace) {
+      e.configOverride = overrides?.configJson !== undefined ? { fingerprint: e.fingerprint } : undefined;
+      e.state = 'READY';
+      return;
+    }
     const backendName = config.platform === 'ensemble' ? 'ensemble' : config.backend!;
     const backend = await this.opts.backends.get(backendName);
     if (!backend) {
@@ -313,7 +326,7 @@ export class ModelRepository {
         log.info(`loading: ${name}:${v}`);
         const loadOnce = () => ModelVersion.load({
           name, version: v, config, backend, files, clock: this.opts.clock, log, server: this.opts.server, cache: this.opts.cache,
-          metrics: this.opts.metrics, rateLimiter: this.opts.rateLimiter, schedulerDelay: this.opts.schedulerDelay,
+          metrics: this.opts.metrics, rateLimiter: this.opts.rateLimiter, schedulerDelay: this.opts.schedulerDelay, filesFingerprint,
           namespace: this.opts.namespace,
         });
         let mv: ModelVersion | undefined;

@@ -12,7 +12,7 @@
  * Backends receive the requests of a batch and answer each one; nothing is split here.
  */
 
-import type { ResponsePayload } from '../backend.js';
+import type { BackendInstance, ResponsePayload } from '../backend.js';
 import { TsiError } from '../errors.js';
 import type { ModelConfig } from '../config/model-config.js';
 import { RequestQueue, timeoutExpiredError } from './queue.js';
@@ -290,6 +290,15 @@ export class DynamicBatchScheduler implements Scheduler {
 
   queued(): number {
     return this.queue.size;
+  }
+
+  addInstances(instances: readonly BackendInstance[]): void {
+    for (const inst of instances) this.pool.add(inst);
+  }
+
+  /** The queue feeds every instance, so nothing is bound to the one leaving: it goes once its batch ends. */
+  retireInstance(instance: BackendInstance): { done: Promise<void>; lingers: boolean } {
+    return { done: this.pool.retire(instance), lingers: false };
   }
 
   /** Re-entrant calls (a response handler enqueueing, say) fold into the running loop. */

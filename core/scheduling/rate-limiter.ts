@@ -20,7 +20,7 @@
 import { TsiError } from '../errors.js';
 import type { ModelInstanceGroup } from '../config/model-config.js';
 import type { Duration } from '../stats.js';
-import type { Clock } from '../types.js';
+import type { Clock, Logger } from '../types.js';
 
 export type RateLimitMode = 'off' | 'execution_count';
 
@@ -104,9 +104,11 @@ export class RateLimiter {
   private readonly staged: Entry[] = [];
   private seq = 0;
   private readonly clock: Clock;
+  private readonly log?: Logger;
 
-  constructor(opts: { mode?: RateLimitMode; resources?: readonly ResourceLimit[]; clock: Clock }) {
+  constructor(opts: { mode?: RateLimitMode; resources?: readonly ResourceLimit[]; clock: Clock; log?: Logger }) {
     this.clock = opts.clock;
+    this.log = opts.log;
     this.mode = opts.mode ?? 'off';
     this.explicit = opts.resources ?? [];
   }
@@ -118,29 +120,51 @@ export class RateLimiter {
    */
   register(model: string, version: number, instances: readonly LimitedInstanceRef[], groups: readonly (ModelInstanceGroup | undefined)[]): ModelRateLimit | undefined {
     if (this.mode === 'off') return undefined;
-    const label = `model '${model}' version ${version}`;
-    const gate = new ModelRateLimit(this, label);
-    instances.forEach((inst, i) => {
-      const rl = groups[i]?.rate_limiter;
-      const needs: ResourceMap = new Map();
-      for (const r of rl?.resources ?? []) {
-        if (!r.name) throw new TsiError('INVALID_ARG', `${label}: a rate_limiter resource has no name`);
-        const key = r.global ? GLOBAL : String(inst.spec.deviceId);
-        const byName = needs.get(key) ?? new Map<string, number>();
-        byName.set(r.name, (byName.get(r.name) ?? 0) + Number(r.count ?? 0));
-        needs.set(key, byName);
-      }
-      gate.entries.set(inst, { model: label, priority: Number(rl?.priority ?? 0), needs, execCount: 0, seq: 0, stagedNs: 0, owner: gate });
-    });
+    const gate = new ModelRateLimit(this, `model '${model}' version ${version}`);
     this.models.add(gate);
     try {
-      this.updateLimits();
+      this.addInstances(gate, instances, groups);
     } catch (err) {
       this.models.delete(gate);
-      this.updateLimits();
       throw err;
     }
     return gate;
+  }
+
+  /**
+   * @internal Adds instances to a registered gate (a load, or an in-place instance update); on a
+   * refusal (see `register`) the gate and the limits are as they were.
+   */
+  addInstances(gate: ModelRateLimit, instances: readonly LimitedInstanceRef[], groups: readonly (ModelInstanceGroup | undefined)[]): void {
+    const label = gate.label;
+    const added: LimitedInstanceRef[] = [];
+    try {
+      instances.forEach((inst, i) => {
+        const rl = groups[i]?.rate_limiter;
+        const needs: ResourceMap = new Map();
+        for (const r of rl?.resources ?? []) {
+          if (!r.name) throw new TsiError('INVALID_ARG', `${label}: a rate_limiter resource has no name`);
+          const key = r.global ? GLOBAL : String(inst.spec.deviceId);
+          const byName = needs.get(key) ?? new Map<string, number>();
+          byName.set(r.name, (byName.get(r.name) ?? 0) + Number(r.count ?? 0));
+          needs.set(key, byName);
+        }
+        gate.entries.set(inst, { model: label, priority: Number(rl?.priority ?? 0), needs, execCount: 0, seq: 0, stagedNs: 0, owner: gate });
+        added.push(inst);
+      });
+      this.updateLimits();
+    } catch (err) {
+      for (const inst of added) gate.entries.delete(inst);
+      this.updateLimits();
+      throw err;
+    }
+  }
+
+  /** @internal Drops an instance that runs nothing any more (an in-place update removed it): the limits may shrink. */
+  removeInstance(gate: ModelRateLimit, inst: LimitedInstanceRef): void {
+    if (!gate.entries.delete(inst)) return;
+    this.updateLimits();
+    this.attempt();
   }
 
   /** The counts available now, by device (`global` for global resources), for statistics and tests. */
@@ -226,7 +250,20 @@ export class RateLimiter {
         m.set(name, count);
       }
     }
+    this.logLimits(limits);
     this.limits = limits;
+  }
+
+  /**
+   * Triton's verbose account of the counts whenever they change, one line per resource. Its log
+   * escapes a message's tabs as the two characters `\t`, and log readers (its qa suites) match that
+   * text, so the line carries it the same way.
+   */
+  private logLimits(limits: ResourceMap): void {
+    if (!this.log) return;
+    const text = (m: ResourceMap) => [...m].map(([key, byName]) => [...byName].map(([name, n]) => `Device: ${key} Resource: ${name}\\t Count: ${n}`).join('; ')).join('; ');
+    const now = text(limits);
+    if (now !== text(this.limits)) this.log.verbose(1, `rate limiter: max resource counts now ${now || 'none'}`);
   }
 }
 
@@ -254,6 +291,16 @@ export class ModelRateLimit {
   release(inst: LimitedInstanceRef): void {
     const e = this.entries.get(inst);
     if (e) this.limiter.release(e);
+  }
+
+  /** New instances of an in-place update; throws, changing nothing, when the limiter refuses their needs. */
+  add(instances: readonly LimitedInstanceRef[], groups: readonly (ModelInstanceGroup | undefined)[]): void {
+    this.limiter.addInstances(this, instances, groups);
+  }
+
+  /** An instance an in-place update removed, once it runs nothing. */
+  remove(inst: LimitedInstanceRef): void {
+    this.limiter.removeInstance(this, inst);
   }
 
   /** Removes the model's instances once it has unloaded (nothing of it executes any more). */

@@ -33,6 +33,17 @@ export interface Scheduler {
    * START, no unknown id), so the sequences clients are in the middle of can finish.
    */
   closeSequences?(): void;
+  /**
+   * An in-place instance update (repository/instance-update.ts): work goes to these new instances
+   * too from now on. Both methods or neither: without them an instance change is a full reload.
+   */
+  addInstances?(instances: readonly BackendInstance[]): void;
+  /**
+   * Takes an instance out of service: nothing new goes to it, and `done` resolves once it has nothing
+   * left to run (its batch in flight finished; for the sequence batcher, the sequences bound to it
+   * ended or were reaped, and `lingers` says whether any were). A stopping scheduler resolves it too.
+   */
+  retireInstance?(instance: BackendInstance): { done: Promise<void>; lingers: boolean };
 }
 
 export interface SchedulerContext {
@@ -66,16 +77,47 @@ export interface SchedulerDelay {
 
 export const STOPPING_MESSAGE = 'Server is stopping, scheduler for model has stopped accepting new inference requests';
 
-/** Free/busy bookkeeping of a model version's instances; `onFree` fires whenever one frees up. */
+/**
+ * Free/busy bookkeeping of a model version's instances; `onFree` fires whenever one frees up. The
+ * members change only by an in-place instance update: `add`, and `retire`, which waits for the
+ * instance's batch in flight (and any batch queued behind it) before letting it go.
+ */
 export class InstancePool {
   private readonly free: BackendInstance[];
+  private readonly members: BackendInstance[];
   /** Instances with a batch queued behind the running one, and what to do when that batch starts. */
   private readonly behind = new Map<BackendInstance, (() => void)[]>();
+  /** Busy instances taken out of service, with what to call once their last batch is over. */
+  private readonly retiring = new Map<BackendInstance, () => void>();
   private waiters: (() => void)[] = [];
   private busyCount = 0;
 
-  constructor(readonly instances: readonly BackendInstance[], private readonly onFree: () => void) {
+  constructor(instances: readonly BackendInstance[], private readonly onFree: () => void) {
+    this.members = [...instances];
     this.free = [...instances];
+  }
+
+  get instances(): readonly BackendInstance[] {
+    return this.members;
+  }
+
+  /** A new instance, free at once. */
+  add(inst: BackendInstance): void {
+    this.members.push(inst);
+    this.free.push(inst);
+    this.onFree();
+  }
+
+  /** Takes an instance out of the pool; resolves once it runs nothing (at once if it is free). */
+  retire(inst: BackendInstance): Promise<void> {
+    const m = this.members.indexOf(inst);
+    if (m >= 0) this.members.splice(m, 1);
+    const f = this.free.indexOf(inst);
+    if (f >= 0) {
+      this.free.splice(f, 1);
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.retiring.set(inst, resolve));
   }
 
   /** The first free instance in configuration order, or undefined. */
@@ -117,7 +159,7 @@ export class InstancePool {
    */
   acquireBehind(): BackendInstance | undefined {
     let best: BackendInstance | undefined;
-    for (const inst of this.instances) {
+    for (const inst of this.members) {
       if (!inst.pipelined || this.behind.has(inst) || this.free.includes(inst)) continue;
       if (!best || inst.spec.index < best.spec.index) best = inst;
     }
@@ -144,8 +186,11 @@ export class InstancePool {
       this.onFree();
       return;
     }
-    this.free.push(inst);
+    const retired = this.retiring.get(inst);
+    if (retired) this.retiring.delete(inst);
+    else this.free.push(inst);
     this.busyCount--;
+    retired?.();
     if (this.busyCount === 0) {
       const w = this.waiters;
       this.waiters = [];

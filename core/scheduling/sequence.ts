@@ -84,6 +84,8 @@ interface Lane {
   timer: WakeTimer;
   /** Oldest strategy: sequence heads to wait for before this instance's first batch (SchedulerDelay). */
   holdFor: number;
+  /** Set once an instance update removed the instance: called when its last sequence is gone. */
+  retired?: () => void;
 }
 
 const datatypeOf = (t: ConfigDataType | undefined): DataType =>
@@ -134,6 +136,7 @@ export class SequenceBatcher implements Scheduler {
   private readonly states: StateSpec[] = [];
   private readonly stateOutputNames: string[];
   private readonly pool: InstancePool;
+  private readonly perInstance: number;
   private readonly lanes: Lane[] = [];
   private readonly freeSlots: Slot[] = [];
   private readonly seqs = new Map<string, Sequence>();
@@ -184,16 +187,59 @@ export class SequenceBatcher implements Scheduler {
     const hold = Math.max(0, ctx.delay?.requests ?? 0);
     this.holdFor = this.oldest ? 0 : hold;
     this.backlogHoldFor = this.oldest ? 0 : Math.max(0, ctx.delay?.backlog ?? 0);
+    this.perInstance = perInstance;
     this.pool = new InstancePool(ctx.instances, () => this.dispatch());
-    for (const instance of ctx.instances) {
-      const timer = new WakeTimer(ctx.clock, () => this.dispatch());
-      const lane: Lane = { instance, slots: [], timer, holdFor: this.oldest ? hold : 0 };
-      for (let i = 0; i < perInstance; i++) lane.slots.push({ lane, index: i, queue: [] });
-      this.lanes.push(lane);
-    }
+    for (const instance of ctx.instances) this.lanes.push(this.lane(instance, this.oldest ? hold : 0));
     // Slot 0 of every instance first, then slot 1, ...: sequences spread over instances.
     for (let i = 0; i < perInstance; i++) for (const lane of this.lanes) this.freeSlots.push(lane.slots[i]!);
     this.reaper = new WakeTimer(ctx.clock, () => this.reap());
+  }
+
+  private lane(instance: BackendInstance, holdFor: number): Lane {
+    const timer = new WakeTimer(this.ctx.clock, () => this.dispatch());
+    const lane: Lane = { instance, slots: [], timer, holdFor };
+    for (let i = 0; i < this.perInstance; i++) lane.slots.push({ lane, index: i, queue: [] });
+    return lane;
+  }
+
+  /** New instances' slots serve the backlog first, then join the free list in its order. */
+  addInstances(instances: readonly BackendInstance[]): void {
+    for (const instance of instances) {
+      const lane = this.lane(instance, 0);
+      this.lanes.push(lane);
+      this.pool.add(instance);
+      for (const slot of lane.slots) this.offer(slot);
+    }
+    this.dispatch();
+  }
+
+  /**
+   * As Triton: a removed instance takes no new sequence, and the sequences bound to it go on there
+   * until they end (or are reaped); then it leaves. Its free slots leave the free list at once.
+   */
+  retireInstance(instance: BackendInstance): { done: Promise<void>; lingers: boolean } {
+    const lane = this.lanes.find((l) => l.instance === instance);
+    if (!lane) return { done: this.pool.retire(instance), lingers: false };
+    for (const slot of lane.slots) {
+      const at = this.freeSlots.indexOf(slot);
+      if (at >= 0) this.freeSlots.splice(at, 1);
+    }
+    const lingers = lane.slots.some((s) => s.key !== undefined || s.queue.length > 0);
+    const done = new Promise<void>((resolve) => (lane.retired = resolve));
+    this.leaveIfIdle(lane);
+    return { done, lingers };
+  }
+
+  /** A retired lane with no sequence bound and nothing queued leaves, once its instance's batch is over. */
+  private leaveIfIdle(lane: Lane): void {
+    const retired = lane.retired;
+    if (!retired || lane.slots.some((s) => s.key !== undefined || s.queue.length > 0)) return;
+    lane.retired = undefined;
+    this.lanes.splice(this.lanes.indexOf(lane), 1);
+    // A dispatch pass iterating the lanes would skip the one after it: go round again.
+    if (this.dispatching) this.again = true;
+    lane.timer.clear();
+    void this.pool.retire(lane.instance).then(retired);
   }
 
   enqueue(r: PendingRequest): void {
@@ -365,6 +411,12 @@ export class SequenceBatcher implements Scheduler {
     if (slot.key === undefined || slot.queue.length > 0) return;
     if (this.seqs.get(slot.key)?.slot === slot) return;
     slot.key = undefined;
+    if (slot.lane.retired) this.leaveIfIdle(slot.lane);
+    else this.offer(slot);
+  }
+
+  /** An empty slot goes to the oldest backlogged sequence, else to the free list. */
+  private offer(slot: Slot): void {
     const next = this.backlog.shift();
     if (next) this.bind(slot, next.key, next.items);
     else {
@@ -430,8 +482,10 @@ export class SequenceBatcher implements Scheduler {
         batch.push(pad);
       }
     }
-    for (const item of taken) if (item) this.maybeRelease(item.slot!);
+    // Taken before any slot is released: a released slot may let a removed instance leave, which must
+    // then wait for this batch.
     this.pool.acquireExact(lane.instance);
+    for (const item of taken) if (item) this.maybeRelease(item.slot!);
     void runExecution(this.ctx, this.pool, lane.instance, batch, { uncounted: padding });
   }
 
@@ -620,6 +674,11 @@ export class SequenceBatcher implements Scheduler {
     this.dispatch();
     if (this.queued() > 0 || this.pool.busy > 0) await new Promise<void>((r) => (this.drained = r));
     this.reaper.clear();
-    for (const lane of this.lanes) lane.timer.clear();
+    for (const lane of this.lanes) {
+      lane.timer.clear();
+      // Nothing runs any more: instances kept for their sequences may go now.
+      lane.retired?.();
+      lane.retired = undefined;
+    }
   }
 }

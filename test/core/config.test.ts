@@ -533,10 +533,10 @@ instance_group { kind: KIND_CPU count: 1 }`;
     expect(configDiff(norm(text), norm(`${text}\nruntime: ""\nparameters []`))).toBe('none');
   });
 
-  it('applies instance-count changes in place and reloads for anything else', () => {
-    expect(configDiff(norm(text), norm(text.replace('count: 1', 'count: 3')))).toBe('instance_count');
-    expect(configDiff(norm(text), norm(text.replace('KIND_CPU', 'KIND_MODEL')))).toBe('full');
-    expect(configDiff(norm(text), norm(`${text}\ninstance_group { kind: KIND_CPU }`))).toBe('full');
+  it('applies instance_group changes in place and reloads for anything else', () => {
+    expect(configDiff(norm(text), norm(text.replace('count: 1', 'count: 3')))).toBe('instance_group');
+    expect(configDiff(norm(text), norm(text.replace('KIND_CPU', 'KIND_MODEL')))).toBe('instance_group');
+    expect(configDiff(norm(text), norm(`${text}\ninstance_group { kind: KIND_CPU }`))).toBe('instance_group');
     expect(configDiff(norm(text), norm(text.replace('max_batch_size: 4', 'max_batch_size: 8')))).toBe('full');
     expect(configDiff(norm(text), norm(`${text}\nparameters { key: "k" value { string_value: "v" } }`))).toBe('full');
   });
