@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { identityModel, slowModel } from '../../scripts/gen-models.js';
+import { grpcClient } from '../helpers/grpc.js';
 import { expectComputeOverlap } from '../helpers/overlap.js';
 import { MODELS, blockingJsModel, getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
@@ -72,7 +73,7 @@ dynamic_batching: {
     'builtin_dyna/1/.keep': '',
   });
   // Traces (off until a test turns them on for a model) give the server's own compute timestamps.
-  s = await startTestServer({ modelRepositories: [repo.path], trace: { file: join(repo.path, 'trace.json') } });
+  s = await startTestServer({ modelRepositories: [repo.path], trace: { file: join(repo.path, 'trace.json') }, grpcPort: 0, grpcAddress: '127.0.0.1' });
 }, 60_000);
 
 afterAll(async () => {
@@ -164,6 +165,27 @@ describe('dynamic batching over HTTP', () => {
     }
     // The rest of the document is unchanged, and still JSON.
     expect(JSON.parse(text).dynamic_batching.priority_levels).toBe(18446744073709551615);
+  });
+
+  it("carries them exactly in gRPC's ModelConfig too: a grpc-js client with our proto reads every digit back", async () => {
+    // proto-loader hands uint64 fields over as decimal strings (longs: String), so nothing rounds on this side.
+    const client = grpcClient(`127.0.0.1:${s.grpc!.port}`);
+    try {
+      const { config } = await client.call('ModelConfig', { name: 'max_priority_level' });
+      expect(config.dynamic_batching.priority_levels).toBe('18446744073709551615');
+      expect(config.dynamic_batching.default_priority_level).toBe('4294967295');
+      // protobufjs names a 64-bit map key by its 8 bytes, little-endian, one char each.
+      const policies = Object.entries(config.dynamic_batching.priority_queue_policy as Record<string, unknown>)
+        .map(([k, v]) => [[...k].reduceRight((n, c) => (n << 8n) | BigInt(c.charCodeAt(0)), 0n).toString(), v]);
+      expect(policies.map(([k]) => k)).toEqual(['4294967296']);
+      expect(policies[0]![1]).toMatchObject({
+        timeout_action: 'REJECT', default_timeout_microseconds: '18446744073709551615', allow_timeout_override: true, max_queue_size: 10,
+      });
+      // A value inside 2^53 is its plain number, as before.
+      expect((await client.call('ModelConfig', { name: 'prio' })).config.dynamic_batching.priority_levels).toBe('2');
+    } finally {
+      client.close();
+    }
   });
 
   it.each([['prio', 2], ['prio_max', 4294967297]])('%s: serves priority 1 before the default level, then priority %d', async (model, low) => {
