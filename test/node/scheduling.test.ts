@@ -71,6 +71,24 @@ dynamic_batching: {
     'builtin_dyna/config.pbtxt': readFileSync(join(MODELS, 'simple_string_dyna_sequence', 'config.pbtxt'), 'utf8')
       .replace('name: "simple_string_dyna_sequence"', 'name: "builtin_dyna"').replace('backend: "javascript"', 'backend: "dyna_sequence"'),
     'builtin_dyna/1/.keep': '',
+    // qa's custom_sequence_int32 as L0_sequence_stress makes its models2: Triton's `sequence` backend,
+    // max_batch_size 2 and two instances (4 slots), a 3 ms execution delay.
+    'builtin_seq/config.pbtxt': `name: "builtin_seq"
+backend: "sequence"
+max_batch_size: 2
+sequence_batching {
+  max_sequence_idle_microseconds: 1000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+parameters [ { key: "execute_delay_ms" value: { string_value: "3" } } ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
+`,
+    'builtin_seq/1/.keep': '',
   });
   // Traces (off until a test turns them on for a model) give the server's own compute timestamps.
   s = await startTestServer({ modelRepositories: [repo.path], trace: { file: join(repo.path, 'trace.json') }, grpcPort: 0, grpcAddress: '127.0.0.1' });
@@ -265,6 +283,17 @@ describe('sequence batching over HTTP', () => {
     const bad = await step('builtin_dyna', 'abc', 1, { start: true });
     expect(bad.status).toBe(400);
     expect(bad.body.error).toContain('dyna sequence backend expects correlation ID to be decodable into an integer');
+  }, 30_000);
+
+  it("accumulates per batch slot on Triton's sequence backend, built in: 6 sequences over 4 slots of 2 instances (L0_sequence_stress's model)", async () => {
+    const xs = [[1, 2, 3, 4], [10, 20, 30], [100, 200], [5, 5, 5, 5, 5], [7, -7, 7], [3]];
+    const results = await Promise.all(xs.map((x, i) => sequence('builtin_seq', 900 + i, x)));
+    results.forEach((r, i) => expect(r).toEqual(sums(xs[i]!)));
+    // Every element of OUTPUT is the accumulator; more than one timestep in a request is refused.
+    const wide = await infer('builtin_seq', { parameters: { sequence_id: 990, sequence_start: true }, inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 3], data: [1, 2, 3] }] });
+    expect(wide.body.outputs[0]).toMatchObject({ shape: [1, 3], data: [6, 6, 6] });
+    const two = await infer('builtin_seq', { parameters: { sequence_id: 991, sequence_start: true }, inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [2, 1], data: [1, 2] }] });
+    expect(two.status).toBe(400);
   }, 30_000);
 
   it('rejects unknown sequences and batched requests with Triton\'s texts', async () => {
