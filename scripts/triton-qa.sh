@@ -259,7 +259,7 @@ prepare() {
     L0_dyna_sequence_batcher)
       # Triton's image has libtriton_dyna_sequence.so in the version folder; tsi builds the backend in.
       mkdir -p "$QA_WORK/qa/custom_models/custom_dyna_sequence_int32/1" ;;
-    L0_sequence_stress)
+    L0_sequence_stress|L0_rate_limiter)
       # The same for libtriton_sequence.so (tsi's built-in `sequence` backend).
       mkdir -p "$QA_WORK/qa/custom_models/custom_sequence_int32/1" ;;
     L0_grpc_state_cleanup|L0_decoupled)
