@@ -11,7 +11,7 @@
 import { BackendRegistry, type InferOptions, type InProcessServer } from './backend.js';
 import type { ResponseCache } from './cache.js';
 import { RateLimiter, type RateLimitMode, type ResourceLimit } from './scheduling/rate-limiter.js';
-import { configJsonText, modelConfigToJson } from './config/pipeline.js';
+import { configJsonText, modelConfigToJson, modelConfigToProtoObject } from './config/pipeline.js';
 import { createEnsembleBackend } from './ensemble.js';
 import { registerTestBackends } from './test-backends/index.js';
 import { TsiError, asTsiError } from './errors.js';
@@ -243,6 +243,11 @@ export class InferenceServer implements InProcessServer {
 
   modelConfig(name: string, version?: string): Record<string, unknown> {
     return modelConfigToJson(this.repository.get(name, version).loadedConfig);
+  }
+
+  /** modelConfig as gRPC's ModelConfig carries it: 64-bit values past 2^53 as the digits the file wrote (strings). */
+  modelConfigMessage(name: string, version?: string): Record<string, unknown> {
+    return modelConfigToProtoObject(this.repository.get(name, version).loadedConfig);
   }
 
   /** modelConfig as HTTP serves it: JSON text, 64-bit values past 2^53 with the digits the file wrote. */

@@ -372,6 +372,62 @@ export function scatterByShapes(t: Tensor, shapes: readonly (readonly number[])[
   });
 }
 
+/** A config's `batch_input` entry, as far as building its tensor needs (model_config.proto's BatchInput). */
+export interface BatchInputSpec { kind?: string; target_name?: string[]; data_type?: string; source_input?: string[] }
+
+/**
+ * The tensors a config's `batch_input` entries make for one gathered batch, one per target name, from
+ * the shapes of each request's source input (Triton's backend input collector; kind defaults to
+ * BATCH_ELEMENT_COUNT, the proto's zero): the element count of each request, those counts accumulated
+ * (with a leading zero for _WITH_ZERO), a shape [largest count] whose contents the model must not read
+ * (BATCH_MAX_ELEMENT_COUNT_AS_SHAPE, zeros here), or each batch row's shape without its batch
+ * dimension, as [rows, rank - 1] (BATCH_ITEM_SHAPE) or flat (BATCH_ITEM_SHAPE_FLATTEN).
+ * Values are FP32 or INT32 as `data_type` says; config validation allows no other.
+ */
+export function batchInputTensors(specs: readonly BatchInputSpec[], requests: readonly ReadonlyMap<string, Tensor>[]): Tensor[] {
+  const out: Tensor[] = [];
+  for (const spec of specs) {
+    const source = spec.source_input?.[0] ?? '';
+    const shapes = requests.map((r) => r.get(source)?.shape ?? []);
+    const counts = shapes.map((s) => elementCount(s));
+    let values: number[];
+    let shape: number[];
+    switch (spec.kind ?? 'BATCH_ELEMENT_COUNT') {
+      case 'BATCH_ELEMENT_COUNT':
+        values = counts;
+        shape = [counts.length];
+        break;
+      case 'BATCH_ACCUMULATED_ELEMENT_COUNT':
+      case 'BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO': {
+        let sum = 0;
+        values = counts.map((c) => (sum += c));
+        if (spec.kind === 'BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO') values.unshift(0);
+        shape = [values.length];
+        break;
+      }
+      case 'BATCH_MAX_ELEMENT_COUNT_AS_SHAPE':
+        shape = [Math.max(0, ...counts)];
+        values = new Array<number>(shape[0]!).fill(0);
+        break;
+      case 'BATCH_ITEM_SHAPE':
+      case 'BATCH_ITEM_SHAPE_FLATTEN': {
+        // The first dimension of the source is the request's batch rows; each row repeats the rest.
+        values = shapes.flatMap((s) => Array.from({ length: s[0] ?? 0 }, () => s.slice(1)).flat());
+        const rank = Math.max(0, (shapes[0]?.length ?? 1) - 1);
+        shape = spec.kind === 'BATCH_ITEM_SHAPE' ? [rank > 0 ? values.length / rank : 0, rank] : [values.length];
+        break;
+      }
+      default:
+        throw invalidArg(`unsupported batch input kind '${spec.kind}'`);
+    }
+    const datatype = spec.data_type === 'TYPE_INT32' ? 'INT32' : 'FP32';
+    for (const name of spec.target_name ?? []) {
+      out.push({ name, datatype, shape: [...shape], data: datatype === 'INT32' ? Int32Array.from(values) : Float32Array.from(values) });
+    }
+  }
+  return out;
+}
+
 /**
  * A shape carried across a config's `reshape`, as Triton's core maps it: each -1 of `to` takes, in
  * order, the value `shape` has where `from` has -1 (a request's dims → the model's reshape on the way

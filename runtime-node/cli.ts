@@ -199,6 +199,11 @@ export function buildCli(): Command {
       if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError(`--grpc-max-response-pool-size must be greater than 0, got '${v}'`);
       return n;
     })
+    .option('--grpc-infer-thread-count <n>', "Triton's gRPC inference handler threads (2 to 128; default 2): checked as Triton checks it, otherwise without effect, as tsi answers gRPC on its event loop and runs models on instance threads", (v) => {
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < 2 || n > 128) throw new InvalidArgumentError('invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128.');
+      return n;
+    })
     .addOption(new Option('--grpc-infer-response-compression-level <level>', 'compress gRPC responses').choices(['none', 'low', 'medium', 'high']).default('none'))
     .addOption(boolOption('--grpc-use-ssl', 'serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)', false))
     .addOption(boolOption('--grpc-use-ssl-mutual', 'gRPC over TLS that requires client certificates signed by --grpc-root-cert (implies --grpc-use-ssl)', false))

@@ -323,6 +323,9 @@ prepare() {
     L0_iterative_sequence)
       # As for dyna_sequence: the image's version folder holds libtriton_iterative_sequence.so.
       mkdir -p "$d/models/iterative_sequence/1" ;;
+    L0_sequence_stress|L0_rate_limiter)
+      # The same for libtriton_sequence.so (tsi's built-in `sequence` backend).
+      mkdir -p "$QA_WORK/qa/custom_models/custom_sequence_int32/1" ;;
     L0_grpc_state_cleanup|L0_decoupled)
       mkdir -p "$d/models"
       cp -r "$TRITON_SERVER/src/test/models/repeat_int32" "$d/models/"

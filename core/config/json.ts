@@ -266,7 +266,10 @@ function printScalar(field: FieldDesc, v: unknown): unknown {
 /** Marks, in a printed config, a 64-bit value to be written as these digits, unquoted (configJsonText). */
 const EXACT_MARK = '\u0000tsi-exact:';
 
-function printMessage(desc: MessageDesc, obj: Record<string | symbol, unknown>, exact: boolean): Record<string, unknown> {
+/** How a printed config writes a 64-bit value the file gave past 2^53: from its decimal digits; absent, as the safe number. */
+type ExactWriter = ((digits: string) => unknown) | undefined;
+
+function printMessage(desc: MessageDesc, obj: Record<string | symbol, unknown>, exact: ExactWriter): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   const texts = exact ? obj[EXACT_INTEGERS] as Record<string, string> | undefined : undefined;
   for (const f of desc.fields) {
@@ -282,7 +285,7 @@ function printMessage(desc: MessageDesc, obj: Record<string | symbol, unknown>, 
       // Unset messages and oneof members are absent in Triton's JSON; primitives print their default.
       if (f.kind !== 'message' && !f.oneof) out[f.name] = defaultValue(f);
     } else if (texts?.[f.name] !== undefined && typeof v === 'number' && Math.abs(v) === Number.MAX_SAFE_INTEGER) {
-      out[f.name] = EXACT_MARK + texts[f.name];
+      out[f.name] = exact!(texts[f.name]);
     } else {
       out[f.name] = printValue(f, v, exact);
     }
@@ -290,7 +293,7 @@ function printMessage(desc: MessageDesc, obj: Record<string | symbol, unknown>, 
   return out;
 }
 
-function printValue(field: FieldDesc, v: unknown, exact: boolean): unknown {
+function printValue(field: FieldDesc, v: unknown, exact: ExactWriter): unknown {
   if (field.kind === 'message') return printMessage(field.message!(), (v ?? {}) as Record<string, unknown>, exact);
   return printScalar(field, v ?? defaultValue(field));
 }
@@ -300,7 +303,16 @@ function printValue(field: FieldDesc, v: unknown, exact: boolean): unknown {
  * as the nearest safe number (configJsonText writes them as the file did).
  */
 export function modelConfigToJson(cfg: ModelConfig): Record<string, unknown> {
-  return printMessage(modelConfigDesc, cfg as Record<string, unknown>, false);
+  return printMessage(modelConfigDesc, cfg as Record<string, unknown>, undefined);
+}
+
+/**
+ * The config as gRPC's ModelConfig response carries it: modelConfigToJson's, with each 64-bit value the
+ * file wrote past 2^53 as its decimal digits (a string), which protobuf's writers encode as the exact
+ * uint64/int64 (Triton's clients read 18446744073709551615 back, not 2^53-1).
+ */
+export function modelConfigToProtoObject(cfg: ModelConfig): Record<string, unknown> {
+  return printMessage(modelConfigDesc, cfg as Record<string, unknown>, (digits) => digits);
 }
 
 /**
@@ -309,6 +321,6 @@ export function modelConfigToJson(cfg: ModelConfig): Record<string, unknown> {
  * (L0_config_json). The number tsi works with stays the nearest safe one.
  */
 export function configJsonText(cfg: ModelConfig): string {
-  const text = JSON.stringify(printMessage(modelConfigDesc, cfg as Record<string, unknown>, true));
+  const text = JSON.stringify(printMessage(modelConfigDesc, cfg as Record<string, unknown>, (digits) => EXACT_MARK + digits));
   return text.replace(/"\\u0000tsi-exact:(-?\d+)"/g, '$1');
 }

@@ -115,11 +115,15 @@ export function autoCompleteConfig(
   return { config: out, notes };
 }
 
-/** The sequence-control tensors a config makes the model take as inputs, beyond `input`. */
+/**
+ * The tensors a config makes the model take as inputs beyond `input`: sequence controls and states,
+ * and the batch inputs the server builds (BATCH_ELEMENT_COUNT and the like, fed by target_name).
+ */
 function controlInputNames(cfg: ModelConfig): string[] {
   const names = new Set<string>();
   for (const ci of cfg.sequence_batching?.control_input ?? []) if (ci.name) names.add(ci.name);
   for (const st of cfg.sequence_batching?.state ?? []) if (st.input_name) names.add(st.input_name);
+  for (const bi of cfg.batch_input ?? []) for (const t of bi.target_name ?? []) names.add(t);
   for (const io of cfg.input ?? []) names.delete(io.name ?? '');
   return [...names];
 }
@@ -158,9 +162,17 @@ export function checkConfigAgainstModel(cfg: ModelConfig, io: ModelIoInfo, model
       // ORT backend skips the comparison for it.
       if (key === 'output' && scattered.has(t.name ?? '')) return;
       const dims = t.reshape ? (t.reshape.shape ?? []) : (t.dims ?? []);
-      // A ragged input has no batch dimension in the model: it sees the batch's elements end to end.
-      const ragged = key === 'input' && (t as ModelInput).allow_ragged_batch === true;
-      const problem = compareDims(name, t.name ?? '', modelShape(m.shape), dims, ragged ? 0 : mbs, exact);
+      // A ragged input reaches the model as the batch's elements end to end, whatever its config dims
+      // (BATCH_ITEM_SHAPE models declare [-1, -1]): the model must take exactly [-1], as in Triton.
+      if (key === 'input' && (t as ModelInput).allow_ragged_batch === true) {
+        const shape = modelShape(m.shape);
+        if (shape.length !== 1 || shape[0] !== -1) {
+          throw errorAt(cfg, `${at}.allow_ragged_batch`, `unable to load model '${name}', configuration expects model ` +
+            `provides input with shape [-1] for ragged input '${t.name}', model provides ${shapeString(shape)}`);
+        }
+        return;
+      }
+      const problem = compareDims(name, t.name ?? '', modelShape(m.shape), dims, mbs, exact);
       if (problem) throw errorAt(cfg, t.reshape ? `${at}.reshape` : `${at}.dims`, problem);
     });
   }

@@ -14,7 +14,7 @@ import type { ModelConfig, ModelInstanceGroup } from './model-config.js';
 import { parsePbtxt } from './pbtxt.js';
 
 export { ConfigError, type ConfigErrorWhere, type SourcePos } from './reflect.js';
-export { configJsonText, modelConfigToJson, parseConfigJson } from './json.js';
+export { configJsonText, modelConfigToJson, modelConfigToProtoObject, parseConfigJson } from './json.js';
 export { formatPbtxt, parsePbtxt } from './pbtxt.js';
 export { validateModelConfig, type ValidateOptions } from './validate.js';
 export {

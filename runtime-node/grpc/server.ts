@@ -332,7 +332,7 @@ function inferenceService(server: InferenceServer, opts: GrpcOptions, decoders: 
     }),
     ServerMetadata: unary('ServerMetadata', () => server.metadata()),
     ModelMetadata: unary('ModelMetadata', (req) => server.modelMetadata(req.name, grpcVersion(req.version))),
-    ModelConfig: unary('ModelConfig', (req) => ({ config: server.modelConfig(req.name, grpcVersion(req.version)) })),
+    ModelConfig: unary('ModelConfig', (req) => ({ config: server.modelConfigMessage(req.name, grpcVersion(req.version)) })),
     ModelStatistics: unary('ModelStatistics', (req) => server.statistics(req.name || undefined, grpcVersion(req.version))),
     ModelInfer: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
       const denied = restriction('ModelInfer', metadataValue(call.metadata), opts.restrictedProtocol);

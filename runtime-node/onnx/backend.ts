@@ -12,7 +12,7 @@
 
 import { availableParallelism } from 'node:os';
 import {
-  TsiError, canTransfer, canTransferWhole, concatBatch, configTypeToDatatype, decodeString, encodeString, mapVariableDims, scatterByShapes, splitBatch,
+  TsiError, batchInputTensors, canTransfer, canTransferWhole, concatBatch, configTypeToDatatype, decodeString, encodeString, mapVariableDims, scatterByShapes, splitBatch,
   type Backend, type BackendInstance, type BackendModel, type BackendRequest, type DataType, type ExecutionTimes,
   type InstancePlacement, type InstanceSpec, type Logger, type ModelConfig, type ModelInput, type ModelOutput, type ModelFiles, type ModelIoInfo, type ModelLoadContext, type Tensor,
 } from '../../core/index.js';
@@ -292,6 +292,10 @@ class OnnxInstance implements BackendInstance {
       // A ragged input reaches the model as its requests' elements end to end, as Triton's ORT backend gives it.
       if (cfg?.allow_ragged_batch && batching) dims = [(t.data as ArrayLike<unknown>).length];
       batch.push({ t, dims });
+    }
+    // Batch inputs (BATCH_ELEMENT_COUNT and the like) are built from the gathered requests' shapes.
+    if (this.config.batch_input?.length) {
+      for (const t of batchInputTensors(this.config.batch_input, requests.map((r) => r.inputs))) batch.push({ t, dims: t.shape });
     }
     const fetches = new Set<string>();
     for (const r of requests) {

@@ -17,7 +17,7 @@ message TensorType { int32 elem_type = 1; Shape shape = 2; }
 message Type { TensorType tensor_type = 1; }
 message ValueInfo { string name = 1; Type type = 2; }
 message Initializer { string name = 8; }
-message Node { string op_type = 4; string domain = 7; }
+message Node { repeated string input = 1; repeated string output = 2; string op_type = 4; string domain = 7; }
 message Graph { repeated Node node = 1; repeated Initializer initializer = 5; repeated ValueInfo input = 11; repeated ValueInfo output = 12; }
 message Model { int64 ir_version = 1; Graph graph = 7; }
 `;
@@ -41,9 +41,31 @@ interface DecodedDim {
   dimParam?: string;
 }
 
+interface DecodedNode { input?: string[]; output?: string[]; opType?: string; domain?: string }
+
+/**
+ * onnxruntime merges what its shape inference knows into a graph output's declared shape: a symbolic
+ * dim the inference fixes is reported fixed by the session, and Triton compares the config with that.
+ * This does the one case qa's models rely on (an output copied by Identity from a graph input, as in
+ * gen_qa_ragged_models' batch_item: declared [-1, -1], reported [-1, 2]), walking Identity chains back.
+ */
+function refineFromIdentity(shape: (number | string)[], output: string, nodes: DecodedNode[], inputs: Map<string, (number | string)[]>): (number | string)[] {
+  let name = output;
+  for (let hops = 0; hops < nodes.length; hops++) {
+    const node = nodes.find((n) => n.output?.includes(name));
+    if (!node || node.opType !== 'Identity' || (node.domain && node.domain !== 'ai.onnx')) break;
+    name = node.input?.[0] ?? '';
+    const source = inputs.get(name);
+    if (!source) continue;
+    if (source.length !== shape.length) break;
+    return shape.map((d, i) => (typeof d === 'number' && d >= 0) || typeof source[i] !== 'number' || (source[i] as number) < 0 ? d : source[i]!);
+  }
+  return shape;
+}
+
 export function readOnnxIo(bytes: Uint8Array): ModelIoInfo {
   modelType ??= protobuf.parse(SCHEMA).root.lookupType('onnxinfo.Model');
-  const model = modelType.decode(bytes) as unknown as { graph?: { node?: { opType?: string; domain?: string }[]; initializer?: { name: string }[]; input?: DecodedValueInfo[]; output?: DecodedValueInfo[] } };
+  const model = modelType.decode(bytes) as unknown as { graph?: { node?: DecodedNode[]; initializer?: { name: string }[]; input?: DecodedValueInfo[]; output?: DecodedValueInfo[] } };
   const g = model.graph ?? {};
   // Older exporters list initializers among the inputs; they are not real inputs.
   const inits = new Set((g.initializer ?? []).map((i) => i.name));
@@ -58,9 +80,11 @@ export function readOnnxIo(bytes: Uint8Array): ModelIoInfo {
     });
     return { name: v.name, datatype, shape };
   };
+  const inputs = (g.input ?? []).filter((i) => !inits.has(i.name)).map(conv);
+  const byName = new Map(inputs.map((i) => [i.name, i.shape]));
   return {
-    inputs: (g.input ?? []).filter((i) => !inits.has(i.name)).map(conv),
-    outputs: (g.output ?? []).map(conv),
+    inputs,
+    outputs: (g.output ?? []).map(conv).map((o) => ({ ...o, shape: refineFromIdentity(o.shape, o.name, g.node ?? [], byName) })),
     ops: [...new Set((g.node ?? []).map((n) => (n.domain && n.domain !== 'ai.onnx' ? `${n.domain}:${n.opType}` : n.opType ?? '')))],
   };
 }

@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { batchPolicy, decideBatch, type BatchCandidate, type BatchPolicy } from '../../core/scheduling/batcher.js';
 import type { ModelConfig } from '../../core/config/model-config.js';
 import type { Tensor } from '../../core/types.js';
+import { batchInputTensors } from '../../core/tensor.js';
 import { flush, harness, request, values } from '../helpers/fake-backend.js';
 
 const policy = (p: Partial<BatchPolicy>): BatchPolicy => ({
@@ -300,5 +301,27 @@ describe('DynamicBatchScheduler', () => {
     expect(values(r.result)).toEqual([1, 1]);
     const late = h.submit(request({ inputs: { INPUT0: [1, 1] }, batch: 1 }));
     expect((await late.done as Error).message).toMatch(/stopped accepting/);
+  });
+});
+
+describe('batchInputTensors (batch_input kinds, as Triton\'s backend input collector builds them)', () => {
+  const req = (shape: number[]) => new Map<string, Tensor>([['X', { name: 'X', datatype: 'FP32', shape, data: new Float32Array(shape.reduce((a, b) => a * b, 1)) }]]);
+  const build = (kind: string | undefined, data_type = 'TYPE_FP32') =>
+    batchInputTensors([{ kind, target_name: ['T'], data_type, source_input: ['X'] }], [req([2, 3, 1]), req([1, 5, 2])]);
+
+  it('counts per request (kind left out is BATCH_ELEMENT_COUNT), accumulates, with a leading zero, and in INT32 when asked', () => {
+    expect(build(undefined)[0]).toMatchObject({ name: 'T', datatype: 'FP32', shape: [2], data: Float32Array.from([6, 10]) });
+    expect(build('BATCH_ACCUMULATED_ELEMENT_COUNT', 'TYPE_INT32')[0]).toMatchObject({ datatype: 'INT32', shape: [2], data: Int32Array.from([6, 16]) });
+    expect(build('BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO')[0]).toMatchObject({ shape: [3], data: Float32Array.from([0, 6, 16]) });
+    expect(build('BATCH_MAX_ELEMENT_COUNT_AS_SHAPE')[0]!.shape).toEqual([10]);
+  });
+
+  it('gives each batch row its item shape: a request of two rows repeats its shape', () => {
+    expect(build('BATCH_ITEM_SHAPE')[0]).toMatchObject({ shape: [3, 2], data: Float32Array.from([3, 1, 3, 1, 5, 2]) });
+    expect(build('BATCH_ITEM_SHAPE_FLATTEN')[0]).toMatchObject({ shape: [6], data: Float32Array.from([3, 1, 3, 1, 5, 2]) });
+  });
+
+  it('refuses a kind it does not know, naming it', () => {
+    expect(() => build('BATCH_SOMETHING')).toThrow("unsupported batch input kind 'BATCH_SOMETHING'");
   });
 });

@@ -194,6 +194,13 @@ describe('--grpc-max-response-pool-size', () => {
     expect((await parseServeArgs(['serve', '--grpc-max-response-pool-size', '2'])).grpcMaxResponsePoolSize).toBe(2);
   });
 
+  it('--grpc-infer-thread-count takes 2 to 128 and refuses the rest with Triton\'s text (L0_sequence_stress starts servers with -1, 0, 1, 129 and 128)', async () => {
+    for (const v of ['-1', '0', '1', '129', 'x']) {
+      await expect(parseServeArgs(['serve', `--grpc-infer-thread-count=${v}`])).rejects.toThrow('invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128.');
+    }
+    for (const v of [2, 128]) expect((await parseServeArgs(['serve', '--grpc-infer-thread-count', String(v)])).grpcInferThreadCount).toBe(v);
+  });
+
   it('with a pool of 1, a stream still answers every response of a decoupled model, in order', async () => {
     const s = await startTestServer({
       modelRepositories: [MODELS], modelControlMode: 'explicit', loadModels: ['repeat_int32'], grpcPort: 0, grpcAddress: '127.0.0.1', grpcMaxResponsePoolSize: 1,

@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { identityModel, slowModel } from '../../scripts/gen-models.js';
+import { grpcClient } from '../helpers/grpc.js';
 import { expectComputeOverlap } from '../helpers/overlap.js';
 import { MODELS, blockingJsModel, getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 
@@ -70,9 +71,27 @@ dynamic_batching: {
     'builtin_dyna/config.pbtxt': readFileSync(join(MODELS, 'simple_string_dyna_sequence', 'config.pbtxt'), 'utf8')
       .replace('name: "simple_string_dyna_sequence"', 'name: "builtin_dyna"').replace('backend: "javascript"', 'backend: "dyna_sequence"'),
     'builtin_dyna/1/.keep': '',
+    // qa's custom_sequence_int32 as L0_sequence_stress makes its models2: Triton's `sequence` backend,
+    // max_batch_size 2 and two instances (4 slots), a 3 ms execution delay.
+    'builtin_seq/config.pbtxt': `name: "builtin_seq"
+backend: "sequence"
+max_batch_size: 2
+sequence_batching {
+  max_sequence_idle_microseconds: 1000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+parameters [ { key: "execute_delay_ms" value: { string_value: "3" } } ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
+`,
+    'builtin_seq/1/.keep': '',
   });
   // Traces (off until a test turns them on for a model) give the server's own compute timestamps.
-  s = await startTestServer({ modelRepositories: [repo.path], trace: { file: join(repo.path, 'trace.json') } });
+  s = await startTestServer({ modelRepositories: [repo.path], trace: { file: join(repo.path, 'trace.json') }, grpcPort: 0, grpcAddress: '127.0.0.1' });
 }, 60_000);
 
 afterAll(async () => {
@@ -166,6 +185,27 @@ describe('dynamic batching over HTTP', () => {
     expect(JSON.parse(text).dynamic_batching.priority_levels).toBe(18446744073709551615);
   });
 
+  it("carries them exactly in gRPC's ModelConfig too: a grpc-js client with our proto reads every digit back", async () => {
+    // proto-loader hands uint64 fields over as decimal strings (longs: String), so nothing rounds on this side.
+    const client = grpcClient(`127.0.0.1:${s.grpc!.port}`);
+    try {
+      const { config } = await client.call('ModelConfig', { name: 'max_priority_level' });
+      expect(config.dynamic_batching.priority_levels).toBe('18446744073709551615');
+      expect(config.dynamic_batching.default_priority_level).toBe('4294967295');
+      // protobufjs names a 64-bit map key by its 8 bytes, little-endian, one char each.
+      const policies = Object.entries(config.dynamic_batching.priority_queue_policy as Record<string, unknown>)
+        .map(([k, v]) => [[...k].reduceRight((n, c) => (n << 8n) | BigInt(c.charCodeAt(0)), 0n).toString(), v]);
+      expect(policies.map(([k]) => k)).toEqual(['4294967296']);
+      expect(policies[0]![1]).toMatchObject({
+        timeout_action: 'REJECT', default_timeout_microseconds: '18446744073709551615', allow_timeout_override: true, max_queue_size: 10,
+      });
+      // A value inside 2^53 is its plain number, as before.
+      expect((await client.call('ModelConfig', { name: 'prio' })).config.dynamic_batching.priority_levels).toBe('2');
+    } finally {
+      client.close();
+    }
+  });
+
   it.each([['prio', 2], ['prio_max', 4294967297]])('%s: serves priority 1 before the default level, then priority %d', async (model, low) => {
     const body = (priority?: number) => ({
       ...(priority ? { parameters: { priority } } : {}), inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 1], data: [1] }],
@@ -243,6 +283,17 @@ describe('sequence batching over HTTP', () => {
     const bad = await step('builtin_dyna', 'abc', 1, { start: true });
     expect(bad.status).toBe(400);
     expect(bad.body.error).toContain('dyna sequence backend expects correlation ID to be decodable into an integer');
+  }, 30_000);
+
+  it("accumulates per batch slot on Triton's sequence backend, built in: 6 sequences over 4 slots of 2 instances (L0_sequence_stress's model)", async () => {
+    const xs = [[1, 2, 3, 4], [10, 20, 30], [100, 200], [5, 5, 5, 5, 5], [7, -7, 7], [3]];
+    const results = await Promise.all(xs.map((x, i) => sequence('builtin_seq', 900 + i, x)));
+    results.forEach((r, i) => expect(r).toEqual(sums(xs[i]!)));
+    // Every element of OUTPUT is the accumulator; more than one timestep in a request is refused.
+    const wide = await infer('builtin_seq', { parameters: { sequence_id: 990, sequence_start: true }, inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 3], data: [1, 2, 3] }] });
+    expect(wide.body.outputs[0]).toMatchObject({ shape: [1, 3], data: [6, 6, 6] });
+    const two = await infer('builtin_seq', { parameters: { sequence_id: 991, sequence_start: true }, inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [2, 1], data: [1, 2] }] });
+    expect(two.status).toBe(400);
   }, 30_000);
 
   it('rejects unknown sequences and batched requests with Triton\'s texts', async () => {
