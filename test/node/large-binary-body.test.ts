@@ -13,15 +13,14 @@
  */
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { GraphBuilder } from '../../graph/onnx-builder.js';
 import { loadProtos } from '../../runtime-node/grpc/server.js';
 import { grpcFrame, rawGrpcCall } from '../helpers/grpc.js';
+import { serveBuilt, type BuiltServer } from '../helpers/serve-child.js';
 import { ROOT, tempRepo } from '../helpers/server.js';
 
-const BIN = join(ROOT, 'bin', 'tsi-node.js');
 const MIB = 1 << 20;
 const SIZE = 256 * MIB;
 const MODEL_INFER = '/inference.GRPCInferenceService/ModelInfer';
@@ -74,26 +73,12 @@ ensemble_scheduling { step [
 ] }`,
 });
 
-interface Server { child: ChildProcess; http: number; grpc: number }
+type Server = BuiltServer;
 let server: Server;
 let url = '';
 
-/** The CLI as a user starts it, HTTP and gRPC on ports the system picks. */
-async function serve(): Promise<Server> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--model-repository', repo.path, '--http-address', '127.0.0.1', '--http-port', '0',
-    '--grpc-address', '127.0.0.1', '--grpc-port', '0', '--allow-metrics', 'false'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let err = '';
-  const [http, grpc] = await new Promise<[number, number]>((resolve, reject) => {
-    child.stderr!.on('data', (d) => {
-      err += d;
-      const h = /Started HTTPService at 127\.0\.0\.1:(\d+)/.exec(err);
-      const g = /Started GRPCInferenceService at 127\.0\.0\.1:(\d+)/.exec(err);
-      if (h && g) resolve([Number(h[1]), Number(g[1])]);
-    });
-    child.on('exit', (c) => reject(new Error(`tsi-node exited with ${c}: ${err}`)));
-  });
-  return { child, http, grpc };
-}
+/** The CLI as a user starts it. */
+const serve = () => serveBuilt(repo.path, ['--allow-metrics', 'false']);
 
 beforeAll(async () => {
   if (!built) return;
