@@ -33,7 +33,7 @@ export {
   type SagemakerModelStore, type SagemakerOptions, type SagemakerInferenceType, type VertexAiOptions,
 } from './protocol/cloud-endpoints.js';
 export { readRequestBody, readWebBody, tooLarge, type BodyKind, type BodySource, type BodyOptions } from './protocol/http-body.js';
-export { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './protocol/v2-codec.js';
+export { decodeInferRequest, encodeInferResponse, markRequestBody, HEADER_LENGTH, type OutputEncoding, type DecodedRequest } from './protocol/v2-codec.js';
 export { InstancePool, runExecution, type Scheduler, type SchedulerContext, type SchedulerDelay } from './scheduling/scheduler.js';
 export { createScheduler } from './scheduling/schedulers.js';
 export { DynamicBatchScheduler, decideBatch, batchPolicy, type BatchPolicy, type BatchDecision } from './scheduling/batcher.js';

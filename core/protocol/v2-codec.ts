@@ -189,7 +189,7 @@ export function decodeInferRequest(
   if (offset !== body.byteLength) {
     throw invalidArg(`unexpected additional input data for model '${model}': ${body.byteLength - offset} byte(s) of binary data were not claimed by any input's 'binary_data_size'`);
   }
-  markBody(body, inputs);
+  markRequestBody(body, inputs);
   const binaryDefault = parameters.binary_data_output === true;
   const encoding: OutputEncoding = { binaryDefault, binary: new Map() };
   const shmOutputs: DecodedRequest['shmOutputs'] = new Map();
@@ -249,10 +249,18 @@ function byteSizeFits(name: string, shape: readonly number[], size: number): voi
  * than copy each out (a 2 GiB tensor would be held twice). A body that is a view of a buffer others
  * share (a pooled one) is left unmarked.
  */
-function markBody(body: Uint8Array, inputs: readonly InferInput[]): void {
+export function markRequestBody(body: Uint8Array, inputs: readonly InferInput[]): void {
   if (body.byteOffset >= 8 || body.buffer.byteLength - body.byteLength >= 8) return;
   let views = 0;
-  for (const i of inputs) if (!Array.isArray(i.data) && (i.data as ArrayBufferView).buffer === body.buffer) views++;
+  for (const i of inputs) {
+    if (!Array.isArray(i.data)) {
+      if ((i.data as ArrayBufferView).buffer === body.buffer) views++;
+    } else if ((i.data[0] as Uint8Array | undefined)?.buffer === body.buffer) {
+      // BYTES elements viewing the body: a backend counts only typed arrays, and moving the body
+      // would empty these under whoever reads them next (another step of an ensemble).
+      return;
+    }
+  }
   markRequestBuffer(body.buffer, views);
 }
 
@@ -292,7 +300,7 @@ function decodeRawBinary(body: Uint8Array, modelName: string, modelVersion: stri
   }
   const shape = (config.max_batch_size ?? 0) > 0 ? [1, ...dims] : dims;
   const inputs = [{ name: cfg.name!, datatype: dt, shape, data }];
-  markBody(body, inputs);
+  markRequestBody(body, inputs);
   return {
     request: { model_name: modelName, model_version: modelVersion, inputs, parameters: {} },
     encoding: { binaryDefault: true, binary: new Map() },

@@ -12,7 +12,7 @@
  */
 
 import {
-  TsiError, elementSize, fromBytes, putEntry, toBytes,
+  TsiError, elementSize, fromBytes, markRequestBody, putEntry, toBytes,
   INPUT_PARAMS, OUTPUT_PARAMS, REQUEST_PARAMS, RESERVED_PREFIX_MESSAGE_GRPC, TRITON_GRPC_PARAMS, checkDatatype, checkProtoParam, checkShape,
   type DataType, type InferRequest, type InferResponse, type Parameters, type ParamValue, type RequestedOutput, type ShmRef, type TensorData,
 } from '../../core/index.js';
@@ -145,8 +145,12 @@ export function grpcVersion(version: string | undefined): string | undefined {
   return version;
 }
 
-/** A ModelInferRequest message as core's InferRequest plus its shared-memory references. */
-export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
+/**
+ * A ModelInferRequest message as core's InferRequest plus its shared-memory references. `own`: the
+ * received frame, when its buffer holds this message alone; it is marked as the request's own, so a
+ * backend moves it to its worker whole with the raw inputs that view it rather than copying each.
+ */
+export function decodeInferRequest(msg: Obj, own?: Uint8Array): DecodedGrpcRequest {
   const model: string = msg.model_name ?? '';
   const version = grpcVersion(msg.model_version) ?? '';
   // Parameters first, as Triton reads them before the tensors.
@@ -215,6 +219,7 @@ export function decodeInferRequest(msg: Obj): DecodedGrpcRequest {
     if (shm) shmOutputs.set(o.name, shm);
     return { name: o.name, parameters: keep };
   });
+  if (own) markRequestBody(own, inputs);
   const request: InferRequest = {
     model_name: model, model_version: version, inputs, parameters,
   };

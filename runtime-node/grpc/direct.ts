@@ -36,9 +36,11 @@ export interface DirectModelInfer {
   admit(headers: IncomingHttpHeaders): GrpcStatus | undefined;
   /**
    * Runs one ModelInfer message; resolves to the answer's whole gRPC frame, in pieces to write back
-   * to back. `headers`: the call's metadata (a client's `traceparent`, headers to forward).
+   * to back. `headers`: the call's metadata (a client's `traceparent`, headers to forward). `own`: the
+   * whole frame, when its buffer was made for this call (its chunks joined here), so a backend may
+   * move it to its worker with the inputs that view it instead of copying them.
    */
-  infer(message: Buffer, onCancel: (cancel: () => void) => void, headers: IncomingHttpHeaders): Promise<Uint8Array[]>;
+  infer(message: Buffer, onCancel: (cancel: () => void) => void, headers: IncomingHttpHeaders, own?: Uint8Array): Promise<Uint8Array[]>;
   /** The status of a failure `infer` threw. */
   status(err: unknown): GrpcStatus;
   /** Largest message accepted (grpc-js's grpc.max_receive_message_length). */
@@ -118,40 +120,99 @@ export function serveModelInfer(stream: ServerHttp2Stream, headers: IncomingHttp
     }, (Number(m[1]) * UNIT_MS[m[2]!]!) | 0);
   }
 
-  const chunks: Buffer[] = [];
-  let length = 0;
-  let expected = -1;
+  const message = new MessageBuffer();
   stream.on('data', (chunk: Buffer) => {
     if (ended) return;
-    chunks.push(chunk);
-    length += chunk.byteLength;
-    if (expected < 0 && length >= 5) {
-      const head = chunks.length === 1 ? chunk : Buffer.concat(chunks, length);
-      expected = head.readUInt32BE(1);
-      if (expected > d.maxMessageBytes) {
-        end({ code: RESOURCE_EXHAUSTED, details: `Received message larger than max (${expected} vs. ${d.maxMessageBytes})` });
+    message.push(chunk);
+    if (message.expected < 0 && message.length >= 5) {
+      message.sized();
+      if (message.expected > d.maxMessageBytes) {
+        end({ code: RESOURCE_EXHAUSTED, details: `Received message larger than max (${message.expected} vs. ${d.maxMessageBytes})` });
       }
     }
   });
   stream.once('end', () => {
     if (ended) return;
-    const body = chunks.length <= 1 ? (chunks[0] ?? Buffer.alloc(0)) : joined(chunks);
-    if (body.byteLength < 5 || body.byteLength < 5 + expected) {
+    const { length, expected } = message;
+    if (length < 5 || length < 5 + expected) {
       return end({ code: UNIMPLEMENTED, details: `Received no request message for server streaming method ${MODEL_INFER_PATH}` });
     }
-    if (body.byteLength > 5 + expected) {
+    if (length > 5 + expected) {
       return end({ code: UNIMPLEMENTED, details: `Received a second request message for server streaming method ${MODEL_INFER_PATH}` });
     }
+    const { body, own } = message.take();
     if (body[0] !== 0) return end({ code: INTERNAL, details: 'Compressed message received on a call without grpc-encoding' });
     const onCancel = (cancel: () => void) => {
       if (ended) cancel();
       else (cancels ??= []).push(cancel);
     };
-    d.infer(body.subarray(5), onCancel, headers).then(
+    d.infer(body.subarray(5), onCancel, headers, own ? body : undefined).then(
       (answer) => end({ code: OK, details: 'OK' }, answer),
       (err) => end(d.status(err)),
     );
   });
+}
+
+/** A message at least this long is gathered into one buffer of its length as it arrives. */
+const PREALLOCATE = 1 << 20;
+/** How much of a large message is held as pieces while looking for where its first raw input starts. */
+const HEAD_SCAN = 64 * 1024;
+
+/**
+ * One call's DATA chunks, as one buffer with its first raw input 8-byte aligned (so the input is
+ * viewed, not copied). A large message goes into a buffer of its declared length as its chunks come:
+ * holding them and joining them at the end held a gigabyte tensor twice.
+ */
+class MessageBuffer {
+  private chunks: Buffer[] = [];
+  length = 0;
+  /** The message length its 5-byte prefix declares, -1 before it has come. */
+  expected = -1;
+  private whole?: Uint8Array;
+
+  push(chunk: Buffer): void {
+    const at = this.length;
+    this.length += chunk.byteLength;
+    const w = this.whole;
+    if (w) {
+      // Bytes past the declared message (a second one) are counted, not kept: the call is refused.
+      // Pages not yet written are not resident: a client that declares more than it sends costs what it sent.
+      if (this.length <= w.byteLength) w.set(chunk, at);
+      return;
+    }
+    this.chunks.push(chunk);
+    if (this.expected >= PREALLOCATE && (this.length >= HEAD_SCAN || this.length >= 5 + this.expected)) this.gather();
+  }
+
+  /** Reads the declared length (once 5 bytes have come). */
+  sized(): void {
+    const head = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.length);
+    this.expected = head.readUInt32BE(1);
+  }
+
+  /** Moves what came so far into a buffer of the whole message's length, aligned as joined() aligns. */
+  private gather(): void {
+    const head = Buffer.concat(this.chunks, this.length);
+    const raw = firstRawContentsAt(head.subarray(5));
+    const pad = raw === undefined ? 0 : (8 - ((5 + raw) % 8)) % 8;
+    const w = new Uint8Array(pad + 5 + this.expected).subarray(pad);
+    w.set(head.subarray(0, Math.min(head.byteLength, w.byteLength)));
+    this.whole = w;
+    this.chunks = [];
+  }
+
+  /** The message (once its length is checked) and whether its buffer is this call's own (joined here), which a backend may move whole. */
+  take(): { body: Buffer; own: boolean } {
+    const w = this.whole;
+    if (w) {
+      this.whole = undefined;
+      return { body: Buffer.from(w.buffer, w.byteOffset, w.byteLength), own: true };
+    }
+    const chunks = this.chunks;
+    this.chunks = [];
+    if (chunks.length <= 1) return { body: chunks[0] ?? Buffer.alloc(0), own: false };
+    return { body: joined(chunks), own: true };
+  }
 }
 
 /** A request's DATA chunks as one buffer, its first raw input 8-byte aligned when it starts in the first chunk. */

@@ -262,11 +262,11 @@ function directModelInfer(server: InferenceServer, opts: GrpcOptions, decode: Re
       if (refusal) return refusalStatus(refusal);
       return restriction('ModelInfer', header, opts.restrictedProtocol);
     },
-    infer: async (message, onCancel, headers) => {
+    infer: async (message, onCancel, headers, own) => {
       const readStart = server.clock.nowNs();
       return modelInfer(server, opts.extensions, decode(message), onCancel, writeModelInferResponseFrame,
         headerValue(headers),
-        forwarder(opts.headerForwardPattern, () => Object.entries(headers)), readStart);
+        forwarder(opts.headerForwardPattern, () => Object.entries(headers)), readStart, own);
     },
     status: (err) => toStatus(err) as GrpcStatus,
     maxMessageBytes: MAX_MESSAGE_BYTES,
@@ -437,11 +437,13 @@ async function modelInfer<T>(
   forward?: Forwarder,
   /** When the request's message was in hand, before it was decoded (GRPC_WAITREAD_START). */
   readStart?: number,
+  /** The message's frame when its buffer is the call's own (direct.ts joined it): see decodeInferRequest. */
+  own?: Uint8Array,
 ): Promise<T> {
   const trace = ext.traces.sample(msg.model_name ?? '', { name: 'GRPC_WAITREAD_START', ns: readStart ?? server.clock.nowNs() }, traceContextOf(header));
   trace?.mark('GRPC_WAITREAD_END');
   try {
-    const { request, shmInputs, shmOutputs } = decodeInferRequest(msg);
+    const { request, shmInputs, shmOutputs } = decodeInferRequest(msg, own);
     forward?.(request);
     const release = ext.sharedMemory.hold(shmInputs, shmOutputs);
     let resp: InferResponse;

@@ -37,3 +37,30 @@ export async function serveChild(args: string[], env: NodeJS.ProcessEnv = proces
     throw e;
   }
 }
+
+export interface BuiltServer {
+  child: ChildProcess;
+  http: number;
+  grpc: number;
+}
+
+/**
+ * The built command (bin/tsi-node.js over dist/) in a child process, as a user starts it, its HTTP
+ * and gRPC services on 127.0.0.1 at ports the system picks: for what is measured on the process
+ * itself (its resident memory). Resolves once both have started; the caller kills the child.
+ */
+export async function serveBuilt(repository: string, extra: string[] = []): Promise<BuiltServer> {
+  const child = spawn(process.execPath, [join(ROOT, 'bin', 'tsi-node.js'), 'serve', '--model-repository', repository, '--http-address', '127.0.0.1',
+    '--http-port', '0', '--grpc-address', '127.0.0.1', '--grpc-port', '0', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  const [http, grpc] = await new Promise<[number, number]>((resolve, reject) => {
+    child.stderr!.on('data', (d) => {
+      err += d;
+      const h = /Started HTTPService at 127\.0\.0\.1:(\d+)/.exec(err);
+      const g = /Started GRPCInferenceService at 127\.0\.0\.1:(\d+)/.exec(err);
+      if (h && g) resolve([Number(h[1]), Number(g[1])]);
+    });
+    child.on('exit', (c) => reject(new Error(`tsi-node exited with ${c}: ${err}`)));
+  });
+  return { child, http, grpc };
+}

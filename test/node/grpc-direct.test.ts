@@ -114,7 +114,12 @@ describe('ModelInfer on node:http2 ahead of grpc-js', () => {
   });
 
   it('answers a malformed timeout, no message and two messages with grpc-js\'s codes and texts, and goes on', async () => {
+    // A message of 1 MiB or more is gathered into one buffer of its declared length as it comes: one cut
+    // short, or followed by another, is refused as a small one is.
+    const large = frame(message({ model_name: 'identity_fp32', inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1 << 19] }], raw_input_contents: [Buffer.alloc(1 << 21)] }));
     for (const [body, extra, code, text] of [
+      [large.subarray(0, large.byteLength - 1000), {}, 12, 'Received no request message for server streaming method /inference.GRPCInferenceService/ModelInfer'],
+      [Buffer.concat([large, frame(request(0))]), {}, 12, 'Received a second request message for server streaming method /inference.GRPCInferenceService/ModelInfer'],
       [frame(request(0)), { 'grpc-timeout': 'soon' }, 13, 'Invalid grpc-timeout value "soon"'],
       [Buffer.alloc(0), {}, 12, 'Received no request message for server streaming method /inference.GRPCInferenceService/ModelInfer'],
       [Buffer.concat([frame(request(0)), frame(request(0))]), {}, 12, 'Received a second request message for server streaming method /inference.GRPCInferenceService/ModelInfer'],
