@@ -304,7 +304,9 @@ run_suite() {
   readdress "$QA_WORK/qa/common"
   # Folders of qa/ that the suite's test.sh reaches into (../L0_x/..., ../python_models/...), addressed too.
   local other
-  for other in $(grep -ohE '\.\./(L0_[A-Za-z_0-9]+|[a-z_]+_models)' "$src/test.sh" | sed 's#^\.\./##' | sort -u || true); do
+  # Triton's image also has qa/ at /opt/tritonserver/qa (PYTHON_MODELS_DIR's default in some suites).
+  ln -sfn "$QA_WORK/qa" "$QA_WORK/opt/tritonserver/qa"
+  for other in $(grep -ohE '(\.\./|/opt/tritonserver/qa/)(L0_[A-Za-z_0-9]+|[a-z_]+_models)' "$src/test.sh" | sed 's#^.*/##' | sort -u || true); do
     if [ ! -d "$QA_WORK/qa/$other" ] && [ -d "$TRITON_SERVER/qa/$other" ]; then
       cp -r "$TRITON_SERVER/qa/$other" "$QA_WORK/qa/$other"
       readdress "$QA_WORK/qa/$other"
