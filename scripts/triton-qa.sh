@@ -337,6 +337,9 @@ run_suite() {
     export PYTHONPATH=$QA_WORK/pylib:$QA_WORK/qa/common${PYTHONPATH:+:$PYTHONPATH}
     export TSI_QA_RESULTS=$QA_WORK/results/$suite.jsonl
     export NVIDIA_TRITON_SERVER_VERSION=$VERSION TRITON_SERVER_CPU_ONLY=1
+    # Triton's image also sets TRITON_SERVER_VERSION, the version its server reports (L0_lifecycle compares).
+    TRITON_SERVER_VERSION=$(node --input-type=module -e "console.log((await import('$TSI/dist/core/server.js')).TSI_VERSION)")
+    export TRITON_SERVER_VERSION
     export TRITON_DIR=$QA_WORK/opt/tritonserver TRITON_QA_ROOT_DIR=$QA_WORK/qa
     export BACKENDS=${BACKENDS:-onnx}
     # Where SageMaker multi-model loads may point, now that /opt/ml is readdressed.
