@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { describeWith } from '../helpers/capability.js';
 import { ROOT } from '../helpers/server.js';
 import { pythonRepo } from '../helpers/python-server.js';
+import { started } from '../helpers/serve-child.js';
 
 const BIN = join(ROOT, 'bin', 'tsi-node.js');
 const UNSHARE = ['--user', '--map-root-user', '--mount', 'sh', '-c', 'mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "$0" "$@"'];
@@ -52,21 +53,12 @@ describeWith(!!process.env.CI, 'a mount namespace with its own /dev/shm, and pyt
   let child: ChildProcess;
   let port = 0;
   let repo: ReturnType<typeof pythonRepo>;
-  let err = '';
 
   beforeAll(async () => {
     repo = pythonRepo(['big_py']);
-    child = spawn('unshare', [...UNSHARE, process.execPath, BIN, 'serve', '--model-repository', repo.path,
+    ({ child, port } = await started(spawn('unshare', [...UNSHARE, process.execPath, BIN, 'serve', '--model-repository', repo.path,
       '--http-address', '127.0.0.1', '--http-port', '0', '--allow-grpc', 'false', '--allow-metrics', 'false'],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
-    port = await new Promise<number>((resolve, reject) => {
-      child.stderr!.on('data', (d) => {
-        err += d;
-        const m = /Started HTTPService at 127\.0\.0\.1:(\d+)/.exec(err);
-        if (m) resolve(Number(m[1]));
-      });
-      child.on('exit', (c) => reject(new Error(`tsi-node exited with ${c}: ${err}`)));
-    });
+    { stdio: ['ignore', 'ignore', 'pipe'] }), 120_000));
   }, 120_000);
 
   afterAll(() => {
