@@ -332,7 +332,8 @@ run_suite() {
   local log=$QA_WORK/logs/$suite.log start=$SECONDS rc=0
   echo "== $suite (log: $log)"
   (
-    cd "$QA_WORK/qa/$suite"
+    # Through /opt/tritonserver/qa, as Triton's image runs its suites: `pwd` is what a suite's models are told.
+    cd "$QA_WORK/opt/tritonserver/qa/$suite"
     export PATH=$QA_WORK/bin:$QA_WORK/opt/tritonserver/bin:$PATH
     export PYTHONPATH=$QA_WORK/pylib:$QA_WORK/qa/common${PYTHONPATH:+:$PYTHONPATH}
     export TSI_QA_RESULTS=$QA_WORK/results/$suite.jsonl
