@@ -108,10 +108,22 @@ export interface InProcessServer {
   inferStream(request: InferRequest, onResponse: (r: InferResponse | TsiError, final: boolean) => void, opts?: InferOptions): Promise<void>;
   isModelReady(name: string, version?: string): boolean;
   /**
+   * The repository extension's explicit load and unload, with its checks (model control mode, names,
+   * uploaded code): Python's pb_utils.load_model / unload_model. Absent until extensions are attached.
+   */
+  readonly modelControl?: InProcessModelControl;
+  /**
    * True from the first step of a shutdown on: a backend whose model process exits now lets it go
    * (the signal that stops the server often reaches its children too) instead of starting another.
    */
   isShuttingDown(): boolean;
+}
+
+/** What a model may ask of model control (core/repository/model-control.ts's ModelControl). */
+export interface InProcessModelControl {
+  /** `params`: `config` (JSON text) and `file:<version>/<name>` contents, as the load API takes them. */
+  load(name: string, params: ReadonlyMap<string, string | Uint8Array | boolean | number>): Promise<void>;
+  unload(name: string, unloadDependents?: boolean): Promise<void>;
 }
 
 /** A final response that carries nothing but the "final" flag (see the rules at the top). */

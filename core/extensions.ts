@@ -46,6 +46,7 @@ export class ServerExtensions {
     this.traces = new TraceManager(opts.trace ?? {}, server.clock, opts.traceWriter, server.log, opts.traceExporter);
     this.logging = new LogSettings(controllableLogger(server.log).settings, opts.logFile ?? '');
     this.modelControl = new ModelControl(server, opts.stageModelFiles ?? memoryStager, opts.modelCode);
+    server.modelControl = this.modelControl;
   }
 
   /** Writes pending traces, unregisters regions and discards staged model folders. */

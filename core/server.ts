@@ -8,7 +8,7 @@
  * progress), waits for what is in flight and for those sequences within a deadline, and unloads.
  */
 
-import { BackendRegistry, type InferOptions, type InProcessServer } from './backend.js';
+import { BackendRegistry, type InferOptions, type InProcessModelControl, type InProcessServer } from './backend.js';
 import type { ResponseCache } from './cache.js';
 import { RateLimiter, type RateLimitMode, type ResourceLimit } from './scheduling/rate-limiter.js';
 import { configJsonText, modelConfigToJson, modelConfigToProtoObject } from './config/pipeline.js';
@@ -88,6 +88,8 @@ export class InferenceServer implements InProcessServer {
   readonly residency: Residency;
   readonly clock: Clock;
   readonly log: Logger;
+  /** Set by the ServerExtensions attached to this server (models reach it as InProcessServer's). */
+  modelControl?: InProcessModelControl;
   readonly options: Required<Pick<ServerOptions, 'id' | 'version' | 'strictReadiness' | 'modelControlMode'>>;
   private live = false;
   /** The start-up load is over: readiness may be true from here on (live is true from the start). */

@@ -452,7 +452,8 @@ export function buildCli(): Command {
           } : undefined,
         });
       } catch (err) {
-        log.error(`failed to start: ${asTsiError(err).message}`);
+        const message = asTsiError(err).message;
+        log.error(message.startsWith('failed to start') ? message : `failed to start: ${message}`);
         process.exit(1);
       }
       const { server } = running;

@@ -268,6 +268,21 @@ export function grpcResponseDelayFromEnv(env: Record<string, string | undefined>
 }
 
 /** zlib at its fastest level, off the event loop (libuv's pool): several times CompressionStream's speed. */
+/**
+ * Starts one listener, turning "address in use" into Triton's words for it (main.cc's "failed to start
+ * <service> service" before the server's "Unavailable - Socket '<address>:<port>' already in use"),
+ * which scripts such as L0_lifecycle's look for in the log. Other errors pass through.
+ */
+async function starting<T>(service: string, address: string, port: number, start: () => Promise<T>): Promise<T> {
+  try {
+    return await start();
+  } catch (err) {
+    // node:net sets code EADDRINUSE; grpc-js folds it into its own message.
+    if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE' && !/\bEADDRINUSE\b/.test(String((err as Error).message))) throw err;
+    throw new TsiError('UNAVAILABLE', `failed to start ${service} service: Unavailable - Socket '${address}:${port}' already in use`);
+  }
+}
+
 function fastCompress(data: Uint8Array, format: 'gzip' | 'deflate'): Promise<Uint8Array> {
   return new Promise((resolve, reject) => {
     const done = (err: Error | null, out: Buffer) => (err ? reject(err) : resolve(out));
@@ -403,13 +418,14 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
       };
       const app = createHttpApp(server, httpOptions);
       // Listen before loading models, as Triton does: liveness answers while models load; readiness waits.
-      http = await listen(opts.httpPort ?? 8000, opts.httpAddress ?? '0.0.0.0', {
+      const [address, port] = [opts.httpAddress ?? '0.0.0.0', opts.httpPort ?? 8000];
+      http = await starting('HTTP', address, port, () => listen(port, address, {
         fetch: app.fetch, infer: inferEndpoint(server, httpOptions), cors: opts.corsOrigin !== undefined,
         onError: (err) => log.error(`HTTP: ${err.message}`),
         tls: httpTls, onTlsError: (err, from) => log.verbose(1, `HTTPS: TLS handshake with ${from ?? 'a client'} failed: ${err.message}`),
         authorize: keyring && httpAuthorizer(keyring),
         headersTimeoutMs: opts.httpHeadersTimeoutMs, requestTimeoutMs: opts.httpRequestTimeoutMs,
-      });
+      }));
     }
     if (opts.sagemaker) {
       const sm = opts.sagemaker;
@@ -418,21 +434,23 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
         restrictions: httpRestrictions, defaultModel: sm.defaultModel, inferenceType: sm.inferenceType, pingMode: sm.pingMode,
         store: sagemakerModelStore(sm.modelsRoot), log,
       });
-      sagemaker = await listen(sm.port, sm.address ?? '0.0.0.0', {
+      const address = sm.address ?? '0.0.0.0';
+      sagemaker = await starting('Sagemaker', address, sm.port, () => listen(sm.port, address, {
         fetch: app.fetch, onError: (err) => log.error(`SageMaker: ${err.message}`),
         headersTimeoutMs: opts.httpHeadersTimeoutMs, requestTimeoutMs: opts.httpRequestTimeoutMs,
-      });
+      }));
     }
     if (opts.grpcPort !== undefined) {
       const grpcDelay = opts.grpcResponseDelayMs ?? grpcResponseDelayFromEnv(process.env);
       if (grpcDelay > 0) log.info(`gRPC test hook: every RPC but inference answers ${grpcDelay / 1000} s late (TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC)`);
-      grpc = await listenGrpc(server, {
-        port: opts.grpcPort, address: opts.grpcAddress ?? '0.0.0.0', extensions, restrictedProtocol: grpcRestrictions,
+      const [address, port] = [opts.grpcAddress ?? '0.0.0.0', opts.grpcPort];
+      grpc = await starting('GRPC', address, port, () => listenGrpc(server, {
+        port, address, extensions, restrictedProtocol: grpcRestrictions,
         headerForwardPattern: grpcForward, maxResponsePoolSize: opts.grpcMaxResponsePoolSize,
         responseCompression: opts.grpcResponseCompression,
         tls: grpcTls, authorize: keyring && grpcAuthorizer(keyring), handshakeTimeoutMs: opts.grpcHandshakeTimeoutMs,
         responseDelayMs: grpcDelay,
-      });
+      }));
     }
     if (opts.metricsPort !== undefined) {
       registerHostMetrics(server.metrics, { cpuMetrics: opts.cpuMetrics });
@@ -445,7 +463,8 @@ export async function startServer(opts: NodeServerOptions): Promise<RunningServe
         });
         gm.register(server.metrics);
       }
-      metrics = await listenMetrics(server.metrics, opts.metricsPort, opts.metricsAddress ?? opts.httpAddress ?? '0.0.0.0');
+      const [address, port] = [opts.metricsAddress ?? opts.httpAddress ?? '0.0.0.0', opts.metricsPort];
+      metrics = await starting('Metrics', address, port, () => listenMetrics(server.metrics, port, address));
     }
   } catch (err) {
     gpuMetrics?.stop();

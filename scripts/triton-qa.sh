@@ -368,7 +368,9 @@ run_suite() {
   readdress "$QA_WORK/qa/common"
   # Folders of qa/ that the suite's test.sh reaches into (../L0_x/..., ../python_models/...), addressed too.
   local other
-  for other in $(grep -ohE '\.\./(L0_[A-Za-z_0-9]+|[a-z_]+_models)' "$src/test.sh" | sed 's#^\.\./##' | sort -u || true); do
+  # Triton's image also has qa/ at /opt/tritonserver/qa (PYTHON_MODELS_DIR's default in some suites).
+  ln -sfn "$QA_WORK/qa" "$QA_WORK/opt/tritonserver/qa"
+  for other in $(grep -ohE '(\.\./|/opt/tritonserver/qa/)(L0_[A-Za-z_0-9]+|[a-z_]+_models)' "$src/test.sh" | sed 's#^.*/##' | sort -u || true); do
     if [ ! -d "$QA_WORK/qa/$other" ] && [ -d "$TRITON_SERVER/qa/$other" ]; then
       cp -r "$TRITON_SERVER/qa/$other" "$QA_WORK/qa/$other"
       readdress "$QA_WORK/qa/$other"
@@ -394,11 +396,15 @@ run_suite() {
   local log=$QA_WORK/logs/$suite.log start=$SECONDS rc=0
   echo "== $suite (log: $log)"
   (
-    cd "$QA_WORK/qa/$suite"
+    # Through /opt/tritonserver/qa, as Triton's image runs its suites: `pwd` is what a suite's models are told.
+    cd "$QA_WORK/opt/tritonserver/qa/$suite"
     export PATH=$QA_WORK/bin:$QA_WORK/opt/tritonserver/bin:$PATH
     export PYTHONPATH=$QA_WORK/pylib:$QA_WORK/qa/common${PYTHONPATH:+:$PYTHONPATH}
     export TSI_QA_RESULTS=$QA_WORK/results/$suite.jsonl
     export NVIDIA_TRITON_SERVER_VERSION=$VERSION TRITON_SERVER_CPU_ONLY=1
+    # Triton's image also sets TRITON_SERVER_VERSION, the version its server reports (L0_lifecycle compares).
+    TRITON_SERVER_VERSION=$(node --input-type=module -e "console.log((await import('$TSI/dist/core/server.js')).TSI_VERSION)")
+    export TRITON_SERVER_VERSION
     export TRITON_DIR=$QA_WORK/opt/tritonserver TRITON_QA_ROOT_DIR=$QA_WORK/qa
     export BACKENDS=${BACKENDS:-onnx}
     # Where SageMaker multi-model loads may point, now that /opt/ml is readdressed.

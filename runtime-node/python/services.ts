@@ -55,6 +55,9 @@ export class StubServices {
       case 'mf': case 'mm': case 'mv': case 'imr':
         this.reply(m);
         return true;
+      case 'lm': case 'um':
+        void this.control(m);
+        return true;
       case 'mo':
         try {
           const metric = this.metric(m.h);
@@ -105,6 +108,32 @@ export class StubServices {
         if (!fam || !('metric' in fam)) throw new TsiError('INVALID_ARG', 'the MetricFamily of this metric has been deleted');
         out.h = this.keep(fam.metric((m.labels ?? {}) as Record<string, string>, (m.buckets ?? undefined) as number[] | undefined));
       } else out.v = this.metric(m.h).value();
+    } catch (err) {
+      out.err = asTsiError(err).message;
+    }
+    this.proc.send(out);
+  }
+
+  /** pb_utils.load_model / unload_model, through the repository extension's load and unload. */
+  private async control(m: StubMessage): Promise<void> {
+    const out: StubMessage = { k: 'r', id: m.id };
+    try {
+      const control = this.ctx.server.modelControl;
+      if (!control) throw new TsiError('UNAVAILABLE', 'model control is not available in this server');
+      const name = String(m.model);
+      if (m.k === 'lm') {
+        const params = new Map<string, string | Uint8Array>();
+        if (m.config) params.set('config', String(m.config));
+        for (const [k, v] of Object.entries((m.files ?? {}) as Record<string, string>)) params.set(k, Buffer.from(v, 'base64'));
+        await control.load(name, params);
+      } else {
+        // Started, not waited for, as Triton's: a model may unload itself (or an ensemble it is a step
+        // of) from execute, and the unload waits for that execute to end. A refusal (not explicit
+        // mode) is already settled when the call returns, so the race raises it to the model.
+        const unloading = control.unload(name, m.dependents === true);
+        unloading.catch((err: unknown) => this.log.error(`${this.tag}: unloading '${name}' failed: ${asTsiError(err).message}`));
+        await Promise.race([unloading, Promise.resolve()]);
+      }
     } catch (err) {
       out.err = asTsiError(err).message;
     }

@@ -118,6 +118,25 @@ export class InputRegion {
     this.size = next;
   }
 
+  /**
+   * Back to `size` after a write that grew the file and then failed: a full tmpfs (ENOSPC) keeps the
+   * pages the write did fill, and until the file shrinks every other model's shared memory would
+   * meet a full /dev/shm too. Only the failed block lay past `size`, and it is free again; Python has
+   * mapped no more than `size`, as the block was never named to it.
+   */
+  private shrink(size: number): void {
+    const last = this.free[this.free.length - 1];
+    if (size >= this.size || !last || last.off > size || last.off + last.size !== this.size) return;
+    try {
+      ftruncateSync(this.fd, size);
+    } catch {
+      return;
+    }
+    last.size = size - last.off;
+    if (last.size === 0) this.free.pop();
+    this.size = size;
+  }
+
   /** Gives back the block at `off`; unknown offsets are ignored (a block is given back once). */
   freeBlock(off: number): void {
     const size = this.used.get(off);
@@ -162,6 +181,7 @@ export class InputRegion {
       rel.push(total);
       total += align(p.byteLength);
     }
+    const sizeBefore = this.size;
     const base = this.alloc(total);
     try {
       if (total <= GATHER_BYTES) {
@@ -173,7 +193,9 @@ export class InputRegion {
       }
     } catch (err) {
       this.freeBlock(base);
-      throw poolFull(err, this.size);
+      const full = poolFull(err, this.size);
+      this.shrink(sizeBefore);
+      throw full;
     }
     const descs = tensors.map((t, i): TensorDesc => [t.name, t.datatype, t.shape, base + rel[i]!, parts[i]!.byteLength]);
     return { block: [base, base + Math.max(ALIGN, total)], descs };

@@ -11,6 +11,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { fileURLToPath } from 'node:url';
 import { addSubModel } from '../../scripts/gen-models.js';
 import { getJson, postJson, startTestServer, tempRepo, type TestServer } from '../helpers/server.js';
 import { grpcClient } from '../helpers/grpc.js';
@@ -271,6 +274,30 @@ describe('model repository paths as tritonserver takes them', () => {
     } finally {
       await s.stop();
       repo.cleanup();
+    }
+  });
+
+  // L0_lifecycle starts a second server on a taken port and greps its log for Triton's text.
+  it("a taken gRPC or HTTP port fails the start with Triton's 'failed to start <service> service: ... already in use'", async () => {
+    const empty = tempRepo({});
+    const holder = createNetServer();
+    await new Promise<void>((done) => holder.listen(0, '127.0.0.1', done));
+    try {
+      const grpcPort = (holder.address() as AddressInfo).port;
+      await expect(startTestServer({ modelRepositories: [empty.path], grpcPort, grpcAddress: '127.0.0.1' }))
+        .rejects.toThrow(`failed to start GRPC service: Unavailable - Socket '127.0.0.1:${grpcPort}' already in use`);
+      const httpPort = grpcPort;
+      await expect(startTestServer({ modelRepositories: [empty.path], httpPort }))
+        .rejects.toThrow(`failed to start HTTP service: Unavailable - Socket '127.0.0.1:${httpPort}' already in use`);
+      // The CLI logs it as it is, as tritonserver's main does, and exits 1.
+      const bin = join(fileURLToPath(new URL('../..', import.meta.url)), 'bin', 'tsi-node.js');
+      const cli = spawnSync(process.execPath, [bin, 'serve', '--model-repository', empty.path, '--http-port', '0',
+        '--grpc-address', '127.0.0.1', '--grpc-port', String(grpcPort), '--metrics-port', '0'], { encoding: 'utf8', timeout: 30_000 });
+      expect(cli.status).toBe(1);
+      expect(cli.stderr + cli.stdout).toMatch(new RegExp(`\\] failed to start GRPC service: Unavailable - Socket '127\\.0\\.0\\.1:${grpcPort}' already in use`));
+    } finally {
+      holder.close();
+      empty.cleanup();
     }
   });
 

@@ -9,6 +9,7 @@
 #
 # Standard library and numpy only (numpy 1.x and 2.x); ml_dtypes is used for BF16 when importable.
 
+import base64
 import struct
 
 import numpy as np
@@ -292,15 +293,18 @@ class Tensor:
 
 
 def load_model(model_name, config="", files=None):
-    raise TritonModelException(
-        "pb_utils.load_model is not supported by tsi: load models with the repository API "
-        "(POST /v2/repository/models/%s/load) instead" % model_name)
+    """Loads (or reloads) a model as the repository API's load does: `config` is JSON text, `files`
+    maps "file:<version>/<name>" to bytes. Returns once the load has finished; raises if it failed."""
+    msg = {"k": "lm", "model": model_name, "config": config or ""}
+    if files:
+        msg["files"] = {k: base64.b64encode(v).decode("ascii") for k, v in files.items()}
+    _require_runtime().call(msg)
 
 
 def unload_model(model_name, unload_dependents=False):
-    raise TritonModelException(
-        "pb_utils.unload_model is not supported by tsi: unload models with the repository API "
-        "(POST /v2/repository/models/%s/unload) instead" % model_name)
+    """Starts unloading a model, as the repository API's unload does; returns without waiting for it
+    (as Triton's), so a model may unload itself."""
+    _require_runtime().call({"k": "um", "model": model_name, "dependents": bool(unload_dependents)})
 
 
 def is_model_ready(model_name, model_version=""):
