@@ -241,6 +241,8 @@ export class DynamicBatchScheduler implements Scheduler {
    * only where that cannot change what Triton would do: one priority level, no timeouts, no size cap.
    */
   private readonly mayQueueBehind: boolean;
+  /** An instance waits for the rate limiter's grant (see runGranted). */
+  private awaitingGrant = false;
   /** Queued requests to wait for before the first batch (SchedulerDelay); 0 once reached. */
   private holdFor: number;
 
@@ -320,22 +322,19 @@ export class DynamicBatchScheduler implements Scheduler {
   }
 
   private step(): void {
-    const { clock, stats } = this.ctx;
+    const { clock } = this.ctx;
     for (;;) {
       // Nothing queued: nothing can expire or run, and no clock reading is needed.
       if (this.queue.size === 0) return;
+      // A batch waits for the rate limiter; it takes what queues until its grant.
+      if (this.awaitingGrant) return;
       // Triton's held batcher neither batches nor expires; every enqueue re-checks the count.
       if (this.holdFor > 0) {
         if (this.queue.size < this.holdFor && !this.stopping) return;
         this.holdFor = 0;
       }
       const now = clock.nowNs();
-      for (const r of this.queue.expire(now)) {
-        stats.pending--;
-        stats.inflight--;
-        stats.recordFailure(now - r.receivedNs, 'REJECTED', clock.epochMs());
-        r.send(timeoutExpiredError(), true);
-      }
+      for (const r of this.queue.expire(now)) this.reject(r, now);
       if (this.queue.size === 0) return;
       // Expiry needs a wake-up even while every instance is busy, so rejections are not late.
       this.timer.at(this.queue.nextDeadlineNs());
@@ -351,10 +350,49 @@ export class DynamicBatchScheduler implements Scheduler {
       const full = this.policy.maxBatchSize === 0 || d.rows >= this.policy.maxBatchSize;
       const instance = free ? this.pool.acquire()! : full && this.mayQueueBehind ? this.pool.acquireBehind() : undefined;
       if (!instance) return;
+      // Batching off (Triton's default scheduler): each request is its own payload, staged at once.
+      const ask = this.ctx.rateLimit !== undefined && this.policy.maxBatchSize > 0;
+      if (ask) {
+        const granted = this.ctx.rateLimit!.acquire(instance);
+        if (granted !== true) {
+          // Triton's batcher forms its next payload only for an instance the limiter lets run, and
+          // the payload keeps taking requests while it waits: the batch is formed at the grant, from
+          // whatever has queued by then (up to max_batch_size), and no second batch waits beside it.
+          this.awaitingGrant = true;
+          void granted.then(() => this.runGranted(instance));
+          return;
+        }
+      }
       const batch = this.queue.take(d.count);
       if (this.orderer) for (const r of batch) this.orderer.register(r);
-      void runExecution(this.ctx, this.pool, instance, batch, { deferResponses: true, queuedBehind: !free, startNs: now });
+      void runExecution(this.ctx, this.pool, instance, batch, { deferResponses: true, queuedBehind: !free, startNs: now, granted: ask });
     }
+  }
+
+  /** The rate limiter granted the waiting instance its resources: the batch is what has queued meanwhile. */
+  private runGranted(instance: BackendInstance): void {
+    this.awaitingGrant = false;
+    const now = this.ctx.clock.nowNs();
+    this.queue.expire(now).forEach((r) => this.reject(r, now));
+    const d = decideBatch(this.queue.head(this.policy.maxBatchSize + 1), now, this.policy, true);
+    if (d.kind !== 'execute') {
+      // Everything it waited for expired meanwhile: the resources and the instance go back unused.
+      this.pool.release(instance);
+      this.ctx.rateLimit!.release(instance);
+    } else {
+      const batch = this.queue.take(d.count);
+      if (this.orderer) for (const r of batch) this.orderer.register(r);
+      void runExecution(this.ctx, this.pool, instance, batch, { deferResponses: true, startNs: now, granted: true });
+    }
+    this.dispatch();
+  }
+
+  private reject(r: PendingRequest, now: number): void {
+    const { stats, clock } = this.ctx;
+    stats.pending--;
+    stats.inflight--;
+    stats.recordFailure(now - r.receivedNs, 'REJECTED', clock.epochMs());
+    r.send(timeoutExpiredError(), true);
   }
 
   async stop(): Promise<void> {

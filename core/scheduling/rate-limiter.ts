@@ -10,10 +10,12 @@
  * model's load, as an instance that could never run would hang its requests); only the head of the
  * waiting order is tried, so a big consumer is not starved by small ones; a priority of 0 counts as 1.
  *
- * Where it sits: the scheduler forms a batch and takes a free instance as before; `runExecution` then
- * asks this instance's gate before calling the backend and gives the resources back after, so the
- * time a batch waits here is queue time (Triton's payload waits the same way) and is also recorded
- * apart in the model's statistics (`rate_limiter.wait`). Single-threaded: every call runs on the one
+ * Where it sits: the scheduler takes a free instance as before and asks its gate before the backend
+ * runs, giving the resources back after, so the time a batch waits here is queue time (Triton's
+ * payload waits the same way) and is also recorded apart in the model's statistics
+ * (`rate_limiter.wait`). The dynamic batcher asks before it takes requests from its queue and forms
+ * the batch at the grant, as Triton's payload keeps taking requests while it waits; other schedulers
+ * form the batch first and `runExecution` asks. Single-threaded: every call runs on the one
  * event loop, so the bookkeeping needs no locks; a grant resolves a promise the waiting execution holds.
  */
 

@@ -231,6 +231,8 @@ export interface ExecutionOptions {
   queuedBehind?: boolean;
   /** The caller's clock reading taken as it formed the batch (saves a read), else the clock's. */
   startNs?: number;
+  /** The caller already holds the instance's rate-limiter grant (the dynamic batcher asks before forming). */
+  granted?: boolean;
 }
 
 /**
@@ -297,7 +299,7 @@ export async function runExecution(
   // With the rate limiter on, the formed batch waits here for the instance's resources (queue time).
   const gate = ctx.rateLimit;
   let startNs = opts.startNs;
-  if (gate !== undefined) {
+  if (gate !== undefined && opts.granted !== true) {
     const granted = gate.acquire(instance);
     if (granted !== true) {
       await granted;

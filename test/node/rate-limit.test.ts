@@ -21,12 +21,12 @@ function world(mode: RateLimitMode = 'execution_count', resources: ResourceLimit
   const clock = new FakeClock();
   const limiter = new RateLimiter({ mode, resources, clock });
   let n = 0;
-  const model = (name: string, g: ModelInstanceGroup | undefined, opts: { instances?: number; deviceId?: number } = {}) => {
+  const model = (name: string, g: ModelInstanceGroup | undefined, opts: { instances?: number; deviceId?: number; batching?: Partial<ModelConfig> } = {}) => {
     const backend = new FakeBackend(clock);
     backend.hold = true;
     const count = opts.instances ?? g?.count ?? 1;
     const instances = Array.from({ length: count }, (_, index) => backend.instance({ name: `${name}_${index}`, kind: 'KIND_CPU', deviceId: opts.deviceId ?? -1, index }));
-    const config: ModelConfig = { name, max_batch_size: 0, instance_group: g ? [g] : [] };
+    const config: ModelConfig = { name, max_batch_size: 0, instance_group: g ? [g] : [], ...opts.batching };
     const stats = new ModelStats();
     const gate = limiter.register(name, 1, instances, instances.map(() => g));
     const ctx: SchedulerContext = { modelName: name, version: 1, config, instances, stats, clock, log: collectingLogger(), decoupled: false, rateLimit: gate };
@@ -147,6 +147,38 @@ describe('rate limiter: contention across models', () => {
     expect(order.slice(0, 6)).toBe('ababaa');
   });
 
+  it('gives L0_rate_limiter\'s client 80 inferences of the priority-1 model to 45 of the priority-2 one', async () => {
+    // test_cross_model_prioritization_limited_resource as its client behaves: each model keeps 8
+    // requests in flight; the first to have sent 80 sets a stop flag both runners share, and the
+    // other, blocked waiting for a free slot, still sends one more when its next response comes.
+    // Triton's order (exec_count × priority, ties to the instance waiting longer) then gives the
+    // priority-2 model 36 executions while the other completes 72, so 36 + 8 + 1 = 45: 80/45 = 1.78
+    // (ties to the instance staged last give 36 too), below the suite's 1.8 however fast the server.
+    const w = world();
+    const a = w.model('a', group([{ name: 'R', count: 1 }], 1));
+    const b = w.model('b', group([{ name: 'R', count: 1 }], 2));
+    const sent = new Map([[a, 8], [b, 8]]);
+    const exited = new Set<typeof a>();
+    let stop = false;
+    a.submit(8);
+    b.submit(8);
+    await flush();
+    for (let i = 0; i < 200 && a.backend.running + b.backend.running > 0; i++) {
+      const m = a.backend.running ? a : b;
+      m.backend.release();
+      await flush();
+      if (exited.has(m)) continue;
+      const wasStopped = stop;
+      m.submit(1);
+      sent.set(m, sent.get(m)! + 1);
+      if (sent.get(m) === 80) stop = true;
+      if (wasStopped || sent.get(m) === 80) exited.add(m);
+      await flush();
+    }
+    expect([sent.get(a), sent.get(b)]).toEqual([80, 45]);
+    expect(a.backend.batches.length + b.backend.batches.length).toBe(125);
+  });
+
   it('alternates fairly between equal priorities', async () => {
     expect(await turns(1, 1, 10)).toBe('ababababab');
   });
@@ -216,5 +248,30 @@ describe('rate limiter: contention across models', () => {
     expect(w.limiter.resources()).toEqual({ '-1': { R: 5 } });
     a.gate!.unregister();
     expect(w.limiter.resources()).toEqual({ '-1': { R: 2 } });
+  });
+
+  it('lets a dynamic batch grow while it waits for the rate limiter, as L0_rate_limiter expects', async () => {
+    // Two instances, one copy of R: the second instance cannot run beside the first. Triton's batcher
+    // forms its payload for an instance the limiter lets run and adds requests until the grant, so
+    // with preferred sizes 1-4 every batch is still 4 when the requests come faster than executions.
+    const w = world();
+    const m = w.model('m', group([{ name: 'R', count: 1 }], 1, 2), {
+      batching: { max_batch_size: 4, input: [{ name: 'INPUT0', data_type: 'TYPE_FP32', dims: [1] }], dynamic_batching: { preferred_batch_size: [1, 2, 3, 4] } },
+    });
+    m.submit(4);
+    await flush();
+    expect(m.backend.batches.map((b) => b.requests.length)).toEqual([4]);
+    // One request arrives while the first batch runs: instance 1 is free but may not run, so the
+    // request is not sent alone (preferred size 1); three more join it before the grant.
+    m.submit(1);
+    await flush();
+    m.submit(3);
+    await flush();
+    expect(m.backend.batches).toHaveLength(1);
+    m.backend.release();
+    await flush();
+    expect(m.backend.batches.map((b) => b.requests.length)).toEqual([4, 4]);
+    expect(m.backend.running).toBe(1);
+    expect(m.backend.batches.map((b) => b.rows)).toEqual([4, 4]);
   });
 });
