@@ -217,6 +217,8 @@ export class Trace implements TraceStamps {
   /** Why the request failed, when it did. */
   error?: string;
   readonly stamps: { name: string; ns: number }[] = [];
+  /** The backend's own activities among `stamps` (the same objects), in the order it reported them. */
+  readonly activities: { name: string; ns: number }[] = [];
   readonly children: Trace[] = [];
   /** Extra span attributes a front end knows (the GenAI ones for LLM requests). */
   readonly attributes: Record<string, TraceAttribute> = {};
@@ -238,6 +240,17 @@ export class Trace implements TraceStamps {
 
   mark(name: string, ns = this.clock.nowNs()): void {
     this.stamps.push({ name, ns: Math.round(ns) });
+  }
+
+  /**
+   * A backend's own activity (Triton's TRITONSERVER_InferenceTraceReportActivity): a stamp like the
+   * others in the trace file; in "opentelemetry" mode NAME_START .. NAME_END pairs become spans of
+   * their own, so the order they were reported in is kept beside the stamps.
+   */
+  activity(name: string, ns = this.clock.nowNs()): void {
+    const stamp = { name, ns: Math.round(ns) };
+    this.stamps.push(stamp);
+    this.activities.push(stamp);
   }
 
   /** Records a tensor as Triton's TENSORS level writes it: values, shape and datatype as text. */

@@ -92,6 +92,8 @@ export interface TraceStamps {
   version: number;
   requestId: string;
   mark(name: string, ns?: number): void;
+  /** A backend's own activity (Triton's custom activities: NAME_START/NAME_END pairs, or one NAME). */
+  activity(name: string, ns?: number): void;
   /** An execution of the request began; the trace is not written while one runs. */
   computeStart(): void;
   computeEnd(): void;

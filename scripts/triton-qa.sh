@@ -18,6 +18,8 @@
 #   TRITON_SERVER  a checkout of triton-inference-server/server   (default /tmp/triton-qa/server)
 #   TRITON_CLIENT  a checkout of triton-inference-server/client   (default /tmp/triton-qa/client)
 #   TRITON_COMMON  a checkout of triton-inference-server/common   (default /tmp/triton-qa/common)
+#   TRITON_PYTHON_BACKEND  a checkout of triton-inference-server/python_backend, for the example models
+#                  some suites use (default /tmp/triton-qa/python_backend)
 #   QA_WORK        where the copies, models, logs and results go  (default /tmp/tsi-qa)
 #   QA_PYTHON      a python with grpcio, gevent, geventhttpclient, protobuf, rapidjson, requests,
 #                  grpc_tools, numpy, onnx, psutil and pytest (default /usr/bin/python3: Debian's python3-* packages)
@@ -34,6 +36,7 @@ TSI=$(cd "$(dirname "$0")/.." && pwd)
 TRITON_SERVER=${TRITON_SERVER:-/tmp/triton-qa/server}
 TRITON_CLIENT=${TRITON_CLIENT:-/tmp/triton-qa/client}
 TRITON_COMMON=${TRITON_COMMON:-/tmp/triton-qa/common}
+TRITON_PYTHON_BACKEND=${TRITON_PYTHON_BACKEND:-/tmp/triton-qa/python_backend}
 QA_WORK=${QA_WORK:-/tmp/tsi-qa}
 QA_PYTHON=${QA_PYTHON:-/usr/bin/python3}
 QA_TIMEOUT=${QA_TIMEOUT:-1200}
@@ -326,10 +329,31 @@ prepare() {
     L0_sequence_stress|L0_rate_limiter)
       # The same for libtriton_sequence.so (tsi's built-in `sequence` backend).
       mkdir -p "$QA_WORK/qa/custom_models/custom_sequence_int32/1" ;;
-    L0_grpc_state_cleanup|L0_decoupled)
+    L0_grpc_state_cleanup)
       mkdir -p "$d/models"
       cp -r "$TRITON_SERVER/src/test/models/repeat_int32" "$d/models/"
       mkdir -p "$d/models/repeat_int32/1" ;;
+    L0_decoupled)
+      # repeat_int32 and square_int32 beside the suite's ensembles (tsi builds both backends in).
+      cp -r "$TRITON_SERVER/src/test/models/repeat_int32" "$TRITON_SERVER/src/test/models/square_int32" "$d/models/"
+      for m in "$d"/models/*/; do mkdir -p "$m/1"; done
+      # fan_repeat's last step is a libtorch model: the ensemble goes, its trial in each test, and the
+      # copy of that model into each trial's repository (which, failing under set -e, ends the suite).
+      rm -rf "$d/models/fan_repeat"
+      sed -i '/("fan_repeat", self._fan_validate),/d' "$d/decoupled_test.py"
+      sed -i '/libtorch_nobatch_int32_int32_int32/,/config.pbtxt)/d' "$d/test.sh"
+      # Its "python" trial: the same models with repeat_int32 and square_int32 as python_backend's examples.
+      local ex=$TRITON_PYTHON_BACKEND/examples/decoupled
+      if [ -f "$ex/repeat_model.py" ]; then
+        cp -r "$d/models" "$d/python_models"
+        cp "$ex/repeat_model.py" "$d/python_models/repeat_int32/1/model.py"
+        cp "$ex/repeat_config.pbtxt" "$d/python_models/repeat_int32/config.pbtxt"
+        cp "$ex/square_model.py" "$d/python_models/square_int32/1/model.py"
+        cp "$ex/square_config.pbtxt" "$d/python_models/square_int32/config.pbtxt"
+      else
+        echo "   no python_backend checkout at $TRITON_PYTHON_BACKEND: L0_decoupled's python trial is skipped"
+        sed -i 's/^TRIALS="python custom"/TRIALS="custom"/' "$d/test.sh"
+      fi ;;
   esac
   return 0
 }

@@ -3,9 +3,9 @@
  * shape; each response carries OUTPUT<i> equal to INPUT<i> (an optional input left out gives zeros) and
  * the parameters param0..param3 Triton's backend attaches. Config parameters `execute_delay_ms` (with
  * `instance_wise_delay_multiplier`) and `creation_delay_sec` slow it down, as in Triton;
- * `enable_custom_tracing: "true"` adds its activities to a traced request's timestamps
- * (CUSTOM_ACTIVITY_START, CUSTOM_SINGLE_ACTIVITY, CUSTOM_ACTIVITY_END around the delay, with
- * `nested_span_count` CUSTOM_ACTIVITY<i>_START/_END pairs nested inside). Its load-time texts are
+ * `enable_custom_tracing: "true"` adds its activities to a traced request's trace after the delay,
+ * as Triton's does (CUSTOM_ACTIVITY_START/_END, CUSTOM_SINGLE_ACTIVITY, then `nested_span_count`
+ * nested CUSTOM_ACTIVITY<i>_START/_END pairs, `single_activity_frequency`). Its load-time texts are
  * Triton's, which its tests look for.
  */
 
@@ -14,7 +14,7 @@ import { TsiError } from '../errors.js';
 import type { ConfigDataType, ModelConfig, ModelInput } from '../config/model-config.js';
 import { configTypeToDatatype } from '../config/model-io.js';
 import { allocate, elementCount } from '../tensor.js';
-import type { Parameters, Tensor } from '../types.js';
+import type { Parameters, Tensor, TraceStamps } from '../types.js';
 import { copyData, invalid, ioShape, param, shapeText, sleep, stateless } from './common.js';
 
 /** The parameters Triton's identity backend attaches to every response. */
@@ -85,20 +85,33 @@ export function identityBackend(): Backend {
       // Triton's identity backend reports activities of its own into traced requests' traces.
       const customTracing = param(cfg, 'enable_custom_tracing') === 'true';
       const nested = Math.max(0, Number(param(cfg, 'nested_span_count') ?? 0) || 0);
+      const every = Math.max(1, Number(param(cfg, 'single_activity_frequency') ?? 1) || 1);
       return stateless(async (requests, spec) => {
-        const traces = customTracing ? requests.flatMap((r) => (r.trace ? [r.trace] : [])) : [];
-        for (const t of traces) {
-          t.mark('CUSTOM_ACTIVITY_START');
-          for (let i = 0; i < nested; i++) t.mark(`CUSTOM_ACTIVITY${i}_START`);
-          t.mark('CUSTOM_SINGLE_ACTIVITY');
-        }
         if (delayMs > 0) await sleep(delayMs * Math.max(multiplier > 0 ? multiplier * spec.index : 1, 1));
-        for (const t of traces) {
-          for (let i = nested - 1; i >= 0; i--) t.mark(`CUSTOM_ACTIVITY${i}_END`);
-          t.mark('CUSTOM_ACTIVITY_END');
+        for (const r of requests) {
+          if (customTracing && r.trace) await customActivities(r.trace, nested, every);
+          respond(r);
         }
-        for (const r of requests) respond(r);
       });
     },
   };
+}
+
+/**
+ * Triton's identity custom activities for one traced request, in its order and with its 100 ms pauses
+ * (OpenTelemetry mode nests spans by that order): CUSTOM_ACTIVITY_START/_END, CUSTOM_SINGLE_ACTIVITY,
+ * then `nested` CUSTOM_ACTIVITY<i>_START each inside the last, with CUSTOM_SINGLE_ACTIVITY in every
+ * `every`'th, and their ENDs innermost first.
+ */
+async function customActivities(t: TraceStamps, nested: number, every: number): Promise<void> {
+  t.activity('CUSTOM_ACTIVITY_START');
+  await sleep(100);
+  t.activity('CUSTOM_ACTIVITY_END');
+  t.activity('CUSTOM_SINGLE_ACTIVITY');
+  for (let i = 0; i < nested; i++) {
+    t.activity(`CUSTOM_ACTIVITY${i}_START`);
+    await sleep(100);
+    if (i % every === 0) t.activity('CUSTOM_SINGLE_ACTIVITY');
+  }
+  for (let i = nested - 1; i >= 0; i--) t.activity(`CUSTOM_ACTIVITY${i}_END`);
 }

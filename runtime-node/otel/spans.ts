@@ -3,9 +3,10 @@
  * BLS calls made) as OpenTelemetry spans, nested as Triton nests them: an `InferRequest` span for the
  * request as the transport saw it (child of the client's span when it sent a `traceparent`), under it
  * a span named for the model (REQUEST_START .. REQUEST_END), under that a `compute` span for each
- * execution and the model spans of the requests the model made. The TIMESTAMPS become span events on
- * the span they belong to; each model span carries Triton's `triton.*` attributes; a failed request
- * sets its spans' status to ERROR.
+ * execution, the spans of the backend's own activities (NAME_START .. NAME_END, nested as reported) and
+ * the model spans of the requests the model made. The TIMESTAMPS become span events on the span they
+ * belong to; each model span carries Triton's `triton.*` attributes; a failed request sets its spans'
+ * status to ERROR.
  *
  * Spans are made after the fact, with explicit start and end times and the ids core chose when the
  * request began (a model may have been told its span's context): core stamps steady-clock
@@ -19,6 +20,8 @@ import type { Clock, Trace } from '../../core/index.js';
 
 const MODEL_EVENTS = new Set(['REQUEST_START', 'QUEUE_START', 'REQUEST_END']);
 const COMPUTE_EVENTS = new Set(['COMPUTE_START', 'COMPUTE_INPUT_END', 'COMPUTE_OUTPUT_START', 'COMPUTE_END']);
+const START = '_START';
+const END = '_END';
 
 type Stamp = { name: string; ns: number };
 
@@ -77,7 +80,8 @@ export class SpanBuilder {
       keys: (carrier: Record<string, string | undefined>) => Object.keys(carrier),
     }) : ROOT_CONTEXT;
     const stamps = sorted(t.stamps);
-    const own = stamps.filter((s) => !MODEL_EVENTS.has(s.name) && !COMPUTE_EVENTS.has(s.name));
+    const custom = new Set(t.activities);
+    const own = stamps.filter((s) => !MODEL_EVENTS.has(s.name) && !COMPUTE_EVENTS.has(s.name) && !custom.has(s));
     const first = stamps[0]?.ns ?? 0;
     const last = stamps[stamps.length - 1]?.ns ?? first;
     // Without a client's context the root span starts the trace: with the id core chose for it.
@@ -93,7 +97,8 @@ export class SpanBuilder {
 
   /** The model span of one trace, its compute spans, and (recursively) its children's model spans. */
   private model(t: Trace, stamps: Stamp[], parent: Context): void {
-    const mine = stamps.filter((s) => MODEL_EVENTS.has(s.name) || (t.parentId !== 0 && !COMPUTE_EVENTS.has(s.name)));
+    const custom = new Set(t.activities);
+    const mine = stamps.filter((s) => MODEL_EVENTS.has(s.name) || (t.parentId !== 0 && !COMPUTE_EVENTS.has(s.name) && !custom.has(s)));
     const start = mine.find((s) => s.name === 'REQUEST_START')?.ns ?? stamps[0]?.ns ?? 0;
     const end = mine.find((s) => s.name === 'REQUEST_END')?.ns ?? stamps[stamps.length - 1]?.ns ?? start;
     this.ids.preset(undefined, t.otelIds?.spanId);
@@ -105,12 +110,38 @@ export class SpanBuilder {
     span.setAttribute('triton.trace_parent_id', t.parentId);
     if (t.requestId) span.setAttribute('triton.request_id', t.requestId);
     if (t.parentId !== 0) span.setAttributes(t.attributes);
-    for (const s of mine) span.addEvent(s.name, this.time(s.ns));
     if (t.error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: t.error });
     const ctx = traceApi.setSpan(parent, span);
+    const loose = this.activities(t.activities, ctx, end);
+    for (const s of sorted([...mine, ...loose])) span.addEvent(s.name, this.time(s.ns));
     this.compute(stamps, ctx);
     for (const c of t.children) this.model(c, sorted(c.stamps), ctx);
     span.end(this.time(end));
+  }
+
+  /**
+   * The backend's own activities, read in the order reported as Triton's tracer reads them: NAME_START
+   * opens a span NAME under the innermost one still open (the model span when none is), NAME_END adds
+   * its event and ends the innermost open span, any other name is an event on the innermost open span.
+   * An END with nothing open stays an event of the model span; a span left open ends with the model's.
+   * Returns the activities that are the model span's own events.
+   */
+  private activities(list: readonly Stamp[], modelCtx: Context, endNs: number): Stamp[] {
+    const open: { span: Span; ctx: Context }[] = [];
+    const loose: Stamp[] = [];
+    for (const a of list) {
+      if (a.name.length > START.length && a.name.endsWith(START)) {
+        const parent = open.at(-1)?.ctx ?? modelCtx;
+        const span = this.tracer.startSpan(a.name.slice(0, -START.length), { kind: SpanKind.SERVER, startTime: this.time(a.ns) }, parent);
+        open.push({ span, ctx: traceApi.setSpan(parent, span) });
+      }
+      const top = open.at(-1);
+      if (top) top.span.addEvent(a.name, this.time(a.ns));
+      else loose.push(a);
+      if (top && a.name.length > END.length && a.name.endsWith(END)) open.pop()!.span.end(this.time(a.ns));
+    }
+    for (const o of open.reverse()) o.span.end(this.time(endNs));
+    return loose;
   }
 
   /** One `compute` span per COMPUTE_START .. COMPUTE_END run of stamps. */

@@ -3,7 +3,8 @@
  * OTLP/HTTP receiver that decodes the protobuf with the official schema: the settings the trace
  * protocol shows, Triton's span tree and attributes for a plain model, an ensemble and a Python BLS
  * model, the client's `traceparent` continued over HTTP and gRPC, rate and count honoured for
- * untraced requests and ignored for propagated ones, an error's span status, and a collector that
+ * untraced requests and ignored for propagated ones, an error's span status, the identity backend's
+ * custom activities as spans of their own (L0_trace's custom_identity_int32), and a collector that
  * is down or slow costing no inference and holding at most the queue's bound.
  */
 
@@ -55,6 +56,11 @@ const BLS_JS = `export default class {
   }
 }
 `;
+// L0_trace's custom_identity_int32 (renamed: the default repository has one; its execute delay shortened): six nested custom spans, every third with a single activity.
+const CUSTOM_IDENTITY = `name: "traced_identity"\nbackend: "identity"\nmax_batch_size: 1024
+input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] }]\noutput [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }]
+instance_group [{ kind: KIND_CPU }]\nparameters [{ key: "execute_delay_ms" value: { string_value: "20" } }, { key: "enable_custom_tracing" value: { string_value: "true" } },
+  { key: "nested_span_count" value: { string_value: "6" } }, { key: "single_activity_frequency" value: { string_value: "3" } }]\n`;
 const body = (id?: string) => ({
   ...(id ? { id } : {}),
   inputs: [
@@ -112,9 +118,11 @@ describeOtel('OpenTelemetry mode', () => {
       'bls/1/model.py': BLS_PY,
       'bls_js/config.pbtxt': `name: "bls_js"\nbackend: "javascript"\nmax_batch_size: 0\n${io('[1, 16]')}`,
       'bls_js/1/model.js': BLS_JS,
+      'traced_identity/config.pbtxt': CUSTOM_IDENTITY,
+      'traced_identity/1/.keep': '',
     });
     s = await startPythonServer({
-      modelRepositories: [MODELS, repo.path], modelControlMode: 'explicit', loadModels: ['simple', 'ens', 'bls', 'bls_js', 'tiny_gpt'], grpcPort: 0, grpcAddress: '127.0.0.1',
+      modelRepositories: [MODELS, repo.path], modelControlMode: 'explicit', loadModels: ['simple', 'ens', 'bls', 'bls_js', 'tiny_gpt', 'traced_identity'], grpcPort: 0, grpcAddress: '127.0.0.1',
       trace: parseTraceConfig([
         'mode=opentelemetry', 'level=TIMESTAMPS', 'rate=1', `opentelemetry,url=${rx.url}`,
         'opentelemetry,resource=test.key=test.value', 'opentelemetry,resource=service.name=test_triton', 'opentelemetry,bsp_schedule_delay=20',
@@ -198,6 +206,46 @@ describeOtel('OpenTelemetry mode', () => {
     const [t] = traces(await collect());
     expect(t).toHaveLength(6);
     expect(spanTree(t!)).toEqual({ InferRequest: ['bls_js'], bls_js: ['compute', 'ens'], ens: ['simple'], simple: ['compute'] });
+  });
+
+  it('makes the identity backend\'s custom activities spans of their own, nested and timed as reported', async () => {
+    const r = await postJson(`${s.url}/v2/models/traced_identity/infer`, { inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 1], data: [4] }] });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const [t] = traces(await collect());
+    // What L0_trace's opentelemetry_unittest expects of this model: ten spans, nested so.
+    expect(t).toHaveLength(10);
+    expect(spanTree(t!)).toEqual({
+      InferRequest: ['traced_identity'], traced_identity: ['CUSTOM_ACTIVITY', 'CUSTOM_ACTIVITY0', 'compute'],
+      CUSTOM_ACTIVITY0: ['CUSTOM_ACTIVITY1'], CUSTOM_ACTIVITY1: ['CUSTOM_ACTIVITY2'], CUSTOM_ACTIVITY2: ['CUSTOM_ACTIVITY3'],
+      CUSTOM_ACTIVITY3: ['CUSTOM_ACTIVITY4'], CUSTOM_ACTIVITY4: ['CUSTOM_ACTIVITY5'],
+    });
+    const span = (n: string) => t!.find((x) => x.name === n)!;
+    // The single activity outside any custom span is the model span's; the root keeps only the transport's.
+    expect(names(span('traced_identity'))).toEqual(['REQUEST_START', 'QUEUE_START', 'CUSTOM_SINGLE_ACTIVITY', 'REQUEST_END']);
+    expect(names(rootOf(t!))).toEqual(['HTTP_RECV_START', 'HTTP_RECV_END', 'INFER_RESPONSE_COMPLETE', 'HTTP_SEND_START', 'HTTP_SEND_END']);
+    expect(names(span('CUSTOM_ACTIVITY'))).toEqual(['CUSTOM_ACTIVITY_START', 'CUSTOM_ACTIVITY_END']);
+    for (let i = 0; i < 6; i++) {
+      const single = i % 3 === 0 ? ['CUSTOM_SINGLE_ACTIVITY'] : [];
+      expect(names(span(`CUSTOM_ACTIVITY${i}`))).toEqual([`CUSTOM_ACTIVITY${i}_START`, ...single, `CUSTOM_ACTIVITY${i}_END`]);
+    }
+    for (const x of t!.filter((y) => y.name.startsWith('CUSTOM_ACTIVITY'))) {
+      expect(x.kind).toBe(2); // SERVER, as Triton makes every span
+      expect(x.attributes).toEqual({});
+      // The span runs from its START to its END activity.
+      expect(x.startTimeUnixNano).toBe(x.events[0]!.timeUnixNano);
+      expect(x.endTimeUnixNano).toBe(x.events.at(-1)!.timeUnixNano);
+    }
+    // Timed as reported: CUSTOM_ACTIVITY's 100 ms pause, then the nest, each inside its parent, all inside the model span.
+    const ms = (x: ReceivedSpan) => Number(x.endTimeUnixNano - x.startTimeUnixNano) / 1e6;
+    expect(ms(span('CUSTOM_ACTIVITY'))).toBeGreaterThanOrEqual(90);
+    expect(span('CUSTOM_ACTIVITY').endTimeUnixNano <= span('CUSTOM_ACTIVITY0').startTimeUnixNano).toBe(true);
+    expect(ms(span('CUSTOM_ACTIVITY5'))).toBeGreaterThanOrEqual(90);
+    for (let i = 1; i < 6; i++) {
+      const [inner, outer] = [span(`CUSTOM_ACTIVITY${i}`), span(`CUSTOM_ACTIVITY${i - 1}`)];
+      expect(inner.startTimeUnixNano >= outer.startTimeUnixNano && inner.endTimeUnixNano <= outer.endTimeUnixNano).toBe(true);
+    }
+    const model = span('traced_identity');
+    expect(span('CUSTOM_ACTIVITY').startTimeUnixNano >= model.startTimeUnixNano && span('CUSTOM_ACTIVITY0').endTimeUnixNano <= model.endTimeUnixNano).toBe(true);
   });
 
   it('continues the client\'s trace from traceparent over HTTP, gRPC and a gRPC stream', async () => {
