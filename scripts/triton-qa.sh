@@ -83,7 +83,7 @@ setup() {
   fi
 
   # sseclient-py (PyPI only; L0_http, L0_sagemaker and L0_iterative_sequence import it): where the python
-  # lacks it, a stand-in of ours for the one thing qa uses, SSEClient(response).events() with .data.
+  # lacks it, a stand-in of ours for what qa uses, SSEClient(response).events() with .data, and _read().
   if ! "$QA_PYTHON" -c "import sseclient" 2>/dev/null; then
     cat > "$lib/sseclient.py" <<'EOF'
 """Stand-in for sseclient-py written for tsi's qa harness: server-sent events from an iterable of bytes."""
@@ -114,6 +114,18 @@ class SSEClient:
         if buf:
             yield buf.decode(self._enc).rstrip("\r")
         yield ""
+
+    def _read(self):
+        # Whole events as the server framed them (qa checks each is "data: ...\n\n").
+        event = b""
+        for chunk in self._source:
+            for line in chunk.splitlines(True):
+                event += line
+                if event.endswith((b"\r\r", b"\n\n", b"\r\n\r\n")):
+                    yield event
+                    event = b""
+        if event:
+            yield event
 
     def events(self):
         data, fields = [], {}

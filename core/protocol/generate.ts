@@ -38,14 +38,21 @@ export function generateRequest(server: InferenceServer, model: string, version:
   const meta = new Map((mv.config.input ?? []).map((i) => [i.name!, i]));
   const inputs: InferInput[] = [];
   const parameters: Parameters = {};
-  const take = (key: string, value: unknown) => {
+  let id: string | undefined;
+  const take = (key: string, value: unknown, within?: string) => {
     const cfg = meta.get(key);
     if (!cfg) {
-      if (typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number' || typeof value === 'bigint') putEntry<ParamValue>(parameters, key, value);
-      else throw invalidArg(`parameter '${key}' of the generate request must be a string, number or boolean`);
+      // As in Triton, `id` names the request (its responses carry it back) unless the model has such an input.
+      if (key === 'id' && typeof value === 'string') id = value;
+      else if (typeof value === 'string' || typeof value === 'boolean' || typeof value === 'number' || typeof value === 'bigint') putEntry<ParamValue>(parameters, key, value);
+      else throw invalidArg(`${within ? `Converting keyword: '${within}': ` : ''}parameter '${key}' has invalid type. The generate request takes a string, number or boolean.`);
       return;
     }
     const datatype = configTypeToDatatype(cfg.data_type!);
+    // Triton's JSON reader texts, which its clients look for; other types keep tsi's element-by-element text.
+    const elements = Array.isArray(value) ? value : [value];
+    if (datatype === 'BYTES' && !elements.every((e) => typeof e === 'string')) throw invalidArg(`unable to parse input '${key}': attempt to access JSON non-string as string`);
+    if (datatype === 'BOOL' && !elements.every((e) => typeof e === 'boolean')) throw invalidArg(`unable to parse input '${key}': attempt to access JSON non-boolean as boolean`);
     const shape = fitShape(batching ? [-1, ...(cfg.dims ?? [])] : [...(cfg.dims ?? [])], Array.isArray(value) ? value.length : 1, key);
     inputs.push({ name: key, datatype, shape, data: fromJsonValues(datatype, value, `input '${key}'`) });
   };
@@ -54,10 +61,46 @@ export function generateRequest(server: InferenceServer, model: string, version:
     else {
       if (meta.has(key)) throw invalidArg(`Keyword '${key}' for nested schema also given as input tensor name`);
       if (!isObj(value)) throw invalidArg(`Expected JSON object for keyword: '${key}'`);
-      for (const [k, v] of Object.entries(value)) take(k, v);
+      for (const [k, v] of Object.entries(value)) take(k, v, key);
     }
   }
-  return { model_name: model, model_version: version, inputs, parameters };
+  return { model_name: model, model_version: version, ...(id !== undefined ? { id } : {}), inputs, parameters };
+}
+
+/**
+ * The first top-level key of a JSON object's text that repeats an earlier one: JSON.parse keeps the
+ * last silently, and a client's duplicated input must be refused, not half-dropped.
+ */
+export function firstRepeatedKey(text: string): string | undefined {
+  const seen = new Set<string>();
+  let depth = 0;
+  let expectKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      let j = i + 1;
+      for (;;) {
+        j = text.indexOf('"', j);
+        if (j < 0) return undefined;
+        let k = j - 1;
+        while (text.charCodeAt(k) === 0x5c) k--;
+        if ((j - 1 - k) % 2 === 0) break;
+        j++;
+      }
+      if (depth === 1 && expectKey) {
+        const key = JSON.parse(text.slice(i, j + 1)) as string;
+        if (seen.has(key)) return key;
+        seen.add(key);
+        expectKey = false;
+      }
+      i = j;
+    } else if (c === 0x7b || c === 0x5b) {
+      depth++;
+      if (depth === 1) expectKey = c === 0x7b;
+    } else if (c === 0x7d || c === 0x5d) depth--;
+    else if (c === 0x2c && depth === 1) expectKey = true;
+  }
+  return undefined;
 }
 
 /**
@@ -170,11 +213,17 @@ async function readRequest(server: InferenceServer, req: Request, model: string,
   server.model(model, version); // unknown model or version: its own status, before reading the body
   const raw = await readWebBody(req, maxInput, { identityOnly: `Unsupported content-encoding, only 'identity' is supported.`, jsonOnly: true });
   let body: unknown;
+  const text = new TextDecoder().decode(raw);
   try {
     // A value past 2^53 (a 64-bit input, a parameter) is read exactly.
-    body = parseJson(new TextDecoder().decode(raw));
+    body = parseJson(text);
   } catch (err) {
     throw invalidArg(`failed to parse the request JSON buffer: ${(err as Error).message}`);
+  }
+  const repeated = firstRepeatedKey(text);
+  if (repeated !== undefined) {
+    const isInput = (server.model(model, version).config.input ?? []).some((i) => i.name === repeated);
+    throw invalidArg(`${isInput ? 'input' : 'parameter'} '${repeated}' already exists in request`);
   }
   return generateRequest(server, model, version, body);
 }
